@@ -1,0 +1,5 @@
+"""``python -m broker serve ...``."""
+
+from broker.cli import main
+
+raise SystemExit(main())

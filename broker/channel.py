@@ -1,0 +1,637 @@
+"""An AMQP channel: method dispatch, content assembly, consumers, acks, confirms, tx.
+
+Theory of operation
+-------------------
+The connection hands every frame for this channel to :meth:`Channel.handle`, in order
+and synchronously. Methods dispatch through one dict keyed by the method class.
+``Basic.Publish`` starts content assembly, a small state table::
+
+    IDLE --Basic.Publish--> AWAIT_HEADER --Header--> AWAIT_BODY --Body*--> IDLE
+
+(a zero-size body completes at the header). Any other frame out of that order is a
+505 UNEXPECTED_FRAME with RabbitMQ's texts (rabbit_command_assembler.erl).
+
+Handlers raise :class:`broker.errors.AMQPError`; the connection converts it (the one
+place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
+deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from broker import codec
+from broker.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    NO_ROUTE,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    UNEXPECTED_FRAME,
+    AMQPChannelError,
+    AMQPConnectionError,
+)
+from broker.message import FLAG_USER_ID, Message
+from broker.queue import Consumer, Queue
+from broker.vhost import generated_name
+from exchanges.model import DestKind
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+
+BASIC_CLASS = 60
+B = commands.Basic
+
+
+class State(Enum):
+    OPEN = 1
+    CLOSING = 2  # we sent Channel.Close; drop everything until Close-Ok
+    CLOSED = 3
+
+
+class Content(Enum):
+    IDLE = 0
+    AWAIT_HEADER = 1
+    AWAIT_BODY = 2
+
+
+class Channel:
+    """One open channel of a connection."""
+
+    def __init__(self, connection: Connection, channel_id: int) -> None:
+        self.conn = connection
+        self.id = channel_id
+        self.vhost = connection.vhost
+        self.state = State.OPEN
+        self.content = Content.IDLE
+        self._publish: codec.Publish | None = None
+        self._header: codec.Header | None = None
+        self._body: list[bytes] = []
+        self._remaining = 0
+        self.consumers: dict[str, Consumer] = {}
+        # delivery tag -> (queue, message, consumer or None for basic.get)
+        self.unacked: OrderedDict[int, tuple[Queue, Message, Consumer | None]] = OrderedDict()
+        self.next_tag = 1
+        self.prefetch_count = 0  # for consumers created after basic.qos(global=false)
+        self.global_prefetch = 0  # basic.qos(global=true): a limit for the channel (3.13)
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirmed_upto = 0
+        self.tx: list[Callable[[], None]] | None = None  # pending actions in tx mode
+        self.tx_acks: list[tuple[int, tuple[Queue, Message, Consumer | None]]] = []
+        self.last_queue: str | None = None
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            codec.Publish: self._on_basic_publish,
+            codec.Ack: self._on_basic_ack,
+            B.Nack: self._on_basic_nack,
+            B.Reject: self._on_basic_reject,
+            B.Consume: self._on_basic_consume,
+            B.Cancel: self._on_basic_cancel,
+            B.Get: self._on_basic_get,
+            B.Qos: self._on_basic_qos,
+            B.Recover: self._on_basic_recover,
+            B.RecoverAsync: self._on_basic_recover,
+            commands.Channel.Flow: self._on_channel_flow,
+            commands.Channel.FlowOk: lambda _m: None,
+            commands.Channel.Open: self._on_channel_reopen,
+            commands.Exchange.Declare: self._on_exchange_declare,
+            commands.Exchange.Delete: self._on_exchange_delete,
+            commands.Exchange.Bind: self._on_exchange_bind,
+            commands.Exchange.Unbind: self._on_exchange_unbind,
+            commands.Queue.Declare: self._on_queue_declare,
+            commands.Queue.Bind: self._on_queue_bind,
+            commands.Queue.Unbind: self._on_queue_unbind,
+            commands.Queue.Purge: self._on_queue_purge,
+            commands.Queue.Delete: self._on_queue_delete,
+            commands.Confirm.Select: self._on_confirm_select,
+            commands.Tx.Select: self._on_tx_select,
+            commands.Tx.Commit: self._on_tx_commit,
+            commands.Tx.Rollback: self._on_tx_rollback,
+        }
+
+    # -- frame entry point ------------------------------------------------------------
+
+    def handle(self, frame: Any) -> None:
+        """Process one frame addressed to this channel."""
+        if self.content is Content.IDLE:
+            handler = self.handlers.get(type(frame))
+            if handler is not None:
+                handler(frame)
+            elif isinstance(frame, codec.Header | codec.Body):
+                raise AMQPConnectionError(
+                    UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
+                )
+            else:
+                raise AMQPConnectionError(COMMAND_INVALID, "unimplemented method")
+        elif self.content is Content.AWAIT_BODY and type(frame) is codec.Body:
+            self._on_body(frame.data)
+        elif self.content is Content.AWAIT_HEADER and type(frame) is codec.Header:
+            self._on_header(frame)
+        elif self.content is Content.AWAIT_HEADER:
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME,
+                f"expected content header for class {BASIC_CLASS}, "
+                "got non content header frame instead",
+                (BASIC_CLASS, 40),
+            )
+        else:
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME,
+                "expected content body, got non content body frame instead",
+                (BASIC_CLASS, 40),
+            )
+
+    def send(self, method: Any) -> None:
+        """Send a pamqp method on this channel."""
+        self.conn.write(codec.method_frame(self.id, method))
+
+    # -- content assembly and publishing ----------------------------------------------
+
+    def _on_basic_publish(self, publish: codec.Publish) -> None:
+        self._publish = publish
+        self.content = Content.AWAIT_HEADER
+
+    def _on_header(self, header: codec.Header) -> None:
+        if header.class_id != BASIC_CLASS:
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME,
+                f"expected content header for class {BASIC_CLASS}, "
+                f"got one for class {header.class_id} instead",
+                (BASIC_CLASS, 40),
+            )
+        limit = self.conn.config.max_message_size
+        if header.body_size > limit:
+            self.content = Content.IDLE
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"message size {header.body_size} is larger than configured max size {limit}",
+                (BASIC_CLASS, 40),
+            )
+        if header.body_size == 0:
+            self.content = Content.IDLE
+            self._complete(header, b"")
+            return
+        self._header = header
+        self._remaining = header.body_size
+        self._body = []
+        self.content = Content.AWAIT_BODY
+
+    def _on_body(self, data: bytes) -> None:
+        self._remaining -= len(data)
+        if self._remaining > 0:
+            self._body.append(data)
+            return
+        self.content = Content.IDLE
+        if self._remaining < 0:
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME, "body size exceeds the expected size", (BASIC_CLASS, 40)
+            )
+        if self._body:
+            self._body.append(data)
+            data = b"".join(self._body)
+            self._body = []
+        header = self._header
+        assert header is not None
+        self._complete(header, data)
+
+    def _complete(self, header: codec.Header, body: bytes) -> None:
+        publish = self._publish
+        assert publish is not None
+        method = (BASIC_CLASS, 40)
+        if publish.immediate:
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", method)
+        vhost = self.vhost
+        exchange = vhost.projection.exchanges.get(publish.exchange)
+        if exchange is None:
+            raise AMQPChannelError(
+                NOT_FOUND, f"no {vhost.rs('exchange', publish.exchange)}", method
+            )
+        if exchange.internal:
+            raise AMQPChannelError(
+                ACCESS_REFUSED,
+                f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
+                method,
+            )
+        message = Message(publish.exchange, publish.routing_key, header.payload, body)
+        if message.flags & FLAG_USER_ID:
+            user_id = message.properties.user_id
+            if user_id != self.conn.user:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"user_id property set to '{user_id}' but authenticated user was "
+                    f"'{self.conn.user}'",
+                    method,
+                )
+        if self.tx is not None:
+            mandatory = publish.mandatory
+            self.tx.append(lambda: self._route(message, mandatory))
+            return
+        self._route(message, publish.mandatory)
+        if self.confirm:
+            self.publish_seq += 1
+            self.conn.confirm_pending(self)
+
+    def _route(self, message: Message, mandatory: bool) -> None:
+        payload = message.header
+        headers = None
+        # Decode the headers table only when routing can use it: a headers exchange
+        # somewhere in the vhost, or sender-selected CC/BCC keys.
+        if self.vhost.projection_uses_headers or b"CC" in payload:
+            headers = message.headers
+        queues = self.vhost.route(message.exchange, message.routing_key, headers)
+        if headers is not None and "BCC" in headers:
+            # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
+            props = message.properties
+            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
+            message = message.with_properties(props)
+        if queues:
+            for queue in queues:
+                queue.publish(message)
+        elif mandatory:
+            self.conn.write(
+                codec.return_method(
+                    self.id,
+                    NO_ROUTE,
+                    "NO_ROUTE",
+                    message.exchange,
+                    message.routing_key,
+                )
+                + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
+            )
+
+    def flush_confirms(self) -> None:
+        """Acknowledge every publish so far with one ``multiple`` ack."""
+        if self.publish_seq > self.confirmed_upto and self.state is State.OPEN:
+            multiple = self.publish_seq - self.confirmed_upto > 1
+            self.send(B.Ack(self.publish_seq, multiple))
+            self.confirmed_upto = self.publish_seq
+
+    # -- delivery ---------------------------------------------------------------------
+
+    def can_deliver(self) -> bool:
+        """Whether this channel may receive another delivery now."""
+        if self.state is not State.OPEN or not self.conn.writable:
+            return False
+        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+
+    def deliver(self, consumer: Consumer, message: Message, redelivered: bool) -> None:
+        """Send ``message`` to ``consumer`` (called by the queue)."""
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not consumer.no_ack:
+            self.unacked[tag] = (consumer.queue, message, consumer)
+            consumer.unacked += 1
+        self.conn.write(
+            codec.deliver_method(
+                self.id,
+                consumer.tag_bytes,
+                tag,
+                redelivered,
+                codec.shortstr(message.exchange),
+                codec.shortstr(message.routing_key),
+            )
+            + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
+        )
+
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: forget the consumer and tell the client if it can hear
+        it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            if self.conn.client_capability("consumer_cancel_notify"):
+                self.conn.write(
+                    codec.simple_method(
+                        self.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True)
+                    )
+                )
+
+    # -- basic ------------------------------------------------------------------------
+
+    def _queue_name(self, name: str) -> str:
+        # The "last declared queue" shortcut (rabbit_channel:expand_queue_name_shortcut).
+        if name:
+            return name
+        if self.last_queue is None:
+            raise AMQPChannelError(NOT_FOUND, "no previously declared queue")
+        return self.last_queue
+
+    def _on_basic_consume(self, m: commands.Basic.Consume) -> None:
+        if m.consumer_tag and m.consumer_tag in self.consumers:
+            raise AMQPConnectionError(
+                NOT_ALLOWED, f"attempt to reuse consumer tag '{m.consumer_tag}'"
+            )
+        queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        if queue.exclusive_consumer or (m.exclusive and queue.consumers):
+            raise AMQPChannelError(
+                ACCESS_REFUSED, f"{self.vhost.rs('queue', queue.name)} in exclusive use"
+            )
+        tag = m.consumer_tag or generated_name("amq.ctag")
+        consumer = Consumer(
+            self, queue, tag, m.no_ack, m.exclusive, self.prefetch_count, dict(m.arguments or {})
+        )
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
+        queue.add_consumer(consumer)
+
+    def _on_basic_cancel(self, m: commands.Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag or "", None)
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.CancelOk, ("shortstr", m.consumer_tag)))
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def _on_basic_get(self, m: commands.Basic.Get) -> None:
+        queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        entry = queue.get()
+        if entry is None:
+            self.send(B.GetEmpty())
+            return
+        message, redelivered = entry
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        if not m.no_ack:
+            self.unacked[tag] = (queue, message, None)
+        self.conn.write(
+            codec.get_ok_method(
+                self.id,
+                tag,
+                redelivered,
+                message.exchange,
+                message.routing_key,
+                queue.message_count,
+            )
+            + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
+        )
+
+    def _take(self, tag: int, multiple: bool) -> list[tuple[int, tuple[Queue, Message, Any]]]:
+        """Remove and return the unacked deliveries an ack/nack/reject covers."""
+        unacked = self.unacked
+        if multiple:
+            if tag != 0 and tag not in unacked:
+                raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            taken = []
+            while unacked:
+                first = next(iter(unacked))
+                if tag and first > tag:
+                    break
+                taken.append((first, unacked.pop(first)))
+            return taken
+        record = unacked.pop(tag, None)
+        if record is None:
+            raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        return [(tag, record)]
+
+    def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+        """Ack (``requeue`` None), or reject with or without requeue."""
+        taken = self._take(tag, multiple)
+        if self.tx is not None:
+            self.tx_acks.extend(taken)
+            self.tx.append(lambda: self._apply_settle(taken, requeue))
+            return
+        self._apply_settle(taken, requeue)
+
+    def _apply_settle(
+        self, taken: list[tuple[int, tuple[Queue, Message, Any]]], requeue: bool | None
+    ) -> None:
+        touched: set[Queue] = set()
+        requeued: dict[Queue, list[Message]] = {}
+        for _tag, (queue, message, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+                touched.add(consumer.queue)
+            if requeue:
+                requeued.setdefault(queue, []).append(message)
+        for queue, messages in requeued.items():
+            queue.requeue(messages)
+        if self.global_prefetch:
+            touched.update(c.queue for c in self.consumers.values())
+        for queue in touched:
+            queue.drain()
+
+    def _on_basic_ack(self, m: codec.Ack) -> None:
+        self._settle(m.delivery_tag, m.multiple, None)
+
+    def _on_basic_nack(self, m: commands.Basic.Nack) -> None:
+        self._settle(m.delivery_tag, m.multiple, m.requeue)
+
+    def _on_basic_reject(self, m: commands.Basic.Reject) -> None:
+        self._settle(m.delivery_tag or 0, False, m.requeue)
+
+    def _on_basic_qos(self, m: commands.Basic.Qos) -> None:
+        if m.prefetch_size != 0:
+            raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+            for consumer in self.consumers.values():
+                consumer.queue.drain()
+        else:
+            self.prefetch_count = m.prefetch_count
+        self.send(B.QosOk())
+
+    def _on_basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "requeue=false")
+        self.requeue_all()
+        if isinstance(m, B.Recover):
+            self.send(B.RecoverOk())
+
+    def requeue_all(self) -> None:
+        """Give every unacked delivery back to its queue, in delivery order."""
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._apply_settle(taken, True)
+
+    # -- channel ----------------------------------------------------------------------
+
+    def _on_channel_flow(self, m: commands.Channel.Flow) -> None:
+        if not m.active:
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "active=false")
+        self.send(commands.Channel.FlowOk(active=True))
+
+    def _on_channel_reopen(self, _m: commands.Channel.Open) -> None:
+        raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
+
+    def close(self) -> None:
+        """Release everything the channel holds: consumers go, unacked are requeued."""
+        if self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        self.tx = None
+        for tag, record in reversed(self.tx_acks):
+            self.unacked[tag] = record
+        self.tx_acks = []
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        # Requeue first, then detach consumers: an auto-delete queue deleted by the
+        # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
+        taken = sorted(self.unacked.items())
+        self.unacked.clear()
+        requeued: dict[Queue, list[Message]] = {}
+        for _tag, (queue, message, _consumer) in taken:
+            requeued.setdefault(queue, []).append(message)
+        for consumer in consumers:
+            consumer.queue.consumers.remove(consumer)
+        for queue, messages in requeued.items():
+            queue.requeue(messages)
+        for consumer in consumers:
+            queue = consumer.queue
+            queue.consumers.append(consumer)  # so remove_consumer sees it and auto-deletes
+            queue.remove_consumer(consumer)
+
+    # -- confirm and tx ---------------------------------------------------------------
+
+    def _on_confirm_select(self, m: commands.Confirm.Select) -> None:
+        if self.tx is not None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not m.nowait:
+            self.send(commands.Confirm.SelectOk())
+
+    def _on_tx_select(self, _m: commands.Tx.Select) -> None:
+        if self.confirm:
+            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = []
+        self.send(commands.Tx.SelectOk())
+
+    def _on_tx_commit(self, _m: commands.Tx.Commit) -> None:
+        if self.tx is None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        actions, self.tx = self.tx, []
+        self.tx_acks = []
+        for action in actions:
+            action()
+        self.send(commands.Tx.CommitOk())
+
+    def _on_tx_rollback(self, _m: commands.Tx.Rollback) -> None:
+        if self.tx is None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
+        self.tx = []
+        # Acks of a rolled-back transaction are undone: the deliveries are unacked again.
+        restored = sorted([*self.tx_acks, *self.unacked.items()], key=lambda item: item[0])
+        self.unacked = OrderedDict(restored)
+        self.tx_acks = []
+        self.send(commands.Tx.RollbackOk())
+
+    # -- exchanges and queues ---------------------------------------------------------
+
+    def _on_exchange_declare(self, m: commands.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(
+            m.exchange,
+            m.exchange_type,
+            m.passive,
+            m.durable,
+            m.auto_delete,
+            m.internal,
+            m.arguments or {},
+        )
+        if not m.nowait:
+            self.send(commands.Exchange.DeclareOk())
+
+    def _on_exchange_delete(self, m: commands.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.send(commands.Exchange.DeleteOk())
+
+    def _on_exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        self.vhost.bind(
+            m.source,
+            DestKind.EXCHANGE,
+            m.destination,
+            m.routing_key,
+            m.arguments or {},
+            self.conn,
+            add=True,
+        )
+        if not m.nowait:
+            self.send(commands.Exchange.BindOk())
+
+    def _on_exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
+        self.vhost.bind(
+            m.source,
+            DestKind.EXCHANGE,
+            m.destination,
+            m.routing_key,
+            m.arguments or {},
+            self.conn,
+            add=False,
+        )
+        if not m.nowait:
+            self.send(commands.Exchange.UnbindOk())
+
+    def _on_queue_declare(self, m: commands.Queue.Declare) -> None:
+        name = m.queue
+        server_named = not name and not m.passive
+        if server_named:
+            name = generated_name("amq.gen")
+        elif not name:
+            name = self._queue_name(name)
+        queue = self.vhost.declare_queue(
+            name,
+            m.passive,
+            m.durable,
+            m.exclusive,
+            m.auto_delete,
+            m.arguments or {},
+            self.conn,
+            server_named,
+        )
+        self.last_queue = queue.name
+        if not m.nowait:
+            self.conn.write(
+                codec.simple_method(
+                    self.id,
+                    commands.Queue.DeclareOk,
+                    ("shortstr", queue.name),
+                    ("long", queue.message_count),
+                    ("long", len(queue.consumers)),
+                )
+            )
+
+    def _bind_queue(self, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
+        name = self._queue_name(m.queue)
+        routing_key = m.routing_key
+        if not m.queue and not routing_key:
+            # rabbit_channel:expand_routing_key_shortcut/3
+            routing_key = name
+        self.vhost.bind(
+            m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, self.conn, add
+        )
+
+    def _on_queue_bind(self, m: commands.Queue.Bind) -> None:
+        self._bind_queue(m, add=True)
+        if not m.nowait:
+            self.send(commands.Queue.BindOk())
+
+    def _on_queue_unbind(self, m: commands.Queue.Unbind) -> None:
+        self._bind_queue(m, add=False)
+        self.send(commands.Queue.UnbindOk())
+
+    def _on_queue_purge(self, m: commands.Queue.Purge) -> None:
+        count = self.vhost.queue(self._queue_name(m.queue), self.conn).purge()
+        if not m.nowait:
+            self.send(commands.Queue.PurgeOk(message_count=count))
+
+    def _on_queue_delete(self, m: commands.Queue.Delete) -> None:
+        name = self._queue_name(m.queue)
+        queue = self.vhost.queues.get(name)
+        count = 0
+        if queue is not None:
+            self.vhost.check_exclusive(queue, self.conn)
+            what = self.vhost.rs("queue", name)
+            if m.if_unused and queue.consumers:
+                raise AMQPChannelError(PRECONDITION_FAILED, f"{what} in use")
+            if m.if_empty and queue.message_count:
+                raise AMQPChannelError(PRECONDITION_FAILED, f"{what} not empty")
+            count = self.vhost.delete_queue(queue)
+        if not m.nowait:
+            self.send(commands.Queue.DeleteOk(message_count=count))

@@ -1,0 +1,64 @@
+"""Command line: ``leveret serve`` (also ``python -m broker serve``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.config import Config
+from broker.server import Server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``leveret`` argument parser."""
+    parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=5672, help="AMQP port (0: any free port)")
+    serve.add_argument(
+        "--data-dir", type=Path, default=None, help="directory for durable data (none: memory only)"
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="logging level",
+    )
+    return parser
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGINT or SIGTERM, then shut down gracefully."""
+    server = Server(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logging.getLogger("broker").info("shutting down")
+    await server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``leveret`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = Config(host=args.host, port=args.port, data_dir=args.data_dir)
+    if config.use_uvloop:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+            pass
+        else:
+            uvloop.run(serve(config))
+            return 0
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,371 @@
+"""Frame codec: bytes in, frames out; frames in, bytes out. Sans-IO (no asyncio).
+
+Theory of operation
+-------------------
+An AMQP 0-9-1 frame is ``type:u8 channel:u16 size:u32 payload[size] 0xCE``.
+:class:`FrameReader` buffers what the socket gives it and returns every complete frame
+in order; a partial frame stays buffered. pamqp is the codec of record: every method
+frame is decoded by ``pamqp.frame`` except the two that dominate traffic,
+``Basic.Publish`` and ``Basic.Ack``, which a ``struct`` fast path decodes into small
+objects (:class:`Publish`, :class:`Ack`) because pamqp costs several microseconds per
+frame (see DESIGN.md, "The hot path"); ``tests/test_codec.py`` checks the fast path
+against pamqp byte for byte.
+
+Content headers are not decoded here: :class:`Header` keeps the raw payload so it can
+be re-sent to consumers as it is; properties are decoded lazily by
+:class:`broker.message.Message` when a feature needs them.
+
+On the way out, :func:`method_frame` uses pamqp, while deliveries (the other hot path)
+are assembled with ``struct`` by :func:`deliver_frames`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import body, commands, frame, heartbeat
+
+from broker.errors import FRAME_ERROR, SYNTAX_ERROR, UNEXPECTED_FRAME, AMQPConnectionError
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_END_BYTE = b"\xce"
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_METHOD_ID = struct.Struct(">I")
+_HEADER_FIXED = struct.Struct(">HHQ")
+_LONGLONG = struct.Struct(">Q")
+# Size of a frame around its payload (7 header octets + the end octet), derived from
+# the codec as aiormq does instead of a magic 8.
+FRAME_OVERHEAD = len(frame.marshal(body.ContentBody(b""), 0))
+
+PUBLISH_INDEX = commands.Basic.Publish.index
+ACK_INDEX = commands.Basic.Ack.index
+HEARTBEAT_FRAME = frame.marshal(heartbeat.Heartbeat(), 0)
+
+
+class Publish:
+    """``Basic.Publish`` decoded by the fast path."""
+
+    __slots__ = ("exchange", "immediate", "mandatory", "routing_key")
+    index = PUBLISH_INDEX
+
+    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.mandatory = mandatory
+        self.immediate = immediate
+
+
+class Ack:
+    """``Basic.Ack`` decoded by the fast path."""
+
+    __slots__ = ("delivery_tag", "multiple")
+    index = ACK_INDEX
+
+    def __init__(self, delivery_tag: int, multiple: bool) -> None:
+        self.delivery_tag = delivery_tag
+        self.multiple = multiple
+
+
+class Header:
+    """A content header frame: ``body_size`` plus the raw payload (properties undecoded)."""
+
+    __slots__ = ("body_size", "class_id", "payload")
+
+    def __init__(self, class_id: int, body_size: int, payload: bytes) -> None:
+        self.class_id = class_id
+        self.body_size = body_size
+        self.payload = payload
+
+
+class Body:
+    """A content body frame."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class Heartbeat:
+    """A heartbeat frame."""
+
+    __slots__ = ()
+
+
+HEARTBEAT = Heartbeat()
+
+Frame = Any  # pamqp method | Publish | Ack | Header | Body | Heartbeat
+
+
+def _frame_error(explanation: str) -> AMQPConnectionError:
+    return AMQPConnectionError(FRAME_ERROR, explanation)
+
+
+def _shortstr(data: bytes, offset: int) -> tuple[str, int]:
+    length = data[offset]
+    end = offset + 1 + length
+    if end > len(data):
+        raise ValueError("short string runs past the frame")
+    return data[offset + 1 : end].decode("utf-8"), end
+
+
+def decode_method(payload: bytes) -> Frame:
+    """Decode a method frame's payload, through the fast path when it applies.
+
+    Raises :class:`AMQPConnectionError` (502 SYNTAX_ERROR / 540) for bad input.
+    """
+    if len(payload) < 4:
+        raise AMQPConnectionError(FRAME_ERROR, "method frame too short")
+    (index,) = _METHOD_ID.unpack_from(payload)
+    try:
+        if index == PUBLISH_INDEX:
+            # ticket:u16, exchange:shortstr, routing-key:shortstr, bits:u8
+            exchange, offset = _shortstr(payload, 6)
+            routing_key, offset = _shortstr(payload, offset)
+            bits = payload[offset]
+            return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+        if index == ACK_INDEX:
+            (tag,) = _LONGLONG.unpack_from(payload, 4)
+            return Ack(tag, bool(payload[12] & 1))
+    except (IndexError, ValueError, struct.error) as exc:
+        raise AMQPConnectionError(SYNTAX_ERROR, f"malformed method frame: {exc}") from exc
+    method_cls = commands.INDEX_MAPPING.get(index)
+    if method_cls is None:
+        raise AMQPConnectionError(
+            UNEXPECTED_FRAME if index >> 16 in _KNOWN_CLASSES else 540,
+            f"unknown method class {index >> 16} method {index & 0xFFFF}",
+            (index >> 16, index & 0xFFFF),
+        )
+    method = method_cls()
+    try:
+        method.unmarshal(payload[4:])
+    except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+        raise AMQPConnectionError(
+            SYNTAX_ERROR,
+            f"failed to decode {getattr(method_cls, 'name', index)}: {exc}",
+            (index >> 16, index & 0xFFFF),
+        ) from exc
+    return method
+
+
+_KNOWN_CLASSES = frozenset(index >> 16 for index in commands.INDEX_MAPPING)
+
+
+class FrameReader:
+    """Incremental frame parser. ``feed(data)`` returns ``[(channel, frame), ...]``."""
+
+    __slots__ = ("_buf", "frame_max", "need_header")
+
+    def __init__(self, frame_max: int) -> None:
+        self._buf = bytearray()
+        self.frame_max = frame_max
+        # The 8-octet protocol header comes first, before any frame.
+        self.need_header = True
+
+    def feed(self, data: bytes) -> list[tuple[int, Frame]]:
+        """Add ``data`` and return every frame now complete.
+
+        Raises :class:`ProtocolHeaderError` for a wrong protocol header and
+        :class:`AMQPConnectionError` for malformed frames; frames decoded before the
+        bad one are lost with it, as the connection is closing anyway.
+        """
+        buf = self._buf
+        buf += data
+        out: list[tuple[int, Frame]] = []
+        pos = 0
+        if self.need_header:
+            if len(buf) < 8:
+                if PROTOCOL_HEADER[: len(buf)] != bytes(buf):
+                    raise ProtocolHeaderError(bytes(buf))
+                return out
+            if bytes(buf[:8]) != PROTOCOL_HEADER:
+                raise ProtocolHeaderError(bytes(buf[:8]))
+            self.need_header = False
+            pos = 8
+        size_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+        end_of_data = len(buf)
+        unpack_head = _FRAME_HEAD.unpack_from
+        while end_of_data - pos >= 7:
+            frame_type, channel, size = unpack_head(buf, pos)
+            if size > size_limit:
+                raise _frame_error(
+                    f"type {frame_type}, all octets = <<>>: {{frame_too_large,{size},{size_limit}}}"
+                )
+            end = pos + 7 + size
+            if end >= end_of_data:
+                break
+            if buf[end] != FRAME_END:
+                raise _frame_error(
+                    f"type {frame_type}, all octets = <<>>: {{invalid_frame_end_marker,{buf[end]}}}"
+                )
+            payload = bytes(buf[pos + 7 : end])
+            pos = end + 1
+            if frame_type == FRAME_BODY:
+                out.append((channel, Body(payload)))
+            elif frame_type == FRAME_METHOD:
+                out.append((channel, decode_method(payload)))
+            elif frame_type == FRAME_HEADER:
+                if size < 14:
+                    raise _frame_error("content header too short")
+                class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
+                out.append((channel, Header(class_id, body_size, payload)))
+            elif frame_type == FRAME_HEARTBEAT:
+                out.append((channel, HEARTBEAT))
+            else:
+                raise _frame_error(f"type {frame_type}, all octets = <<>>: unknown_frame_type")
+        if pos:
+            del buf[:pos]
+        return out
+
+
+class ProtocolHeaderError(Exception):
+    """The client did not start with ``AMQP 0 0 9 1``."""
+
+
+def method_frame(channel: int, method: Any) -> bytes:
+    """Encode a pamqp method on ``channel``."""
+    return frame.marshal(method, channel)
+
+
+def _pack_shortstr(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return bytes((len(raw),)) + raw
+
+
+def _wrap(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
+    """Content header frame plus body frames, the body split by ``frame_max``."""
+    parts = [_wrap(FRAME_HEADER, channel, header_payload)]
+    chunk = frame_max - FRAME_OVERHEAD
+    if len(body) <= chunk:
+        if body:
+            parts.append(_wrap(FRAME_BODY, channel, body))
+    else:
+        view = memoryview(body)
+        for start in range(0, len(body), chunk):
+            parts.append(_wrap(FRAME_BODY, channel, bytes(view[start : start + chunk])))
+    return b"".join(parts)
+
+
+_DELIVER_ID = _METHOD_ID.pack(commands.Basic.Deliver.index)
+_GET_OK_ID = _METHOD_ID.pack(commands.Basic.GetOk.index)
+_RETURN_ID = _METHOD_ID.pack(commands.Basic.Return.index)
+_SHORT = struct.Struct(">H")
+_LONG = struct.Struct(">I")
+
+
+def deliver_method(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+) -> bytes:
+    """``Basic.Deliver``; ``consumer_tag``, ``exchange`` and ``routing_key`` are
+    pre-encoded short strings (length octet included)."""
+    payload = b"".join(
+        (
+            _DELIVER_ID,
+            consumer_tag,
+            _LONGLONG.pack(delivery_tag),
+            b"\x01" if redelivered else b"\x00",
+            exchange,
+            routing_key,
+        )
+    )
+    return _wrap(FRAME_METHOD, channel, payload)
+
+
+def get_ok_method(
+    channel: int,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    message_count: int,
+) -> bytes:
+    """``Basic.GetOk``."""
+    payload = b"".join(
+        (
+            _GET_OK_ID,
+            _LONGLONG.pack(delivery_tag),
+            b"\x01" if redelivered else b"\x00",
+            _pack_shortstr(exchange),
+            _pack_shortstr(routing_key),
+            _LONG.pack(message_count),
+        )
+    )
+    return _wrap(FRAME_METHOD, channel, payload)
+
+
+def return_method(
+    channel: int, reply_code: int, reply_text: str, exchange: str, routing_key: str
+) -> bytes:
+    """``Basic.Return``."""
+    payload = b"".join(
+        (
+            _RETURN_ID,
+            _SHORT.pack(reply_code),
+            _pack_shortstr(reply_text),
+            _pack_shortstr(exchange),
+            _pack_shortstr(routing_key),
+        )
+    )
+    return _wrap(FRAME_METHOD, channel, payload)
+
+
+def shortstr(value: str) -> bytes:
+    """Pre-encode a short string (length octet + UTF-8) for :func:`deliver_method`."""
+    return _pack_shortstr(value)
+
+
+def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> bytes:
+    """Encode a method whose string fields must bypass pamqp's name validation
+    (queue and consumer names are any UTF-8 in RabbitMQ, pamqp only accepts a subset).
+
+    ``fields`` are ``(amqp_type, value)`` pairs in wire order.
+    """
+    parts = [_METHOD_ID.pack(method_cls.index)]
+    for amqp_type, value in fields:
+        if amqp_type == "shortstr":
+            parts.append(_pack_shortstr(value))
+        elif amqp_type == "long":
+            parts.append(_LONG.pack(value))
+        elif amqp_type == "bit":
+            parts.append(b"\x01" if value else b"\x00")
+        else:  # pragma: no cover - programming error
+            raise ValueError(amqp_type)
+    return _wrap(FRAME_METHOD, channel, b"".join(parts))
+
+
+__all__ = [
+    "HEARTBEAT_FRAME",
+    "PROTOCOL_HEADER",
+    "Ack",
+    "Body",
+    "FrameReader",
+    "Header",
+    "Heartbeat",
+    "ProtocolHeaderError",
+    "Publish",
+    "content_frames",
+    "decode_method",
+    "deliver_method",
+    "get_ok_method",
+    "method_frame",
+    "return_method",
+    "shortstr",
+    "simple_method",
+]

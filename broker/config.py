@@ -1,0 +1,37 @@
+"""Broker configuration: one frozen dataclass, every default in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# RabbitMQ's defaults (deps/rabbit/Makefile app env): frame_max 131072, channel_max 2047,
+# heartbeat 60 s, handshake_timeout 10 s.
+FRAME_MAX = 131072
+# 3.13 profile: a client may not negotiate below 4096 (rabbit_reader ?FRAME_MIN_SIZE).
+FRAME_MIN = 4096
+CHANNEL_MAX = 2047
+HEARTBEAT = 60
+HANDSHAKE_TIMEOUT = 10.0
+# 3.13 profile: max_message_size defaults to 128 MiB (16 MiB from 4.0).
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything a :class:`broker.server.Server` needs to run."""
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: Path | None = None
+    frame_max: int = FRAME_MAX
+    channel_max: int = CHANNEL_MAX
+    heartbeat: int = HEARTBEAT
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+    max_message_size: int = MAX_MESSAGE_SIZE
+    # user -> password. guest may only connect from loopback, as in RabbitMQ.
+    users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    vhosts: tuple[str, ...] = ("/",)
+    # Seconds to wait for clients to answer Connection.Close on shutdown.
+    shutdown_timeout: float = 5.0
+    use_uvloop: bool = True

@@ -1,0 +1,515 @@
+"""One AMQP connection: handshake, channel table, heartbeats, flow control, errors.
+
+Theory of operation
+-------------------
+Each client socket gets one :class:`Connection` (an ``asyncio.Protocol``). Frames are
+handled synchronously in :meth:`Connection.data_received`, in order, with no task per
+frame; everything written while handling one read is sent with a single
+``transport.write`` at its end. Writes caused by other connections (a publish that
+reaches this connection's consumer) are coalesced with ``loop.call_soon``.
+
+Connection states::
+
+    AWAIT_HEADER -> AWAIT_START_OK -> AWAIT_TUNE_OK -> AWAIT_OPEN -> OPEN -> CLOSING
+
+:meth:`Connection._fail` is the single place where an :class:`broker.errors.AMQPError`
+becomes a ``Channel.Close`` (channel-level codes on a non-zero channel) or a
+``Connection.Close`` (hard codes, or anything on channel 0), as RabbitMQ's
+``rabbit_binary_generator:map_exception/3`` does. After a ``Channel.Close`` from us,
+frames on that channel are dropped until the client's ``Channel.CloseOk``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands, decode
+
+from broker import codec
+from broker.channel import Channel
+from broker.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    NOT_ALLOWED,
+    AMQPConnectionError,
+    AMQPError,
+    close_method,
+    method_id_of,
+    reply_text,
+)
+from broker.errors import FRAME_ERROR as _FRAME_ERROR
+
+if TYPE_CHECKING:
+    from broker.queue import Queue
+    from broker.server import Server
+    from broker.vhost import VHost
+
+log = logging.getLogger(__name__)
+
+C = commands.Connection
+CAPABILITIES = {
+    # rabbit_reader:server_capabilities/1: all nine, all true.
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+# How long we wait for Connection.CloseOk before dropping the socket.
+CLOSE_OK_TIMEOUT = 3.0
+
+
+class State(Enum):
+    AWAIT_HEADER = 0
+    AWAIT_START_OK = 1
+    AWAIT_TUNE_OK = 2
+    AWAIT_OPEN = 3
+    OPEN = 4
+    CLOSING = 5
+    CLOSED = 6
+
+
+def server_properties() -> dict[str, Any]:
+    """Connection.Start server properties, shaped like RabbitMQ's."""
+    from broker import __version__
+
+    return {
+        "capabilities": dict(CAPABILITIES),
+        "cluster_name": "leveret@localhost",
+        "copyright": "Copyright (c) Leveret developers",
+        "information": "Leveret: an AMQP 0-9-1 broker on asyncio with RabbitMQ semantics",
+        "platform": "Python/asyncio",
+        "product": "Leveret",
+        "version": __version__,
+    }
+
+
+class Connection(asyncio.Protocol):
+    """Server side of one AMQP 0-9-1 connection."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.config = server.config
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.reader = codec.FrameReader(self.config.frame_max)
+        self.state = State.AWAIT_HEADER
+        self.channels: dict[int, Channel] = {}
+        self.closing_channels: set[int] = set()
+        self.frame_max = self.config.frame_max
+        self.channel_max = self.config.channel_max
+        self.heartbeat = 0
+        self.user = ""
+        self.vhost: VHost = None  # type: ignore[assignment]  # set at Connection.Open
+        self.client_properties: dict[str, Any] = {}
+        self.exclusive_queues: set[Queue] = set()
+        self.writable = True
+        self._out: list[bytes] = []
+        self._in_read = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._confirms: set[Channel] = set()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._last_recv = 0.0
+        self._last_send = 0.0
+        self.peer: tuple[Any, ...] = ()
+        self.closed = asyncio.Event()
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.peer = transport.get_extra_info("peername") or ()
+        self.server.connections.add(self)
+        self._timers.append(
+            self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = State.CLOSED
+        for timer in self._timers:
+            timer.cancel()
+        self._release()
+        self.server.connections.discard(self)
+        self.closed.set()
+
+    def pause_writing(self) -> None:
+        # The client reads slower than we write: stop delivering to it and stop
+        # reading from it until its socket drains (no unbounded buffers).
+        self.writable = False
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        if self.transport is not None and self.state is not State.CLOSED:
+            self.transport.resume_reading()
+        for channel in list(self.channels.values()):
+            for consumer in list(channel.consumers.values()):
+                consumer.queue.drain()
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = self.loop.time()
+        self._in_read = True
+        try:
+            self._process(data)
+            for channel in self._confirms:
+                channel.flush_confirms()
+            self._confirms.clear()
+        finally:
+            self._in_read = False
+            self._flush()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the socket; flushed at the end of the current read or on the
+        next loop iteration."""
+        self._out.append(data)
+        if not self._in_read and self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._out))
+            self._last_send = self.loop.time()
+        self._out.clear()
+
+    def send_method(self, channel: int, method: Any) -> None:
+        """Send a pamqp method frame."""
+        self.write(codec.method_frame(channel, method))
+
+    def confirm_pending(self, channel: Channel) -> None:
+        """``channel`` has publisher confirms to send at the end of this read."""
+        self._confirms.add(channel)
+        if not self._in_read:
+            channel.flush_confirms()
+
+    def client_capability(self, name: str) -> bool:
+        """Whether the client advertised capability ``name`` in Start-Ok."""
+        caps = self.client_properties.get("capabilities")
+        return bool(isinstance(caps, dict) and caps.get(name))
+
+    # -- frame processing -------------------------------------------------------------
+
+    def _process(self, data: bytes) -> None:
+        awaiting_header = self.reader.need_header
+        try:
+            frames = self.reader.feed(data)
+        except codec.ProtocolHeaderError:
+            # A wrong header gets the header we speak, then the socket closes
+            # (AMQP 0-9-1 section 4.2.2).
+            self.write(codec.PROTOCOL_HEADER)
+            self._flush()
+            self._abort()
+            return
+        except AMQPError as exc:
+            self._fail(exc, 0)
+            return
+        if awaiting_header and not self.reader.need_header:
+            self._send_start()
+        for channel_id, frame in frames:
+            if self.state is State.CLOSING:
+                self._while_closing(channel_id, frame)
+                continue
+            if self.state is State.CLOSED:
+                return
+            try:
+                if channel_id == 0:
+                    self._on_channel_zero(frame)
+                else:
+                    self._on_channel_frame(channel_id, frame)
+            except AMQPError as exc:
+                if exc.method == (0, 0):
+                    exc.method = method_id_of(frame)
+                self._fail(exc, channel_id)
+
+    def _on_channel_frame(self, channel_id: int, frame: Any) -> None:
+        if self.state is not State.OPEN:
+            raise AMQPConnectionError(
+                CHANNEL_ERROR, f"channel frame while connection not running: {channel_id}"
+            )
+        channel = self.channels.get(channel_id)
+        if channel is not None:
+            frame_type = type(frame)
+            if frame_type is commands.Channel.Close:
+                self._close_channel(channel)
+                self.send_method(channel_id, commands.Channel.CloseOk())
+            elif frame_type is commands.Channel.CloseOk:
+                pass
+            else:
+                channel.handle(frame)
+            return
+        if isinstance(frame, codec.Heartbeat):
+            return
+        if channel_id in self.closing_channels:
+            # Dropped until Close-Ok; a crossing Close is answered.
+            if isinstance(frame, commands.Channel.CloseOk):
+                self.closing_channels.discard(channel_id)
+            elif isinstance(frame, commands.Channel.Close):
+                self.closing_channels.discard(channel_id)
+                self.send_method(channel_id, commands.Channel.CloseOk())
+            return
+        if not isinstance(frame, commands.Channel.Open):
+            raise AMQPConnectionError(CHANNEL_ERROR, "expected 'channel.open'")
+        if channel_id > self.channel_max or len(self.channels) >= self.channel_max:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})",
+            )
+        self.channels[channel_id] = Channel(self, channel_id)
+        self.send_method(channel_id, commands.Channel.OpenOk())
+
+    def _close_channel(self, channel: Channel) -> None:
+        self.channels.pop(channel.id, None)
+        self._confirms.discard(channel)
+        channel.close()
+
+    def _while_closing(self, channel_id: int, frame: Any) -> None:
+        if channel_id != 0:
+            return
+        if isinstance(frame, C.CloseOk):
+            self._abort()
+        elif isinstance(frame, C.Close):
+            self.send_method(0, C.CloseOk())
+            self._flush()
+            self._abort()
+
+    # -- channel zero: handshake and connection methods -------------------------------
+
+    def _on_channel_zero(self, frame: Any) -> None:
+        if isinstance(frame, codec.Heartbeat):
+            return
+        state = self.state
+        if state is State.AWAIT_START_OK and isinstance(frame, C.StartOk):
+            self._on_start_ok(frame)
+        elif state is State.AWAIT_TUNE_OK and isinstance(frame, C.TuneOk):
+            self._on_tune_ok(frame)
+        elif state is State.AWAIT_OPEN and isinstance(frame, C.Open):
+            self._on_open(frame)
+        elif isinstance(frame, C.Close):
+            self.send_method(0, C.CloseOk())
+            self._flush()
+            self._abort()
+        elif isinstance(frame, C.CloseOk | C.Blocked | C.Unblocked):
+            pass
+        elif isinstance(frame, codec.Header | codec.Body):
+            raise AMQPConnectionError(
+                _FRAME_ERROR, "type 2, all octets = <<>>: content frame on channel 0"
+            )
+        else:
+            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected method {type(frame).__name__}")
+
+    def _send_start(self) -> None:
+        self.state = State.AWAIT_START_OK
+        self.send_method(
+            0,
+            C.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=server_properties(),
+                mechanisms="PLAIN AMQPLAIN",
+                locales="en_US",
+            ),
+        )
+
+    def _credentials(self, mechanism: str, response: Any) -> tuple[str, str]:
+        raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                return "", ""
+            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+        if mechanism == "AMQPLAIN":
+            # The response is a field table without its length prefix.
+            try:
+                _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
+            except (ValueError, struct.error):
+                return "", ""
+            login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
+            return str(login), str(password)
+        raise AMQPConnectionError(
+            COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", (10, 11)
+        )
+
+    def _on_start_ok(self, frame: commands.Connection.StartOk) -> None:
+        self.client_properties = dict(frame.client_properties or {})
+        mechanism = frame.mechanism or ""
+        user, password = self._credentials(mechanism, frame.response)
+        expected = self.config.users.get(user)
+        loopback = bool(self.peer) and str(self.peer[0]) in ("127.0.0.1", "::1", "localhost")
+        if expected is None or expected != password or (user == "guest" and not loopback):
+            # rabbit_reader:auth_fail/5: a Close only for clients that advertise
+            # authentication_failure_close; others just see the socket close.
+            log.warning("login refused for user %r (%s)", user, mechanism)
+            if self.client_capability("authentication_failure_close"):
+                self._fail(
+                    AMQPConnectionError(
+                        ACCESS_REFUSED,
+                        f"Login was refused using authentication mechanism {mechanism}. "
+                        "For details see the broker logfile.",
+                        (10, 11),
+                    ),
+                    0,
+                )
+            else:
+                self._flush()
+                self._abort()
+            return
+        self.user = user
+        self.state = State.AWAIT_TUNE_OK
+        self.send_method(
+            0,
+            C.Tune(
+                channel_max=self.config.channel_max,
+                frame_max=self.config.frame_max,
+                heartbeat=self.config.heartbeat,
+            ),
+        )
+
+    def _on_tune_ok(self, frame: commands.Connection.TuneOk) -> None:
+        # rabbit_reader:validate_negotiated_integer_value/3 and fail_negotiation/4.
+        for field, minimum, value, server_value in (
+            ("channel_max", 0, frame.channel_max, self.config.channel_max),
+            ("frame_max", self.config_frame_min, frame.frame_max, self.config.frame_max),
+        ):
+            detail = " (no limit)" if field == "channel_max" and value == 0 else ""
+            if value != 0 and value < minimum:
+                raise AMQPConnectionError(
+                    NOT_ALLOWED,
+                    f"negotiated {field} = {value}{detail} is lower than the minimum allowed "
+                    f"value ({minimum})",
+                    (10, 30),
+                )
+            if server_value != 0 and (value == 0 or value > server_value):
+                raise AMQPConnectionError(
+                    NOT_ALLOWED,
+                    f"negotiated {field} = {value}{detail} is higher than the maximum allowed "
+                    f"value ({server_value})",
+                    (10, 30),
+                )
+        self.channel_max = frame.channel_max
+        self.frame_max = frame.frame_max
+        self.reader.frame_max = frame.frame_max
+        self.heartbeat = frame.heartbeat
+        self.state = State.AWAIT_OPEN
+        if self.heartbeat:
+            self._schedule_heartbeat()
+
+    @property
+    def config_frame_min(self) -> int:
+        from broker.config import FRAME_MIN
+
+        return FRAME_MIN
+
+    def _on_open(self, frame: commands.Connection.Open) -> None:
+        vhost = self.server.vhosts.get(frame.virtual_host)
+        if vhost is None:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"access to vhost '{frame.virtual_host}' refused for user '{self.user}'",
+                (10, 40),
+            )
+        self.vhost = vhost
+        self.state = State.OPEN
+        self._timers[0].cancel()  # the handshake timer
+        self.send_method(0, C.OpenOk())
+
+    # -- timers -----------------------------------------------------------------------
+
+    def _handshake_timeout(self) -> None:
+        if self.state in (State.AWAIT_HEADER, State.AWAIT_START_OK, State.AWAIT_TUNE_OK):
+            log.info("handshake timeout from %s", self.peer)
+            self._abort()
+        elif self.state is State.AWAIT_OPEN:
+            self._abort()
+
+    def _schedule_heartbeat(self) -> None:
+        # Check twice per interval: send a heartbeat when we have been silent for an
+        # interval, and drop a peer silent for two (docs/heartbeats.md).
+        interval = self.heartbeat
+        self._last_recv = self._last_send = self.loop.time()
+
+        def tick() -> None:
+            if self.state is State.CLOSED:
+                return
+            now = self.loop.time()
+            if now - self._last_recv > 2 * interval:
+                log.warning("missed heartbeats from client %s, timeout: %ss", self.peer, interval)
+                self._abort()
+                return
+            if now - self._last_send >= interval / 2:
+                self.write(codec.HEARTBEAT_FRAME)
+            self._timers.append(self.loop.call_later(interval / 2, tick))
+
+        self._timers.append(self.loop.call_later(interval / 2, tick))
+
+    # -- errors and closing -----------------------------------------------------------
+
+    def _fail(self, exc: AMQPError, channel_id: int) -> None:
+        """Convert ``exc`` into the Close it calls for (the one conversion point)."""
+        close = close_method(exc)
+        if isinstance(close, commands.Channel.Close) and channel_id != 0:
+            channel = self.channels.get(channel_id)
+            if channel is not None:
+                self._close_channel(channel)
+            self.closing_channels.add(channel_id)
+            self.write(codec.method_frame(channel_id, close))
+            return
+        if isinstance(close, commands.Channel.Close):
+            close = commands.Connection.Close(
+                close.reply_code, close.reply_text, close.class_id, close.method_id
+            )
+        log.info("closing connection %s: %s", self.peer, close.reply_text)
+        self.close(close)
+
+    def close(self, close: commands.Connection.Close) -> None:
+        """Send ``Connection.Close``, release resources, and wait for Close-Ok."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        self.state = State.CLOSING
+        self._release()
+        self.write(codec.method_frame(0, close))
+        self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+
+    def shutdown(self) -> None:
+        """Broker shutdown: Connection.Close 320 CONNECTION_FORCED to the client."""
+        self.close(
+            C.Close(
+                CONNECTION_FORCED,
+                reply_text(
+                    CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"
+                ),
+                0,
+                0,
+            )
+        )
+        self._flush()
+
+    def _release(self) -> None:
+        for channel in list(self.channels.values()):
+            self._close_channel(channel)
+        for queue in list(self.exclusive_queues):
+            queue.vhost.delete_queue(queue)
+        self.exclusive_queues.clear()
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._flush()
+            self.transport.close()

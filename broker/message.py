@@ -1,0 +1,62 @@
+"""Messages as the broker holds them: routing info, the raw content header, the body.
+
+The content header is kept as the bytes the publisher sent, so a delivery re-sends it
+without encoding anything; properties are decoded only when a feature reads them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands, header
+
+_HEADER_FIXED = struct.Struct(">HHQ")
+
+# Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
+FLAG_HEADERS = 0x2000
+FLAG_USER_ID = 0x0010
+
+
+class Message:
+    """A published message. Shared by every queue it was routed to; never mutated
+    after routing except through :meth:`with_properties`, which makes a copy."""
+
+    __slots__ = ("_properties", "body", "body_size", "exchange", "header", "routing_key")
+
+    def __init__(self, exchange: str, routing_key: str, header_payload: bytes, body: bytes) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header_payload
+        self.body = body
+        self.body_size = len(body)
+        self._properties: commands.Basic.Properties | None = None
+
+    @property
+    def flags(self) -> int:
+        """The first property-flags word, read without decoding the properties."""
+        return int.from_bytes(self.header[12:14], "big") if len(self.header) >= 14 else 0
+
+    @property
+    def properties(self) -> commands.Basic.Properties:
+        """The decoded Basic properties (decoded once, on first use)."""
+        if self._properties is None:
+            content = header.ContentHeader()
+            content.unmarshal(self.header)
+            self._properties = content.properties
+        return self._properties
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        """The ``headers`` table, or None; cheap when the header has no table."""
+        if not self.flags & FLAG_HEADERS:
+            return None
+        value = self.properties.headers
+        return value if isinstance(value, dict) else None
+
+    def with_properties(self, properties: commands.Basic.Properties) -> Message:
+        """A copy of this message carrying ``properties`` (re-encoded header)."""
+        payload = header.ContentHeader(0, self.body_size, properties).marshal()
+        copy = Message(self.exchange, self.routing_key, payload, self.body)
+        copy._properties = properties
+        return copy

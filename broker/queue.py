@@ -1,0 +1,185 @@
+"""Queues and consumers: ready messages, round-robin dispatch, prefetch accounting.
+
+A queue holds ready messages in a deque of ``(message, redelivered)`` pairs. Messages
+that are delivered but not yet acknowledged live in the delivering channel (see
+:mod:`broker.channel`), which hands them back through :meth:`Queue.requeue`.
+
+Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer that
+has capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity
+may have appeared (an ack, a new consumer, a resumed socket).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from broker.message import Message
+
+if TYPE_CHECKING:
+    from broker.channel import Channel
+    from broker.connection import Connection
+    from broker.vhost import VHost
+
+
+class Consumer:
+    """A ``basic.consume`` subscription of one channel on one queue."""
+
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        channel: Channel,
+        queue: Queue,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        # Pre-encoded short string for Basic.Deliver (the hot path).
+        raw = tag.encode("utf-8")
+        self.tag_bytes = bytes((len(raw),)) + raw
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.arguments = arguments
+
+    def has_capacity(self) -> bool:
+        """Whether one more message may be delivered to this consumer now."""
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return self.channel.can_deliver()
+
+
+class Queue:
+    """A queue in a vhost."""
+
+    __slots__ = (
+        "_rr",
+        "arguments",
+        "auto_delete",
+        "consumers",
+        "deleted",
+        "durable",
+        "exclusive_consumer",
+        "had_consumers",
+        "messages",
+        "name",
+        "owner",
+        "vhost",
+    )
+
+    def __init__(
+        self,
+        vhost: VHost,
+        name: str,
+        durable: bool,
+        owner: Connection | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.owner = owner  # the exclusive owner's connection, or None
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.messages: deque[tuple[Message, bool]] = deque()
+        self.consumers: list[Consumer] = []
+        self.exclusive_consumer = False
+        self.had_consumers = False
+        self.deleted = False
+        self._rr = 0
+
+    # -- messages ---------------------------------------------------------------------
+
+    def publish(self, message: Message) -> None:
+        """Enqueue ``message``, delivering it at once when a consumer can take it."""
+        if not self.messages and self.consumers:
+            consumer = self._next_consumer()
+            if consumer is not None:
+                consumer.channel.deliver(consumer, message, False)
+                return
+        self.messages.append((message, False))
+
+    def drain(self) -> None:
+        """Deliver ready messages while some consumer has capacity."""
+        messages = self.messages
+        while messages and self.consumers:
+            consumer = self._next_consumer()
+            if consumer is None:
+                return
+            message, redelivered = messages.popleft()
+            consumer.channel.deliver(consumer, message, redelivered)
+
+    def _next_consumer(self) -> Consumer | None:
+        """Round-robin: the next consumer after the last one served that has capacity."""
+        consumers = self.consumers
+        count = len(consumers)
+        start = self._rr
+        for step in range(count):
+            index = (start + step) % count
+            consumer = consumers[index]
+            if consumer.has_capacity():
+                self._rr = index + 1
+                return consumer
+        return None
+
+    def get(self) -> tuple[Message, bool] | None:
+        """Take the head message for ``basic.get``."""
+        return self.messages.popleft() if self.messages else None
+
+    def requeue(self, messages: Iterable[Message]) -> None:
+        """Put messages back at the head, keeping their order, marked redelivered."""
+        if self.deleted:
+            return
+        self.messages.extendleft((m, True) for m in reversed(list(messages)))
+        self.drain()
+
+    def purge(self) -> int:
+        """Drop every ready message; return how many there were."""
+        count = len(self.messages)
+        self.messages.clear()
+        return count
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (as in ``queue.declare-ok``)."""
+        return len(self.messages)
+
+    # -- consumers --------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach ``consumer`` and start delivering to it."""
+        self.consumers.append(consumer)
+        self.had_consumers = True
+        if consumer.exclusive:
+            self.exclusive_consumer = True
+        self.drain()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach ``consumer``; an auto-delete queue goes with its last consumer."""
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+        if consumer.exclusive:
+            self.exclusive_consumer = False
+        if not self.consumers and self.auto_delete and not self.deleted:
+            self.vhost.delete_queue(self)

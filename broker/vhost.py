@@ -1,0 +1,414 @@
+"""A virtual host: its topology (through the pure projection) and its queues.
+
+Every topology command goes validate -> event -> ``projection.apply(event)``; routing
+reads the projection through :func:`exchanges.routing.route`. Validation raises
+:class:`broker.errors.AMQPChannelError` with RabbitMQ's reply codes and texts (sources:
+``deps/rabbit/src/rabbit_channel.erl``, ``rabbit_exchange.erl``, ``rabbit_amqqueue.erl``
+and ``rabbit_misc.erl`` in rabbitmq-server; see ../shared/research/peers.md 2.2).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AMQPChannelError,
+)
+from broker.queue import Queue
+from exchanges.model import (
+    Binding,
+    BindingAdded,
+    BindingRemoved,
+    DestKind,
+    Event,
+    Exchange,
+    ExchangeDeclared,
+    ExchangeDeleted,
+    ExchangeType,
+    QueueDeclared,
+    QueueDeleted,
+)
+from exchanges.model import Queue as QueueDef
+from exchanges.projection import Projection
+from exchanges.routing import route, validate_binding
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+
+# rabbit_vhost:declare_default_exchanges/2: all durable.
+DEFAULT_EXCHANGES = (
+    Exchange("", ExchangeType.DIRECT),
+    Exchange("amq.direct", ExchangeType.DIRECT),
+    Exchange("amq.fanout", ExchangeType.FANOUT),
+    Exchange("amq.topic", ExchangeType.TOPIC),
+    Exchange("amq.headers", ExchangeType.HEADERS),
+    Exchange("amq.match", ExchangeType.HEADERS),
+    Exchange("amq.rabbitmq.trace", ExchangeType.TOPIC, internal=True),
+)
+
+# Queue arguments compared on re-declare (the classic queue type's queue_arguments).
+EQUIVALENT_QUEUE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-type",
+)
+
+
+def generated_name(prefix: str) -> str:
+    """RabbitMQ's generated names: prefix + base64url(16 random bytes), unpadded
+    (rabbit_guid:binary/2), e.g. ``amq.gen-`` + 22 characters."""
+    return prefix + "-" + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+def _amqp_type(value: Any) -> str:
+    """The AMQP field type name RabbitMQ prints for a value in equivalence errors."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return "void" if value is None else type(value).__name__
+
+
+def _val(value: Any) -> str:
+    """rabbit_misc:val/1 for a typed argument value."""
+    if value is _MISSING:
+        return "none"
+    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(shown, bool):
+        shown = str(shown).lower()
+    return f"the value '{shown}' of type '{_amqp_type(value)}'"
+
+
+_MISSING = object()
+
+
+def _arg_class(value: Any) -> tuple[str, Any]:
+    # Integer widths do not matter for equivalence (rabbit_misc: integer types
+    # compare by class); a missing x-queue-type equals classic.
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    return (type(value).__name__, value)
+
+
+class VHost:
+    """The topology and queues of one virtual host."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.projection = Projection()
+        self.queues: dict[str, Queue] = {}
+        self._headers_exchanges: set[str] = set()
+        self._uses_headers: bool | None = False
+        for exchange in DEFAULT_EXCHANGES:
+            self._apply(ExchangeDeclared(exchange))
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def rs(self, kind: str, name: str) -> str:
+        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``."""
+        return f"{kind} '{name}' in vhost '{self.name}'"
+
+    def _apply(self, event: Event) -> None:
+        # The single mutation point of the topology (the durable log hooks in here).
+        self.projection.apply(event)
+        if isinstance(event, ExchangeDeclared) and event.exchange.type is ExchangeType.HEADERS:
+            self._headers_exchanges.add(event.exchange.name)
+        elif isinstance(event, ExchangeDeleted):
+            self._headers_exchanges.discard(event.name)
+        self._uses_headers = None
+
+    @property
+    def projection_uses_headers(self) -> bool:
+        """Whether any headers exchange has bindings, so routing may read headers.
+        Recomputed lazily after a topology change, so publishing stays cheap."""
+        if self._uses_headers is None:
+            has = self.projection.has_bindings_from
+            self._uses_headers = any(has(name) for name in self._headers_exchanges)
+        return self._uses_headers
+
+    def exchange(self, name: str) -> Exchange:
+        """The exchange ``name``, or 404 (rabbit_exchange:lookup_or_die/1)."""
+        exchange = self.projection.exchanges.get(name)
+        if exchange is None:
+            raise AMQPChannelError(NOT_FOUND, f"no {self.rs('exchange', name)}")
+        return exchange
+
+    def queue(self, name: str, connection: Connection | None, strict: bool = False) -> Queue:
+        """The queue ``name`` checked for exclusive access, or 404 / 405."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise AMQPChannelError(NOT_FOUND, f"no {self.rs('queue', name)}")
+        self.check_exclusive(queue, connection, strict)
+        return queue
+
+    def check_exclusive(
+        self, queue: Queue, connection: Connection | None, strict: bool = False
+    ) -> None:
+        """rabbit_amqqueue:check_exclusive_access/3 (``lax`` lets anyone use a
+        non-exclusive queue; ``strict`` also refuses an exclusive re-declare of one)."""
+        if queue.owner is connection:
+            return
+        if queue.owner is None and not strict:
+            return
+        raise AMQPChannelError(
+            RESOURCE_LOCKED,
+            f"cannot obtain exclusive access to locked {self.rs('queue', queue.name)}. It could "
+            "be originally declared on another connection or the exclusive property value does "
+            "not match that of the original declaration.",
+        )
+
+    @staticmethod
+    def check_not_default(name: str) -> None:
+        """rabbit_channel:check_not_default_exchange/1."""
+        if name == "":
+            raise AMQPChannelError(
+                ACCESS_REFUSED, "operation not permitted on the default exchange"
+            )
+
+    # -- exchanges --------------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        """exchange.declare, as rabbit_channel handles it."""
+        if passive:
+            self.check_not_default(name)
+            self.exchange(name)
+            return
+        try:
+            type_ = ExchangeType(type_name)
+        except ValueError:
+            # 4.x behaviour (channel-level 406), chosen by DESIGN.md's profile.
+            raise AMQPChannelError(
+                PRECONDITION_FAILED, f"unknown exchange type '{type_name}'"
+            ) from None
+        self.check_not_default(name)
+        current = self.projection.exchanges.get(name)
+        if current is None:
+            if name.startswith("amq."):
+                raise AMQPChannelError(
+                    ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
+                )
+            ae = arguments.get("alternate-exchange")
+            if ae is not None and not isinstance(ae, str | bytes):
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"invalid type '{_amqp_type(ae)}' for arg 'alternate-exchange' in "
+                    f"{self.rs('exchange', name)}",
+                )
+            self._apply(
+                ExchangeDeclared(
+                    Exchange(name, type_, durable, auto_delete, internal, dict(arguments))
+                )
+            )
+            return
+        what = self.rs("exchange", name)
+        for field, new, old in (
+            ("type", type_.value, current.type.value),
+            ("durable", durable, current.durable),
+            ("auto_delete", auto_delete, current.auto_delete),
+            ("internal", internal, current.internal),
+        ):
+            if new != old:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
+                    f"but current is '{str(old).lower()}'",
+                )
+        self._assert_args(what, ("alternate-exchange",), arguments, current.arguments)
+
+    def _assert_args(
+        self,
+        what: str,
+        keys: tuple[str, ...],
+        new: Mapping[str, Any],
+        old: Mapping[str, Any],
+    ) -> None:
+        for key in keys:
+            new_value, old_value = new.get(key, _MISSING), old.get(key, _MISSING)
+            if key == "x-queue-type":
+                new_value = "classic" if new_value is _MISSING else new_value
+                old_value = "classic" if old_value is _MISSING else old_value
+            same = (new_value is _MISSING and old_value is _MISSING) or (
+                new_value is not _MISSING
+                and old_value is not _MISSING
+                and _arg_class(new_value) == _arg_class(old_value)
+            )
+            if not same:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg '{key}' for {what}: received {_val(new_value)} "
+                    f"but current is {_val(old_value)}",
+                )
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        """exchange.delete: idempotent; 403 for the default and ``amq.*`` exchanges."""
+        self.check_not_default(name)
+        if name.startswith("amq."):
+            raise AMQPChannelError(
+                ACCESS_REFUSED,
+                f"deletion of system {self.rs('exchange', name)} not allowed",
+            )
+        if name not in self.projection.exchanges:
+            return
+        if if_unused and self.projection.has_bindings_from(name):
+            raise AMQPChannelError(PRECONDITION_FAILED, f"{self.rs('exchange', name)} in use")
+        self._delete_exchange(name)
+
+    def _delete_exchange(self, name: str) -> None:
+        sources = {b.source for b in self.projection.bindings_to(DestKind.EXCHANGE, name)}
+        self._apply(ExchangeDeleted(name))
+        self._auto_delete_sources(sources)
+
+    def _auto_delete_sources(self, sources: set[str]) -> None:
+        # An auto-delete exchange goes when its last binding as a source goes
+        # (rabbit_exchange:maybe_auto_delete/2).
+        for source in sources:
+            exchange = self.projection.exchanges.get(source)
+            if (
+                exchange is not None
+                and exchange.auto_delete
+                and not self.projection.has_bindings_from(source)
+            ):
+                self._delete_exchange(source)
+
+    # -- bindings ---------------------------------------------------------------------
+
+    def bind(
+        self,
+        source: str,
+        kind: DestKind,
+        destination: str,
+        routing_key: str,
+        arguments: Mapping[str, Any],
+        connection: Connection | None,
+        add: bool,
+    ) -> None:
+        """queue.bind / exchange.bind (``add``) and their unbind twins."""
+        if kind is DestKind.EXCHANGE:
+            self.check_not_default(destination)
+        self.check_not_default(source)
+        exchange = self.exchange(source)
+        if kind is DestKind.QUEUE:
+            self.queue(destination, connection)
+        else:
+            self.exchange(destination)
+        binding = Binding(source, destination, kind, routing_key, dict(arguments))
+        if add:
+            problem = validate_binding(exchange, binding.arguments)
+            if problem is not None:
+                raise AMQPChannelError(PRECONDITION_FAILED, problem)
+            self._apply(BindingAdded(binding))
+        elif self.projection.has_binding(binding):
+            self._apply(BindingRemoved(binding))
+            self._auto_delete_sources({source})
+
+    # -- queues -----------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, Any],
+        connection: Connection,
+        server_named: bool = False,
+    ) -> Queue:
+        """queue.declare (``name`` already generated for a server-named queue)."""
+        if passive:
+            return self.queue(name, connection)
+        if name.startswith("amq.") and not server_named:
+            # Checked before the existence lookup, so even an existing amq.* queue
+            # is refused (rabbit_channel:check_name/2).
+            raise AMQPChannelError(
+                ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        owner = connection if exclusive else None
+        durable = durable and not exclusive
+        queue = self.queues.get(name)
+        if queue is not None:
+            self.check_exclusive(queue, owner, strict=True)
+            what = self.rs("queue", name)
+            for field, new, old in (
+                ("durable", durable, queue.durable),
+                ("auto_delete", auto_delete, queue.auto_delete),
+            ):
+                if new != old:
+                    raise AMQPChannelError(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
+                        f"but current is '{str(old).lower()}'",
+                    )
+            self._assert_args(what, EQUIVALENT_QUEUE_ARGS, arguments, queue.arguments)
+            return queue
+        queue = Queue(self, name, durable, owner, auto_delete, dict(arguments))
+        self.queues[name] = queue
+        self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
+        if owner is not None:
+            owner.exclusive_queues.add(queue)
+        return queue
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove ``queue``: cancel its consumers, drop its bindings and messages."""
+        if queue.deleted:
+            return 0
+        queue.deleted = True
+        count = queue.message_count
+        for consumer in list(queue.consumers):
+            consumer.channel.cancel_by_server(consumer)
+        queue.consumers.clear()
+        self.queues.pop(queue.name, None)
+        sources = {b.source for b in self.projection.bindings_to(DestKind.QUEUE, queue.name)}
+        self._apply(QueueDeleted(queue.name))
+        self._auto_delete_sources(sources)
+        if queue.owner is not None:
+            queue.owner.exclusive_queues.discard(queue)
+        queue.messages.clear()
+        return count
+
+    # -- routing ----------------------------------------------------------------------
+
+    def route(
+        self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None
+    ) -> list[Queue]:
+        """The queues a message published to ``exchange`` reaches."""
+        names = route(self.projection, exchange, routing_key, headers)
+        queues = self.queues
+        return [queues[name] for name in names if name in queues]

@@ -1,0 +1,142 @@
+"""The topology model: exchanges, queues, bindings and the events that change them.
+
+Everything here is immutable. Topology changes are events; the projection
+(:mod:`exchanges.projection`) is the only thing that applies them, both for live
+commands and for replay of the binding log at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ExchangeType(StrEnum):
+    """Exchange types Leveret implements (names as on the wire)."""
+
+    DIRECT = "direct"
+    FANOUT = "fanout"
+    TOPIC = "topic"
+    HEADERS = "headers"
+
+
+class XMatch(StrEnum):
+    """Values of a headers binding's ``x-match`` argument (``all`` is the default)."""
+
+    ALL = "all"
+    ANY = "any"
+    ALL_WITH_X = "all-with-x"
+    ANY_WITH_X = "any-with-x"
+
+
+class DestKind(StrEnum):
+    """What a binding points at: a queue, or another exchange (E2E binding)."""
+
+    QUEUE = "queue"
+    EXCHANGE = "exchange"
+
+
+Arguments = Mapping[str, Any]
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, type-preserving form of an AMQP field value (for identity checks)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    # The type is part of the identity: 1, 1.0 and True are different AMQP values.
+    return (type(value).__name__, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A declared exchange."""
+
+    name: str
+    type: ExchangeType
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: Arguments = field(default_factory=dict)
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        """The `alternate-exchange` argument, when it is a string."""
+        ae = self.arguments.get("alternate-exchange")
+        if isinstance(ae, bytes):
+            ae = ae.decode("utf-8", "replace")
+        return ae if isinstance(ae, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A declared queue, as far as the topology is concerned."""
+
+    name: str
+    durable: bool = False
+    exclusive: bool = False
+    auto_delete: bool = False
+    arguments: Arguments = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A binding from exchange `source` to a queue or exchange `destination`.
+
+    Two bindings are the same binding when source, destination (and its kind),
+    routing key and arguments are equal, as in RabbitMQ.
+    """
+
+    source: str
+    destination: str
+    kind: DestKind
+    routing_key: str
+    arguments: Arguments = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, DestKind, str, str, Any]:
+        """Hashable identity of the binding."""
+        return (self.source, self.kind, self.destination, self.routing_key, freeze(self.arguments))
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDeclared:
+    exchange: Exchange
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDeleted:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclared:
+    queue: Queue
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeleted:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class BindingAdded:
+    binding: Binding
+
+
+@dataclass(frozen=True, slots=True)
+class BindingRemoved:
+    binding: Binding
+
+
+Event = (
+    ExchangeDeclared
+    | ExchangeDeleted
+    | QueueDeclared
+    | QueueDeleted
+    | BindingAdded
+    | BindingRemoved
+)

@@ -1,0 +1,408 @@
+"""The topology projection: what routing reads, built only by applying events.
+
+``Projection.apply(event)`` is the single mutator, used both for live commands and for
+replaying the binding log at start-up, so the two cannot drift apart. Besides the plain
+tables (exchanges, queues, bindings) it keeps one routing index per exchange, split into
+a queue side and an exchange side (E2E bindings): the common publish, to an exchange with
+no E2E bindings, then only touches precomputed sets of queue names.
+
+Invariant: every stored binding has an existing source and destination. Deleting a queue
+or an exchange deletes the bindings that point at it, and a ``BindingAdded`` whose ends do
+not exist (or that involves the default exchange) is ignored, so a route can only return
+queues that exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from exchanges.model import (
+    Binding,
+    BindingAdded,
+    BindingRemoved,
+    DestKind,
+    Event,
+    Exchange,
+    ExchangeDeclared,
+    ExchangeDeleted,
+    ExchangeType,
+    Queue,
+    QueueDeclared,
+    QueueDeleted,
+    XMatch,
+    freeze,
+)
+from exchanges.trie import TopicTrie
+
+EMPTY: frozenset[str] = frozenset()
+DEFAULT_EXCHANGE = ""
+
+BindingKey = tuple[Any, ...]
+
+
+class RefSet:
+    """Names with a reference count each, plus a frozenset of the names for routing.
+
+    The frozenset is rebuilt lazily (on the next read after a membership change), so binding
+    10k queues to one fanout exchange stays linear, and routing returns a shared set without
+    allocating.
+    """
+
+    __slots__ = ("_counts", "frozen")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self.frozen: frozenset[str] | None = EMPTY
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def add(self, name: str) -> None:
+        """Add one reference to ``name``."""
+        count = self._counts.get(name, 0)
+        self._counts[name] = count + 1
+        if count == 0:
+            self.frozen = None
+
+    def discard(self, name: str) -> None:
+        """Drop one reference to ``name`` (no-op when there is none)."""
+        count = self._counts.get(name)
+        if count is None:
+            return
+        if count > 1:
+            self._counts[name] = count - 1
+        else:
+            del self._counts[name]
+            self.frozen = None
+
+    def names(self) -> frozenset[str]:
+        """The referenced names (shared, do not mutate)."""
+        frozen = self.frozen
+        if frozen is None:
+            frozen = self.frozen = frozenset(self._counts) if self._counts else EMPTY
+        return frozen
+
+    def dump(self) -> Any:
+        return frozenset(self._counts.items())
+
+
+class DirectIndex:
+    """Direct exchange: routing key -> names."""
+
+    __slots__ = ("by_key",)
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, RefSet] = {}
+
+    def bind(self, binding: Binding) -> None:
+        refs = self.by_key.get(binding.routing_key)
+        if refs is None:
+            refs = self.by_key[binding.routing_key] = RefSet()
+        refs.add(binding.destination)
+
+    def unbind(self, binding: Binding) -> None:
+        refs = self.by_key.get(binding.routing_key)
+        if refs is not None:
+            refs.discard(binding.destination)
+            if not refs:
+                del self.by_key[binding.routing_key]
+
+    def dump(self) -> Any:
+        return frozenset((key, refs.dump()) for key, refs in self.by_key.items())
+
+
+class FanoutIndex(RefSet):
+    """Fanout exchange: every bound name, whatever the routing key."""
+
+    __slots__ = ()
+
+    def bind(self, binding: Binding) -> None:
+        self.add(binding.destination)
+
+    def unbind(self, binding: Binding) -> None:
+        self.discard(binding.destination)
+
+
+class TopicIndex(TopicTrie[str]):
+    """Topic exchange: a :class:`TopicTrie` of binding keys to names."""
+
+    __slots__ = ()
+
+    def bind(self, binding: Binding) -> None:
+        self.add(binding.routing_key, binding.destination)
+
+    def unbind(self, binding: Binding) -> None:
+        self.remove(binding.routing_key, binding.destination)
+
+
+def parse_x_match(value: Any) -> XMatch:
+    """The match mode of an ``x-match`` value; unknown or missing values mean ``all``.
+
+    RabbitMQ falls back to ``all`` for values it did not validate (``parse_x_match/1``);
+    bindings with bad values are refused earlier by ``routing.validate_binding``.
+    """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    try:
+        return XMatch(value)
+    except ValueError:
+        return XMatch.ALL
+
+
+class HeadersSpec:
+    """One headers binding, pre-parsed: match mode, the arguments to check, destination.
+
+    ``required`` holds ``(header, value)`` pairs where ``value is None`` means "present".
+    ``x-match`` is never checked; other ``x-`` arguments are checked only in the
+    ``-with-x`` modes (RabbitMQ ``rabbit_exchange_type_headers:match/2``).
+    """
+
+    __slots__ = ("dest", "match_any", "required")
+
+    def __init__(self, arguments: Mapping[str, Any], dest: str) -> None:
+        mode = parse_x_match(arguments.get("x-match"))
+        with_x = mode in (XMatch.ALL_WITH_X, XMatch.ANY_WITH_X)
+        self.match_any = mode in (XMatch.ANY, XMatch.ANY_WITH_X)
+        self.required: tuple[tuple[str, Any], ...] = tuple(
+            (key, value)
+            for key, value in arguments.items()
+            if key != "x-match" and (with_x or not key.startswith("x-"))
+        )
+        self.dest = dest
+
+
+class HeadersIndex:
+    """Headers exchange: the parsed specs of its bindings, by binding identity."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self) -> None:
+        self.specs: dict[BindingKey, HeadersSpec] = {}
+
+    def bind(self, binding: Binding) -> None:
+        self.specs[binding.key] = HeadersSpec(binding.arguments, binding.destination)
+
+    def unbind(self, binding: Binding) -> None:
+        self.specs.pop(binding.key, None)
+
+    def dump(self) -> Any:
+        return frozenset(self.specs)
+
+
+Index = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex
+
+INDEX_TYPES: Mapping[ExchangeType, type[Index]] = {
+    ExchangeType.DIRECT: DirectIndex,
+    ExchangeType.FANOUT: FanoutIndex,
+    ExchangeType.TOPIC: TopicIndex,
+    ExchangeType.HEADERS: HeadersIndex,
+}
+
+
+class ExchangeIndex:
+    """Everything routing needs about one exchange, precomputed.
+
+    ``queues`` and ``exchanges`` are two indexes of the exchange's type, one per destination
+    kind. ``plain_direct`` marks the hot case (a direct exchange with no E2E bindings) where
+    ``route`` only looks up ``direct[routing_key]``.
+    """
+
+    __slots__ = (
+        "alternate",
+        "direct",
+        "e2e",
+        "exchanges",
+        "is_default",
+        "name",
+        "plain_direct",
+        "queues",
+        "type",
+    )
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.name = exchange.name
+        self.type = exchange.type
+        self.alternate = exchange.alternate_exchange
+        self.is_default = exchange.name == DEFAULT_EXCHANGE
+        index_type = INDEX_TYPES[exchange.type]
+        self.queues: Index = index_type()
+        self.exchanges: Index = index_type()
+        self.e2e = 0  # number of bindings to exchanges
+        self.direct: dict[str, RefSet] = (
+            self.queues.by_key if isinstance(self.queues, DirectIndex) else {}
+        )
+        self.plain_direct = False
+        self._update_flags()
+
+    def _update_flags(self) -> None:
+        self.plain_direct = (
+            self.type is ExchangeType.DIRECT and not self.is_default and self.e2e == 0
+        )
+
+    def bind(self, binding: Binding) -> None:
+        """Add ``binding`` (which starts at this exchange) to the right index."""
+        if binding.kind is DestKind.QUEUE:
+            self.queues.bind(binding)
+        else:
+            self.exchanges.bind(binding)
+            self.e2e += 1
+            self._update_flags()
+
+    def unbind(self, binding: Binding) -> None:
+        """Remove ``binding`` (known to be present) from the right index."""
+        if binding.kind is DestKind.QUEUE:
+            self.queues.unbind(binding)
+        else:
+            self.exchanges.unbind(binding)
+            self.e2e -= 1
+            self._update_flags()
+
+    def dump(self) -> Any:
+        return (self.type, self.alternate, self.e2e, self.queues.dump(), self.exchanges.dump())
+
+
+class Projection:
+    """The in-memory topology: exchanges, queues, bindings and per-exchange routing indexes.
+
+    Mutate only through :meth:`apply`. Everything else is a query.
+    """
+
+    __slots__ = ("_bindings", "_from", "_to", "exchanges", "indexes", "queue_routes", "queues")
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.indexes: dict[str, ExchangeIndex] = {}
+        # For the default exchange: queue name -> frozenset({name}), so that a publish
+        # through it returns a shared set instead of allocating one.
+        self.queue_routes: dict[str, frozenset[str]] = {}
+        self._bindings: dict[BindingKey, Binding] = {}
+        self._from: dict[str, dict[BindingKey, Binding]] = {}
+        self._to: dict[tuple[DestKind, str], dict[BindingKey, Binding]] = {}
+
+    @classmethod
+    def replay(cls, events: Iterable[Event]) -> Projection:
+        """Build a projection by applying ``events`` in order (start-up replay)."""
+        projection = cls()
+        for event in events:
+            projection.apply(event)
+        return projection
+
+    def apply(self, event: Event) -> None:
+        """Apply one topology event. This is the projection's only mutator."""
+        match event:
+            case BindingAdded(binding):
+                self._add_binding(binding)
+            case BindingRemoved(binding):
+                self._remove_binding(binding.key)
+            case ExchangeDeclared(exchange):
+                # Re-declaring keeps the first: the broker has checked equivalence already.
+                if exchange.name not in self.exchanges:
+                    self.exchanges[exchange.name] = exchange
+                    self.indexes[exchange.name] = ExchangeIndex(exchange)
+            case ExchangeDeleted(name):
+                if name in self.exchanges:
+                    for key in [
+                        *self._from.get(name, ()),
+                        *self._to.get((DestKind.EXCHANGE, name), ()),
+                    ]:
+                        self._remove_binding(key)
+                    del self.exchanges[name]
+                    del self.indexes[name]
+            case QueueDeclared(queue):
+                if queue.name not in self.queues:
+                    self.queues[queue.name] = queue
+                    self.queue_routes[queue.name] = frozenset((queue.name,))
+            case QueueDeleted(name):
+                if name in self.queues:
+                    for key in list(self._to.get((DestKind.QUEUE, name), ())):
+                        self._remove_binding(key)
+                    del self.queues[name]
+                    del self.queue_routes[name]
+            case _:
+                raise TypeError(f"not a topology event: {event!r}")
+
+    def _add_binding(self, binding: Binding) -> None:
+        key = binding.key
+        if key in self._bindings:
+            return  # binding twice is one binding
+        index = self.indexes.get(binding.source)
+        destinations = self.queues if binding.kind is DestKind.QUEUE else self.exchanges
+        if index is None or index.is_default or binding.destination not in destinations:
+            return  # see the module invariant
+        if binding.kind is DestKind.EXCHANGE and binding.destination == DEFAULT_EXCHANGE:
+            return
+        self._bindings[key] = binding
+        self._from.setdefault(binding.source, {})[key] = binding
+        self._to.setdefault((binding.kind, binding.destination), {})[key] = binding
+        index.bind(binding)
+
+    def _remove_binding(self, key: BindingKey) -> None:
+        binding = self._bindings.pop(key, None)
+        if binding is None:
+            return
+        _pop_nested(self._from, binding.source, key)
+        _pop_nested(self._to, (binding.kind, binding.destination), key)
+        self.indexes[binding.source].unbind(binding)
+
+    # -- queries ---------------------------------------------------------------------
+
+    def has_binding(self, binding: Binding) -> bool:
+        """Whether this exact binding (same key and arguments) exists."""
+        return binding.key in self._bindings
+
+    def bindings(self) -> Iterator[Binding]:
+        """Every binding, in insertion order."""
+        return iter(self._bindings.values())
+
+    def bindings_from(self, exchange_name: str) -> list[Binding]:
+        """Bindings whose source is ``exchange_name``."""
+        return list(self._from.get(exchange_name, {}).values())
+
+    def bindings_to(self, kind: DestKind, name: str) -> list[Binding]:
+        """Bindings whose destination is the queue or exchange ``name``."""
+        return list(self._to.get((kind, name), {}).values())
+
+    def has_bindings_from(self, exchange_name: str) -> bool:
+        """Whether ``exchange_name`` is the source of any binding (auto-delete, if-unused)."""
+        return exchange_name in self._from
+
+    def snapshot(self) -> Any:
+        """A comparable, order-independent picture of the whole state, indexes included."""
+        return (
+            frozenset((name, _exchange_identity(x)) for name, x in self.exchanges.items()),
+            frozenset((name, _queue_identity(q)) for name, q in self.queues.items()),
+            frozenset(self._bindings),
+            frozenset((name, index.dump()) for name, index in self.indexes.items()),
+            frozenset(self.queue_routes.items()),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Projection):
+            return NotImplemented
+        return bool(self.snapshot() == other.snapshot())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+
+def _pop_nested(table: dict[Any, dict[BindingKey, Binding]], outer: Any, key: BindingKey) -> None:
+    inner = table.get(outer)
+    if inner is not None:
+        inner.pop(key, None)
+        if not inner:
+            del table[outer]  # keeps has_bindings_from a single membership test
+
+
+def _exchange_identity(exchange: Exchange) -> Any:
+    return (
+        exchange.type,
+        exchange.durable,
+        exchange.auto_delete,
+        exchange.internal,
+        freeze(exchange.arguments),
+    )
+
+
+def _queue_identity(queue: Queue) -> Any:
+    return (queue.durable, queue.exclusive, queue.auto_delete, freeze(queue.arguments))

@@ -1,0 +1,55 @@
+"""Small helpers shared by the integration scenarios (aio-pika and pika).
+
+Keep this module small and stable: several test modules import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+# aiormq raises a specific class per reply code with ``args == (reply_text,)``; codes it does
+# not map come as the generic ChannelClosed / ConnectionClosed with ``args == (code, text)``.
+_AIORMQ_CODES = {
+    "ChannelAccessRefused": 403,
+    "ChannelNotFoundEntity": 404,
+    "ChannelLockedResource": 405,
+    "ChannelPreconditionFailed": 406,
+    "ConnectionFrameError": 501,
+    "ConnectionSyntaxError": 502,
+    "ConnectionCommandInvalid": 503,
+    "ConnectionChannelError": 504,
+    "ConnectionUnexpectedFrame": 505,
+    "ConnectionResourceError": 506,
+    "ConnectionNotAllowed": 530,
+    "ConnectionNotImplemented": 540,
+    "ConnectionInternalError": 541,
+}
+
+
+def unique(prefix: str = "t") -> str:
+    """A name no other test (or earlier run) uses: ``<prefix>-<12 hex digits>``."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def aio_reply(exc: BaseException) -> tuple[int, str]:
+    """(reply_code, reply_text) of a channel.close / connection.close raised by aiormq."""
+    code = _AIORMQ_CODES.get(type(exc).__name__)
+    if code is not None:
+        (text,) = exc.args
+        return code, text
+    code, text = exc.args
+    return int(code), text
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], within: float = 5.0, interval: float = 0.02
+) -> None:
+    """Poll an async predicate until it is true; fail with AssertionError after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {within}s")
+        await asyncio.sleep(interval)
