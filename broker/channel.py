@@ -39,7 +39,7 @@ from broker.errors import (
     AMQPChannelError,
     AMQPConnectionError,
 )
-from broker.message import FLAG_USER_ID, Message
+from broker.message import FLAG_EXPIRATION, FLAG_USER_ID, Message, expiration_error
 from broker.queue import Consumer, Queue
 from broker.vhost import generated_name
 from exchanges.model import DestKind
@@ -85,10 +85,12 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self.confirmed_upto = 0
+        self.nacks: list[int] = []  # sequence numbers to nack at the next flush
         self.tx: list[Callable[[], None]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, tuple[Queue, Message, Consumer | None]]] = []
         self.last_queue: str | None = None
         self.handlers: dict[type, Callable[[Any], None]] = {
+            codec.FullPublish: self._on_full_publish,
             codec.Publish: self._on_basic_publish,
             codec.Ack: self._on_basic_ack,
             B.Nack: self._on_basic_nack,
@@ -159,7 +161,12 @@ class Channel:
         self._publish = publish
         self.content = Content.AWAIT_HEADER
 
-    def _on_header(self, header: codec.Header) -> None:
+    def _on_full_publish(self, frame: codec.FullPublish) -> None:
+        # Publish, header and body arrived together (see codec.FrameReader).
+        self._publish = frame.publish
+        self._on_header(frame.header, frame.body)
+
+    def _on_header(self, header: codec.Header, body: bytes | None = None) -> None:
         if header.class_id != BASIC_CLASS:
             raise AMQPConnectionError(
                 UNEXPECTED_FRAME,
@@ -175,9 +182,9 @@ class Channel:
                 f"message size {header.body_size} is larger than configured max size {limit}",
                 (BASIC_CLASS, 40),
             )
-        if header.body_size == 0:
+        if body is not None or header.body_size == 0:
             self.content = Content.IDLE
-            self._complete(header, b"")
+            self._complete(header, body or b"")
             return
         self._header = header
         self._remaining = header.body_size
@@ -221,6 +228,22 @@ class Channel:
                 method,
             )
         message = Message(publish.exchange, publish.routing_key, header.payload, body)
+        flags = message.flags
+        if flags & (FLAG_USER_ID | FLAG_EXPIRATION):
+            self._check_properties(message, method)
+        if self.tx is not None:
+            mandatory = publish.mandatory
+            self.tx.append(lambda: self._route(message, mandatory))
+            return
+        rejected = self._route(message, publish.mandatory)
+        if self.confirm:
+            self.publish_seq += 1
+            if rejected:
+                self.nacks.append(self.publish_seq)
+            self.conn.confirm_pending(self)
+
+    def _check_properties(self, message: Message, method: tuple[int, int]) -> None:
+        """rabbit_channel:check_user_id_header/2 and check_expiration_header/1."""
         if message.flags & FLAG_USER_ID:
             user_id = message.properties.user_id
             if user_id != self.conn.user:
@@ -230,16 +253,16 @@ class Channel:
                     f"'{self.conn.user}'",
                     method,
                 )
-        if self.tx is not None:
-            mandatory = publish.mandatory
-            self.tx.append(lambda: self._route(message, mandatory))
-            return
-        self._route(message, publish.mandatory)
-        if self.confirm:
-            self.publish_seq += 1
-            self.conn.confirm_pending(self)
+        if message.flags & FLAG_EXPIRATION:
+            expiration = str(message.properties.expiration)
+            problem = expiration_error(expiration)
+            if problem is not None:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED, f"invalid expiration '{expiration}': {problem}", method
+                )
 
-    def _route(self, message: Message, mandatory: bool) -> None:
+    def _route(self, message: Message, mandatory: bool) -> bool:
+        """Route and enqueue ``message``; True when a queue refused it (overflow)."""
         payload = message.header
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
@@ -252,9 +275,11 @@ class Channel:
             props = message.properties
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             message = message.with_properties(props)
+        rejected = False
         if queues:
             for queue in queues:
-                queue.publish(message)
+                if not queue.publish(message):
+                    rejected = True
         elif mandatory:
             self.conn.write(
                 codec.return_method(
@@ -266,13 +291,23 @@ class Channel:
                 )
                 + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
             )
+        return rejected
 
     def flush_confirms(self) -> None:
-        """Acknowledge every publish so far with one ``multiple`` ack."""
-        if self.publish_seq > self.confirmed_upto and self.state is State.OPEN:
-            multiple = self.publish_seq - self.confirmed_upto > 1
-            self.send(B.Ack(self.publish_seq, multiple))
-            self.confirmed_upto = self.publish_seq
+        """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
+        if self.state is not State.OPEN:
+            return
+        start = self.confirmed_upto
+        for nack in self.nacks:
+            if nack - 1 > start:
+                self.send(B.Ack(nack - 1, nack - 1 - start > 1))
+            self.send(B.Nack(nack, False, False))
+            start = nack
+        self.nacks.clear()
+        upto = self.publish_seq
+        if upto > start:
+            self.send(B.Ack(upto, upto - start > 1))
+        self.confirmed_upto = upto
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -290,15 +325,16 @@ class Channel:
             self.unacked[tag] = (consumer.queue, message, consumer)
             consumer.unacked += 1
         self.conn.write(
-            codec.deliver_method(
+            codec.deliver_frames(
                 self.id,
                 consumer.tag_bytes,
                 tag,
                 redelivered,
-                codec.shortstr(message.exchange),
-                codec.shortstr(message.routing_key),
+                codec.route_shortstrs(message.exchange, message.routing_key),
+                message.header,
+                message.body,
+                self.conn.frame_max,
             )
-            + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
         )
 
     def cancel_by_server(self, consumer: Consumer) -> None:
@@ -414,8 +450,8 @@ class Channel:
             queue.requeue(messages)
         if self.global_prefetch:
             touched.update(c.queue for c in self.consumers.values())
-        for queue in touched:
-            queue.drain()
+        # Drained once at the end of the read, not once per ack.
+        self.conn.drain_later(touched)
 
     def _on_basic_ack(self, m: codec.Ack) -> None:
         self._settle(m.delivery_tag, m.multiple, None)

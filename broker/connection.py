@@ -70,6 +70,10 @@ CAPABILITIES = {
 CLOSE_OK_TIMEOUT = 3.0
 
 
+# Channel methods the connection handles itself rather than the channel.
+_CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk})
+
+
 class State(Enum):
     AWAIT_HEADER = 0
     AWAIT_START_OK = 1
@@ -119,6 +123,7 @@ class Connection(asyncio.Protocol):
         self._in_read = False
         self._flush_handle: asyncio.Handle | None = None
         self._confirms: set[Channel] = set()
+        self._to_drain: set[Queue] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._last_recv = 0.0
         self._last_send = 0.0
@@ -128,8 +133,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -167,6 +171,10 @@ class Connection(asyncio.Protocol):
         self._in_read = True
         try:
             self._process(data)
+            if self._to_drain:
+                queues, self._to_drain = self._to_drain, set()
+                for queue in queues:
+                    queue.drain()
             for channel in self._confirms:
                 channel.flush_confirms()
             self._confirms.clear()
@@ -200,6 +208,15 @@ class Connection(asyncio.Protocol):
         if not self._in_read:
             channel.flush_confirms()
 
+    def drain_later(self, queues: set[Queue]) -> None:
+        """Deliver from ``queues`` once the current read is processed (acks free
+        prefetch capacity; draining once per read instead of once per ack)."""
+        if self._in_read:
+            self._to_drain |= queues
+        else:
+            for queue in queues:
+                queue.drain()
+
     def client_capability(self, name: str) -> bool:
         """Whether the client advertised capability ``name`` in Start-Ok."""
         caps = self.client_properties.get("capabilities")
@@ -223,7 +240,18 @@ class Connection(asyncio.Protocol):
             return
         if awaiting_header and not self.reader.need_header:
             self._send_start()
+        channels = self.channels
         for channel_id, frame in frames:
+            # Fast path: a frame for an open channel of an open connection.
+            channel = channels.get(channel_id)
+            if channel is not None and type(frame) not in _CHANNEL_CONTROL:
+                try:
+                    channel.handle(frame)
+                except AMQPError as exc:
+                    if exc.method == (0, 0):
+                        exc.method = method_id_of(frame)
+                    self._fail(exc, channel_id)
+                continue
             if self.state is State.CLOSING:
                 self._while_closing(channel_id, frame)
                 continue

@@ -15,7 +15,30 @@ _HEADER_FIXED = struct.Struct(">HHQ")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
 FLAG_HEADERS = 0x2000
+FLAG_EXPIRATION = 0x0100
 FLAG_USER_ID = 0x0010
+# rabbit_misc: ?MAX_EXPIRY_TIMER, the largest TTL an Erlang timer accepts.
+MAX_EXPIRY = 4294967295
+
+
+def expiration_error(expiration: str) -> str | None:
+    """Why an ``expiration`` property is invalid, in RabbitMQ's terms, or None
+    (rabbit_basic:parse_expiration/1 and rabbit_misc:check_expiry/1)."""
+    digits = expiration.lstrip("+-")
+    sign_len = len(expiration) - len(digits)
+    end = sign_len
+    while end < len(expiration) and expiration[end].isdigit():
+        end += 1
+    if end == sign_len or sign_len > 1:
+        return "no_integer"
+    if end < len(expiration):
+        return f'{{leftover_string,"{expiration[end:]}"}}'
+    value = int(expiration[:end])
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    if value > MAX_EXPIRY:
+        return f"{{value_too_large,{value}}}"
+    return None
 
 
 class Message:

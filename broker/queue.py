@@ -79,8 +79,10 @@ class Queue:
         "durable",
         "exclusive_consumer",
         "had_consumers",
+        "max_length",
         "messages",
         "name",
+        "overflow",
         "owner",
         "vhost",
     )
@@ -106,17 +108,32 @@ class Queue:
         self.had_consumers = False
         self.deleted = False
         self._rr = 0
+        # x-max-length over ready messages; x-overflow drop-head (default) or
+        # reject-publish (docs/maxlength). The full feature set is issue 4's.
+        limit = arguments.get("x-max-length")
+        self.max_length = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        overflow = arguments.get("x-overflow", "drop-head")
+        self.overflow = overflow.decode() if isinstance(overflow, bytes) else str(overflow)
 
     # -- messages ---------------------------------------------------------------------
 
-    def publish(self, message: Message) -> None:
-        """Enqueue ``message``, delivering it at once when a consumer can take it."""
+    def publish(self, message: Message) -> bool:
+        """Enqueue ``message``, delivering it at once when a consumer can take it.
+        Returns False when the queue refuses it (``x-overflow: reject-publish``)."""
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is not None:
                 consumer.channel.deliver(consumer, message, False)
-                return
+                return True
+        if self.max_length is not None and len(self.messages) >= self.max_length:
+            if self.overflow != "drop-head":
+                return False
+            while self.messages and len(self.messages) >= self.max_length:
+                self.messages.popleft()
+            if self.max_length == 0:
+                return True
         self.messages.append((message, False))
+        return True
 
     def drain(self) -> None:
         """Deliver ready messages while some consumer has capacity."""

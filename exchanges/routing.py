@@ -40,6 +40,8 @@ Names = frozenset[str] | set[str]
 Router = Callable[[Any, Sequence[str], Headers], Names]
 
 _BINARY = (str, bytes, bytearray)
+_SCALARS = frozenset({str, bytes, int, float, bool})
+_ABSENT = object()
 
 
 def route_direct(index: DirectIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
@@ -110,15 +112,22 @@ def headers_match(spec: HeadersSpec, message: Mapping[str, Any]) -> bool:
     """
     if spec.match_any:
         for key, expected in spec.required:
-            if key in message and (expected is None or amqp_equal(expected, message[key])):
+            actual = message.get(key, _ABSENT)
+            if actual is not _ABSENT and (expected is None or _equal(expected, actual)):
                 return True
         return False
     for key, expected in spec.required:
-        if key not in message:
-            return False
-        if expected is not None and not amqp_equal(expected, message[key]):
+        actual = message.get(key, _ABSENT)
+        if actual is _ABSENT or (expected is not None and not _equal(expected, actual)):
             return False
     return True
+
+
+def _equal(expected: Any, actual: Any) -> bool:
+    # Most header values are scalars of the same type: settle those without a call.
+    if type(expected) is type(actual) and type(actual) in _SCALARS:
+        return bool(expected == actual)
+    return amqp_equal(expected, actual)
 
 
 def amqp_equal(a: Any, b: Any) -> bool:
@@ -185,24 +194,23 @@ def route(
     index = projection.indexes.get(exchange_name)
     if index is None:
         return EMPTY
-    if headers is None or ("CC" not in headers and "BCC" not in headers):
-        if index.plain_direct:
-            refs = index.direct.get(routing_key)
-            if refs is not None:
-                return refs.frozen or refs.names()
-            if index.alternate is None:
-                return EMPTY
-        elif index.is_default:
-            return projection.queue_routes.get(routing_key, EMPTY)
-        elif index.e2e == 0:
-            keys: tuple[str, ...] = (routing_key,)
-            found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, keys, headers)
-            if found or index.alternate is None:
-                return found
-        keys = (routing_key,)
-    else:
-        keys = sender_selected_keys(routing_key, headers)
-    return _walk(projection, index, keys, headers)
+    if headers is not None and ("CC" in headers or "BCC" in headers):
+        return _walk(projection, index, sender_selected_keys(routing_key, headers), headers)
+    if index.plain_direct:
+        # The hot path: a direct exchange without E2E bindings. Two dict lookups, and the
+        # result is the index's own frozenset.
+        refs = index.direct.get(routing_key)
+        if refs is not None:
+            return refs.frozen or refs.names()
+        if index.alternate is None:
+            return EMPTY
+    elif index.is_default:
+        return projection.queue_routes.get(routing_key, EMPTY)
+    elif index.e2e == 0:
+        found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, (routing_key,), headers)
+        if found or index.alternate is None:
+            return found
+    return _walk(projection, index, (routing_key,), headers)
 
 
 def _walk(
@@ -223,6 +231,7 @@ def _walk(
             found = router(index.queues, keys, headers)
             if index.e2e:
                 exchanges = router(index.exchanges, keys, headers)
+        queues.update(found)
         targets: Iterable[str]
         if exchanges:
             targets = exchanges
@@ -230,9 +239,7 @@ def _walk(
             # rabbit_exchange:process_alternate/2: only when this exchange routed nowhere.
             targets = (index.alternate,)
         else:
-            queues.update(found)
             continue
-        queues.update(found)
         for name in targets:
             if name not in seen:
                 seen.add(name)

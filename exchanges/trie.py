@@ -9,8 +9,8 @@ Semantics are RabbitMQ's (``rabbit_db_topic_exchange.erl``, golden table in
 * ``#`` matches zero or more words;
 * wildcards are only recognised as whole words (``a*`` is a literal word).
 
-The walk tries, at each node, the ``#`` child (for every remaining suffix), the literal
-word and then ``*``, as RabbitMQ does. States can only repeat once a path has taken two
+At each node the walk follows the literal word, ``*``, and ``#`` (for every remaining
+suffix), as RabbitMQ does. States can only repeat once a path has taken two
 ``#`` edges (RabbitMQ PR #17039), and every such repeat goes through a ``#`` expansion, so
 memoising the ``(hash node, position)`` pairs pushed there is enough to keep bindings like
 ``#.#.#.#.#.z`` polynomial instead of exponential.
@@ -18,7 +18,7 @@ memoising the ``(hash node, position)`` pairs pushed there is enough to keep bin
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
 D = TypeVar("D", bound=Hashable)
@@ -147,17 +147,6 @@ class TopicTrie(Generic[D]):
             count += 1
             todo.extend(node.children.values())
         return count
-
-    def bindings(self) -> Iterator[tuple[str, D, int]]:
-        """Yield ``(binding_key, dest, refcount)`` for every stored binding."""
-        todo: list[tuple[_Node[D], list[str]]] = [(self._root, [])]
-        while todo:
-            node, words = todo.pop()
-            key = ".".join(words)
-            for dest, count in node.dests.items():
-                yield key, dest, count
-            for word, child in node.children.items():
-                todo.append((child, [*words, word]))
 
     def dump(self) -> Any:
         """A canonical, comparable form of the whole structure (nodes included)."""

@@ -51,7 +51,9 @@ def to_queue(source: str, dest: str, key: str = "", args: dict[str, Any] | None 
     return Binding(source, dest, DestKind.QUEUE, key, args or {})
 
 
-def to_exchange(source: str, dest: str, key: str = "", args: dict[str, Any] | None = None) -> Binding:
+def to_exchange(
+    source: str, dest: str, key: str = "", args: dict[str, Any] | None = None
+) -> Binding:
     return Binding(source, dest, DestKind.EXCHANGE, key, args or {})
 
 
@@ -72,7 +74,9 @@ def queues(*names: str) -> list[Event]:
 
 
 def test_direct_routes_by_exact_key_and_shares_results() -> None:
-    p = build(exchange("x"), *queues("q1", "q2"), to_queue("x", "q1", "k"), to_queue("x", "q2", "k"))
+    p = build(
+        exchange("x"), *queues("q1", "q2"), to_queue("x", "q1", "k"), to_queue("x", "q2", "k")
+    )
     first = route(p, "x", "k")
     assert first == {"q1", "q2"}
     assert route(p, "x", "k") is first  # precomputed, no allocation per publish
@@ -91,13 +95,20 @@ def test_direct_same_queue_twice_with_other_arguments_is_refcounted() -> None:
 
 
 def test_fanout_ignores_routing_key() -> None:
-    p = build(exchange("f", FANOUT), *queues("q1", "q2"), to_queue("f", "q1", "a"), to_queue("f", "q2"))
+    p = build(
+        exchange("f", FANOUT), *queues("q1", "q2"), to_queue("f", "q1", "a"), to_queue("f", "q2")
+    )
     assert route(p, "f", "anything") == {"q1", "q2"}
     assert route(build(exchange("f", FANOUT)), "f", "x") == set()
 
 
 def test_topic_routes_through_the_trie() -> None:
-    p = build(exchange("t", TOPIC), *queues("q1", "q2"), to_queue("t", "q1", "a.*"), to_queue("t", "q2", "#"))
+    p = build(
+        exchange("t", TOPIC),
+        *queues("q1", "q2"),
+        to_queue("t", "q1", "a.*"),
+        to_queue("t", "q2", "#"),
+    )
     assert route(p, "t", "a.b") == {"q1", "q2"}
     assert route(p, "t", "b") == {"q2"}
 
@@ -312,7 +323,9 @@ HEADER_CASES: list[tuple[dict[str, Any], dict[str, Any] | None, bool]] = [
 
 
 @pytest.mark.parametrize(("args", "message", "matches"), HEADER_CASES)
-def test_headers_matching(args: dict[str, Any], message: dict[str, Any] | None, matches: bool) -> None:
+def test_headers_matching(
+    args: dict[str, Any], message: dict[str, Any] | None, matches: bool
+) -> None:
     p = build(exchange("h", HEADERS), queue("q"), to_queue("h", "q", "ignored", args))
     assert route(p, "h", "whatever", message) == ({"q"} if matches else set())
 
@@ -343,10 +356,19 @@ def test_amqp_equal_is_typed() -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("foo", 'Invalid x-match field value <<"foo">>; expected all, any, all-with-x, or any-with-x'),
-        (b"foo", 'Invalid x-match field value <<"foo">>; expected all, any, all-with-x, or any-with-x'),
+        (
+            "foo",
+            'Invalid x-match field value <<"foo">>; expected all, any, all-with-x, or any-with-x',
+        ),
+        (
+            b"foo",
+            'Invalid x-match field value <<"foo">>; expected all, any, all-with-x, or any-with-x',
+        ),
         ("", 'Invalid x-match field value <<"">>; expected all, any, all-with-x, or any-with-x'),
-        ("ALL", 'Invalid x-match field value <<"ALL">>; expected all, any, all-with-x, or any-with-x'),
+        (
+            "ALL",
+            'Invalid x-match field value <<"ALL">>; expected all, any, all-with-x, or any-with-x',
+        ),
         (1, "Invalid x-match field type byte (value 1); expected longstr"),
         (True, "Invalid x-match field type bool (value true); expected longstr"),
         ("all", None),
@@ -388,7 +410,13 @@ def test_binding_twice_is_one_binding_and_removing_a_missing_one_is_a_no_op() ->
 
 
 def test_binding_with_missing_ends_is_ignored() -> None:
-    p = build(exchange("x"), queue("q"), to_queue("x", "nope"), to_queue("nope", "q"), to_exchange("x", "nope"))
+    p = build(
+        exchange("x"),
+        queue("q"),
+        to_queue("x", "nope"),
+        to_queue("nope", "q"),
+        to_exchange("x", "nope"),
+    )
     assert list(p.bindings()) == []
 
 

@@ -494,6 +494,14 @@ async def test_server_named_queue(ch):
     assert re.fullmatch(r"amq\.gen-[A-Za-z0-9_-]{22}", queue.name), queue.name
     other = await ch.declare_queue("", exclusive=True)
     assert other.name != queue.name
+    await ch.declare_queue(queue.name, passive=True)
+    # A non-passive declare of an amq.* queue name is refused even when the queue exists.
+    with pytest.raises(ChannelAccessRefused) as err:
+        await ch.declare_queue(queue.name, exclusive=True)
+    assert aio_reply(err.value) == (
+        403,
+        f"ACCESS_REFUSED - queue name '{queue.name}' contains reserved prefix 'amq.*'",
+    )
 
 
 async def test_empty_queue_name_means_last_declared_queue(conn, ch):

@@ -1,0 +1,110 @@
+"""The layer rules of DESIGN.md, enforced on the source (an AST check, no imports run).
+
+    broker -> storage -> exchanges,  broker -> exchanges,  pipeline -> exchanges
+
+``exchanges/`` is the pure domain: standard library only, and none of it that does I/O or
+concurrency. ``storage/`` is sync file I/O under the broker: no asyncio, no wire codec, and
+it never reaches up into ``broker``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FORBIDDEN: dict[str, set[str]] = {
+    "exchanges": {
+        "asyncio",
+        "socket",
+        "os",
+        "pamqp",
+        "broker",
+        "storage",
+        "pipeline",
+        "uvloop",
+        "selectors",
+        "select",
+        "ssl",
+        "subprocess",
+        "threading",
+        "multiprocessing",
+        "io",
+        "pathlib",
+        "shutil",
+        "tempfile",
+    },
+    "storage": {"broker", "pamqp", "asyncio", "uvloop", "pipeline"},
+}
+
+
+def imported_modules(path: Path, package: str) -> set[str]:
+    """Top-level names of every module that ``path`` imports, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: stays inside the package
+                found.add(package)
+            elif node.module:
+                found.add(node.module.split(".")[0])
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            found.add(node.args[0].value.split(".")[0])
+    return found
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_forbidden_imports(package: str) -> None:
+    if not (ROOT / package).is_dir():
+        pytest.skip(f"{package}/ does not exist yet")
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources(package)
+        for name in sorted(imported_modules(path, package) & FORBIDDEN[package])
+    ]
+    assert offences == []
+
+
+def test_exchanges_uses_only_the_standard_library() -> None:
+    allowed = set(sys.stdlib_module_names) | {"__future__", "exchanges"}
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources("exchanges")
+        for name in sorted(imported_modules(path, "exchanges") - allowed)
+    ]
+    assert offences == []
+
+
+def test_the_checker_sees_every_import_form(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os.path\nfrom pamqp import frame\nfrom . import sibling\n"
+        "import importlib\nimportlib.import_module('asyncio.tasks')\n__import__('socket')\n"
+    )
+    assert imported_modules(probe, "exchanges") == {
+        "os",
+        "pamqp",
+        "exchanges",
+        "importlib",
+        "asyncio",
+        "socket",
+    }
