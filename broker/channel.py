@@ -86,7 +86,7 @@ class Channel:
         self.publish_seq = 0
         self.confirmed_upto = 0
         self.nacks: list[int] = []  # sequence numbers to nack at the next flush
-        self.tx: list[Callable[[], None]] | None = None  # pending actions in tx mode
+        self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, tuple[Queue, Message, Consumer | None]]] = []
         self.last_queue: str | None = None
         self.handlers: dict[type, Callable[[Any], None]] = {

@@ -388,7 +388,7 @@ def deliver_frames(
     """``Basic.Deliver`` + content header + body frames in one buffer (the delivery
     hot path). ``consumer_tag`` and ``route`` are pre-encoded short strings."""
     size = 4 + len(consumer_tag) + 9 + len(route)
-    parts = [
+    parts: list[bytes | memoryview] = [
         _DELIVER_HEAD.pack(FRAME_METHOD, channel, size, DELIVER_INDEX),
         consumer_tag,
         _TAG_REDELIVERED.pack(delivery_tag, redelivered),
