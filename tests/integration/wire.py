@@ -89,7 +89,9 @@ def amqplain_response(user: str, password: str) -> bytes:
     for key, value in (("LOGIN", user), ("PASSWORD", password)):
         raw_key = key.encode()
         raw_value = value.encode()
-        out += bytes([len(raw_key)]) + raw_key + b"S" + struct.pack(">I", len(raw_value)) + raw_value
+        out += (
+            bytes([len(raw_key)]) + raw_key + b"S" + struct.pack(">I", len(raw_value)) + raw_value
+        )
     return out
 
 
@@ -285,7 +287,9 @@ class WireClient:
 
     def close_connection(self) -> None:
         """A clean client-initiated close: Close, then Close-Ok from the broker."""
-        self.send(commands.Connection.Close(reply_code=200, reply_text="Goodbye", class_id=0, method_id=0))
+        self.send(
+            commands.Connection.Close(reply_code=200, reply_text="Goodbye", class_id=0, method_id=0)
+        )
         self.expect(commands.Connection.CloseOk, channel=0)
 
     def expect_connection_close(
@@ -304,7 +308,11 @@ class WireClient:
         return close
 
     def expect_channel_close(
-        self, channel: int, code: int, text: str, class_id: int | None = None,
+        self,
+        channel: int,
+        code: int,
+        text: str,
+        class_id: int | None = None,
         method_id: int | None = None,
     ) -> commands.Channel.Close:
         """Assert the next frame is Channel.Close(code, text) on ``channel``; answer Close-Ok."""

@@ -1,0 +1,202 @@
+"""The frame codec against pamqp, the codec of record: fast paths byte for byte, input
+fed one byte at a time and all at once, malformed frames."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pamqp import body, commands, frame, header
+
+from broker import codec
+from broker.errors import FRAME_ERROR, AMQPConnectionError
+
+names = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40
+).filter(lambda s: len(s.encode()) <= 255)
+
+
+# pamqp validates exchange names on marshal (the spec's exchange-name domain).
+exchange_names = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@#,/+ ",
+    max_size=127,
+)
+
+
+def publish_bytes(channel: int, exchange: str, key: str, payload: bytes, **props: object) -> bytes:
+    properties = commands.Basic.Properties(**props)  # type: ignore[arg-type]
+    out = frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=key), channel)
+    out += frame.marshal(header.ContentHeader(0, len(payload), properties), channel)
+    if payload:
+        out += frame.marshal(body.ContentBody(payload), channel)
+    return out
+
+
+def stream() -> bytes:
+    return (
+        codec.PROTOCOL_HEADER
+        + frame.marshal(commands.Connection.StartOk(response="\0guest\0guest"), 0)
+        + publish_bytes(1, "amq.topic", "a.b", b"hello", content_type="text/plain")
+        + frame.marshal(commands.Basic.Ack(7, multiple=True), 1)
+        + frame.marshal(commands.Queue.Declare(queue="q1", durable=True), 2)
+        + publish_bytes(3, "", "q1", b"")
+        + codec.HEARTBEAT_FRAME
+    )
+
+
+def describe(frames: list[tuple[int, object]]) -> list[tuple[int, str, object]]:
+    """Frames as comparable tuples, with FullPublish split into its three parts."""
+    out: list[tuple[int, str, object]] = []
+    for channel, item in frames:
+        if isinstance(item, codec.FullPublish):
+            out.append((channel, "publish", (item.publish.exchange, item.publish.routing_key)))
+            out.append((channel, "header", (item.header.body_size, item.header.payload)))
+            if item.header.body_size:
+                out.append((channel, "body", item.body))
+        elif isinstance(item, codec.Publish):
+            out.append((channel, "publish", (item.exchange, item.routing_key)))
+        elif isinstance(item, codec.Header):
+            out.append((channel, "header", (item.body_size, item.payload)))
+        elif isinstance(item, codec.Body):
+            out.append((channel, "body", item.data))
+        elif isinstance(item, codec.Ack):
+            out.append((channel, "ack", (item.delivery_tag, item.multiple)))
+        else:
+            out.append((channel, type(item).__name__, None))
+    return out
+
+
+def test_byte_at_a_time_equals_all_at_once() -> None:
+    data = stream()
+    whole = codec.FrameReader(131072).feed(data)
+    reader = codec.FrameReader(131072)
+    pieces: list[tuple[int, object]] = []
+    for i in range(len(data)):
+        pieces += reader.feed(data[i : i + 1])
+    assert describe(whole) == describe(pieces)
+    kinds = [kind for _, kind, _ in describe(whole)]
+    assert kinds == [
+        "StartOk",
+        "publish",
+        "header",
+        "body",
+        "ack",
+        "Declare",
+        "publish",
+        "header",
+        "Heartbeat",
+    ]
+    # All at once, the publish arrives as one FullPublish item.
+    assert isinstance(whole[1][1], codec.FullPublish)
+
+
+@given(exchange_names, names, st.booleans(), st.booleans())
+def test_publish_fast_path_matches_pamqp(
+    exchange: str, key: str, mandatory: bool, immediate: bool
+) -> None:
+    method = commands.Basic.Publish(
+        exchange=exchange, routing_key=key, mandatory=mandatory, immediate=immediate
+    )
+    payload = frame.marshal(method, 1)[7:-1]
+    fast = codec.decode_method(payload)
+    _, _, reference = frame.unmarshal(frame.marshal(method, 1))
+    assert isinstance(fast, codec.Publish)
+    assert (fast.exchange, fast.routing_key, fast.mandatory, fast.immediate) == (
+        reference.exchange,
+        reference.routing_key,
+        reference.mandatory,
+        reference.immediate,
+    )
+
+
+@given(st.integers(min_value=0, max_value=2**63 - 1), st.booleans())
+def test_ack_fast_path_matches_pamqp(tag: int, multiple: bool) -> None:
+    raw = frame.marshal(commands.Basic.Ack(tag, multiple), 1)
+    fast = codec.decode_method(raw[7:-1])
+    _, _, reference = frame.unmarshal(raw)
+    assert isinstance(fast, codec.Ack)
+    assert (fast.delivery_tag, fast.multiple) == (reference.delivery_tag, reference.multiple)
+
+
+@given(
+    names,
+    st.integers(min_value=1, max_value=2**63 - 1),
+    st.booleans(),
+    names,
+    names,
+    st.binary(max_size=3000),
+    st.sampled_from([4096, 8192, 131072]),
+)
+def test_deliver_frames_decode_with_pamqp(
+    tag: str, delivery_tag: int, redelivered: bool, exchange: str, key: str, data: bytes, fmax: int
+) -> None:
+    props = header.ContentHeader(0, len(data), commands.Basic.Properties(message_id="m1"))
+    raw = codec.deliver_frames(
+        5,
+        codec.shortstr(tag),
+        delivery_tag,
+        redelivered,
+        codec.route_shortstrs(exchange, key),
+        props.marshal(),
+        data,
+        fmax,
+    )
+    decoded = []
+    offset = 0
+    while offset < len(raw):
+        used, channel, value = frame.unmarshal(raw[offset:])
+        assert channel == 5
+        assert used <= fmax
+        decoded.append(value)
+        offset += used
+    deliver, content_header, *bodies = decoded
+    assert isinstance(deliver, commands.Basic.Deliver)
+    assert (deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered) == (
+        tag,
+        delivery_tag,
+        redelivered,
+    )
+    assert (deliver.exchange, deliver.routing_key) == (exchange, key)
+    assert content_header.body_size == len(data)
+    assert content_header.properties.message_id == "m1"
+    assert b"".join(b.value for b in bodies) == data
+
+
+def test_frame_larger_than_frame_max_is_a_frame_error() -> None:
+    reader = codec.FrameReader(4096)
+    big = frame.marshal(body.ContentBody(b"x" * 5000), 1)
+    with pytest.raises(AMQPConnectionError) as err:
+        reader.feed(codec.PROTOCOL_HEADER + big)
+    assert err.value.code == FRAME_ERROR
+
+
+def test_bad_frame_end_is_a_frame_error() -> None:
+    raw = bytearray(frame.marshal(commands.Basic.Qos(prefetch_count=1), 1))
+    raw[-1] = 0
+    with pytest.raises(AMQPConnectionError) as err:
+        codec.FrameReader(131072).feed(codec.PROTOCOL_HEADER + bytes(raw))
+    assert err.value.code == FRAME_ERROR
+
+
+def test_wrong_protocol_header_is_detected_early() -> None:
+    with pytest.raises(codec.ProtocolHeaderError):
+        codec.FrameReader(131072).feed(b"GET / HTTP/1.1\r\n")
+    with pytest.raises(codec.ProtocolHeaderError):
+        codec.FrameReader(131072).feed(b"AMQP\x00\x00\x08\x00")
+
+
+def test_unknown_method_is_rejected() -> None:
+    payload = (99 << 16 | 1).to_bytes(4, "big")
+    with pytest.raises(AMQPConnectionError):
+        codec.decode_method(payload)
+
+
+def test_large_body_split_by_frame_max() -> None:
+    data = bytes(range(256)) * 100
+    raw = codec.content_frames(1, header.ContentHeader(0, len(data)).marshal(), data, 4096)
+    reader = codec.FrameReader(4096)
+    reader.need_header = False
+    frames = reader.feed(raw)
+    bodies = [f for _, f in frames if isinstance(f, codec.Body)]
+    assert len(bodies) == -(-len(data) // (4096 - 8))
+    assert b"".join(b.data for b in bodies) == data
