@@ -43,18 +43,13 @@ from broker.message import FLAG_EXPIRATION, FLAG_USER_ID, Message, expiration_er
 from broker.queue import Consumer, Queue
 from broker.vhost import generated_name
 from exchanges.model import DestKind
+from exchanges.routing import route
 
 if TYPE_CHECKING:
     from broker.connection import Connection
 
 BASIC_CLASS = 60
 B = commands.Basic
-
-
-class State(Enum):
-    OPEN = 1
-    CLOSING = 2  # we sent Channel.Close; drop everything until Close-Ok
-    CLOSED = 3
 
 
 class Content(Enum):
@@ -70,7 +65,7 @@ class Channel:
         self.conn = connection
         self.id = channel_id
         self.vhost = connection.vhost
-        self.state = State.OPEN
+        self.open = True
         self.content = Content.IDLE
         self._publish: codec.Publish | None = None
         self._header: codec.Header | None = None
@@ -162,9 +157,35 @@ class Channel:
         self.content = Content.AWAIT_HEADER
 
     def _on_full_publish(self, frame: codec.FullPublish) -> None:
-        # Publish, header and body arrived together (see codec.FrameReader).
-        self._publish = frame.publish
-        self._on_header(frame.header, frame.body)
+        """Publish, header and body arrived together (see codec.FrameReader).
+
+        The common case is checked inline; anything unusual (another content class, an
+        oversized or immediate message, a missing or internal exchange, properties that
+        need checking, tx mode) takes the general path, which raises the right error.
+        """
+        publish = frame.publish
+        header = frame.header
+        payload = header.payload
+        exchange = self.vhost.projection.exchanges.get(publish.exchange)
+        if (
+            header.class_id != BASIC_CLASS
+            or header.body_size > self.conn.config.max_message_size
+            or publish.immediate
+            or exchange is None
+            or exchange.internal
+            or (payload[12] << 8 | payload[13]) & (FLAG_USER_ID | FLAG_EXPIRATION)
+            or self.tx is not None
+        ):
+            self._publish = publish
+            self._on_header(header, frame.body)
+            return
+        message = Message(publish.exchange, publish.routing_key, payload, frame.body)
+        rejected = self._route(message, publish.mandatory)
+        if self.confirm:
+            self.publish_seq += 1
+            if rejected:
+                self.nacks.append(self.publish_seq)
+            self.conn.confirm_pending(self)
 
     def _on_header(self, header: codec.Header, body: bytes | None = None) -> None:
         if header.class_id != BASIC_CLASS:
@@ -267,20 +288,26 @@ class Channel:
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
         # somewhere in the vhost, or sender-selected CC/BCC keys.
-        if self.vhost.projection_uses_headers or b"CC" in payload:
+        vhost = self.vhost
+        if vhost.projection_uses_headers or b"CC" in payload:
             headers = message.headers
-        queues = self.vhost.route(message.exchange, message.routing_key, headers)
+        names = route(vhost.projection, message.exchange, message.routing_key, headers)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.properties
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             message = message.with_properties(props)
         rejected = False
-        if queues:
-            for queue in queues:
-                if not queue.publish(message):
-                    rejected = True
-        elif mandatory:
+        routed = False
+        if names:
+            queues = vhost.queues
+            for name in names:
+                queue = queues.get(name)
+                if queue is not None:
+                    routed = True
+                    if not queue.publish(message):
+                        rejected = True
+        if not routed and mandatory:
             self.conn.write(
                 codec.return_method(
                     self.id,
@@ -295,7 +322,7 @@ class Channel:
 
     def flush_confirms(self) -> None:
         """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
-        if self.state is not State.OPEN:
+        if not self.open:
             return
         start = self.confirmed_upto
         for nack in self.nacks:
@@ -310,12 +337,6 @@ class Channel:
         self.confirmed_upto = upto
 
     # -- delivery ---------------------------------------------------------------------
-
-    def can_deliver(self) -> bool:
-        """Whether this channel may receive another delivery now."""
-        if self.state is not State.OPEN or not self.conn.writable:
-            return False
-        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
 
     def deliver(self, consumer: Consumer, message: Message, redelivered: bool) -> None:
         """Send ``message`` to ``consumer`` (called by the queue)."""
@@ -454,6 +475,17 @@ class Channel:
         self.conn.drain_later(touched)
 
     def _on_basic_ack(self, m: codec.Ack) -> None:
+        if not m.multiple and self.tx is None:
+            # The common case inline: one tag, settled at once.
+            record = self.unacked.pop(m.delivery_tag, None)
+            if record is not None:
+                consumer = record[2]
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    self.conn.drain_later_one(consumer.queue)
+                if self.global_prefetch:
+                    self.conn.drain_later({c.queue for c in self.consumers.values()})
+                return
         self._settle(m.delivery_tag, m.multiple, None)
 
     def _on_basic_nack(self, m: commands.Basic.Nack) -> None:
@@ -498,9 +530,9 @@ class Channel:
 
     def close(self) -> None:
         """Release everything the channel holds: consumers go, unacked are requeued."""
-        if self.state is State.CLOSED:
+        if not self.open:
             return
-        self.state = State.CLOSED
+        self.open = False
         self.tx = None
         for tag, record in reversed(self.tx_acks):
             self.unacked[tag] = record

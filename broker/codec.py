@@ -122,14 +122,6 @@ def _frame_error(explanation: str) -> AMQPConnectionError:
     return AMQPConnectionError(FRAME_ERROR, explanation)
 
 
-def _shortstr(data: bytes, offset: int) -> tuple[str, int]:
-    length = data[offset]
-    end = offset + 1 + length
-    if end > len(data):
-        raise ValueError("short string runs past the frame")
-    return data[offset + 1 : end].decode("utf-8"), end
-
-
 def decode_method(payload: bytes) -> Frame:
     """Decode a method frame's payload, through the fast path when it applies.
 
@@ -140,11 +132,7 @@ def decode_method(payload: bytes) -> Frame:
     (index,) = _METHOD_ID.unpack_from(payload)
     try:
         if index == PUBLISH_INDEX:
-            # ticket:u16, exchange:shortstr, routing-key:shortstr, bits:u8
-            exchange, offset = _shortstr(payload, 6)
-            routing_key, offset = _shortstr(payload, offset)
-            bits = payload[offset]
-            return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+            return _decode_publish(payload, 0, len(payload))
         if index == ACK_INDEX:
             (tag,) = _LONGLONG.unpack_from(payload, 4)
             return Ack(tag, bool(payload[12] & 1))
@@ -187,10 +175,14 @@ def _other_frame(frame_type: int, payload: bytes) -> Frame:
 class FrameReader:
     """Incremental frame parser. ``feed(data)`` returns ``[(channel, frame), ...]``."""
 
-    __slots__ = ("_buf", "frame_max", "need_header")
+    __slots__ = ("_need", "_pending", "_pending_len", "frame_max", "need_header")
 
     def __init__(self, frame_max: int) -> None:
-        self._buf = bytearray()
+        # Bytes of an incomplete frame, kept as chunks and joined once the frame is
+        # complete (a 128 KiB frame arriving in small reads is not copied per read).
+        self._pending: list[bytes] = []
+        self._pending_len = 0
+        self._need = 0
         self.frame_max = frame_max
         # The 8-octet protocol header comes first, before any frame.
         self.need_header = True
@@ -202,19 +194,25 @@ class FrameReader:
         :class:`AMQPConnectionError` for malformed frames; frames decoded before the
         bad one are lost with it, as the connection is closing anyway.
         """
-        buf = self._buf
-        buf += data
         out: list[tuple[int, Frame]] = []
+        if self._pending:
+            self._pending.append(data)
+            self._pending_len += len(data)
+            if self._pending_len < self._need:
+                return out
+            data = b"".join(self._pending)
+            self._pending = []
         pos = 0
         if self.need_header:
-            pos = self._protocol_header(buf)
+            pos = self._protocol_header(data)
             if not pos:
+                self._keep(data, 0, 8)
                 return out
         size_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
-        end_of_data = len(buf)
+        end_of_data = len(data)
         unpack_head = _FRAME_HEAD.unpack_from
-        while end_of_data - pos >= 7:
-            frame_type, channel, size = unpack_head(buf, pos)
+        while end_of_data - pos >= 8:
+            frame_type, channel, size = unpack_head(data, pos)
             if size > size_limit:
                 raise _frame_error(
                     f"type {frame_type}, all octets = <<>>: {{frame_too_large,{size},{size_limit}}}"
@@ -222,78 +220,110 @@ class FrameReader:
             end = pos + 7 + size
             if end >= end_of_data:
                 break
-            if buf[end] != FRAME_END:
+            if data[end] != FRAME_END:
+                marker = data[end]
                 raise _frame_error(
-                    f"type {frame_type}, all octets = <<>>: {{invalid_frame_end_marker,{buf[end]}}}"
+                    f"type {frame_type}, all octets = <<>>: {{invalid_frame_end_marker,{marker}}}"
                 )
-            payload = bytes(buf[pos + 7 : end])
-            pos = end + 1
             if frame_type == FRAME_BODY:
-                out.append((channel, Body(payload)))
-            elif frame_type == FRAME_METHOD:
-                method = decode_method(payload)
-                if type(method) is Publish:
-                    taken = self._take_content(buf, pos, end_of_data, channel, size_limit)
-                    if taken is not None:
-                        header, body, pos = taken
-                        out.append((channel, FullPublish(method, header, body)))
-                        continue
-                out.append((channel, method))
+                out.append((channel, Body(data[pos + 7 : end])))
+            elif frame_type != FRAME_METHOD:
+                out.append((channel, _other_frame(frame_type, data[pos + 7 : end])))
+            elif data.startswith(_PUBLISH_ID, pos + 7):
+                publish = _decode_publish(data, pos + 7, end)
+                taken = _take_content(data, end + 1, end_of_data, channel, size_limit)
+                if taken is not None:
+                    header, body, pos = taken
+                    out.append((channel, FullPublish(publish, header, body)))
+                    continue
+                out.append((channel, publish))
             else:
-                out.append((channel, _other_frame(frame_type, payload)))
-        if pos:
-            del buf[:pos]
+                out.append((channel, decode_method(data[pos + 7 : end])))
+            pos = end + 1
+        if pos < end_of_data:
+            self._keep(
+                data, pos, 7 + unpack_head(data, pos)[2] + 1 if end_of_data - pos >= 7 else 8
+            )
         return out
 
-    def _protocol_header(self, buf: bytearray) -> int:
+    def _keep(self, data: bytes, pos: int, frame_len: int) -> None:
+        """Keep the incomplete frame starting at ``pos`` until ``frame_len`` bytes."""
+        rest = data[pos:] if pos else data
+        self._pending = [rest]
+        self._pending_len = len(rest)
+        self._need = frame_len
+
+    def _protocol_header(self, data: bytes) -> int:
         """Check the 8-octet protocol header; 8 once it is complete, 0 while partial."""
-        if len(buf) < 8:
-            if PROTOCOL_HEADER[: len(buf)] != bytes(buf):
-                raise ProtocolHeaderError(bytes(buf))
+        if len(data) < 8:
+            if PROTOCOL_HEADER[: len(data)] != data:
+                raise ProtocolHeaderError(data)
             return 0
-        if bytes(buf[:8]) != PROTOCOL_HEADER:
-            raise ProtocolHeaderError(bytes(buf[:8]))
+        if data[:8] != PROTOCOL_HEADER:
+            raise ProtocolHeaderError(data[:8])
         self.need_header = False
         return 8
 
-    @staticmethod
-    def _take_content(
-        buf: bytearray, pos: int, end_of_data: int, channel: int, size_limit: int
-    ) -> tuple[Header, bytes, int] | None:
-        """The header and single body frame following a publish at ``pos``, when both
-        are complete, well-formed and on ``channel``; else None (the frames then go
-        through the general path, which reports any error)."""
-        if end_of_data - pos < 7 + 14 + 1:
-            return None
-        frame_type, frame_channel, size = _FRAME_HEAD.unpack_from(buf, pos)
-        end = pos + 7 + size
-        if (
-            frame_type != FRAME_HEADER
-            or frame_channel != channel
-            or size < 14
-            or size > size_limit
-            or end >= end_of_data
-            or buf[end] != FRAME_END
-        ):
-            return None
-        class_id, _weight, body_size = _HEADER_FIXED.unpack_from(buf, pos + 7)
-        header = Header(class_id, body_size, bytes(buf[pos + 7 : end]))
-        pos = end + 1
-        if body_size == 0:
-            return header, b"", pos
-        if end_of_data - pos < 8:
-            return None
-        frame_type, frame_channel, size = _FRAME_HEAD.unpack_from(buf, pos)
-        end = pos + 7 + size
-        if (
-            frame_type != FRAME_BODY
-            or frame_channel != channel
-            or size != body_size
-            or end >= end_of_data
-            or buf[end] != FRAME_END
-        ):
-            return None
-        return header, bytes(buf[pos + 7 : end]), end + 1
+
+_PUBLISH_ID = _METHOD_ID.pack(PUBLISH_INDEX)
+
+
+def _decode_publish(data: bytes, start: int, end: int) -> Publish:
+    """``Basic.Publish`` from ``data[start:end]`` (method id, ticket, exchange,
+    routing key, bits), without copying the payload first."""
+    try:
+        offset = start + 6
+        length = data[offset]
+        exchange = data[offset + 1 : offset + 1 + length].decode("utf-8")
+        offset += 1 + length
+        length = data[offset]
+        routing_key = data[offset + 1 : offset + 1 + length].decode("utf-8")
+        offset += 1 + length
+        if offset >= end:
+            raise ValueError("truncated Basic.Publish")
+        bits = data[offset]
+    except (IndexError, ValueError) as exc:
+        raise AMQPConnectionError(SYNTAX_ERROR, f"malformed method frame: {exc}", (60, 40)) from exc
+    return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
+
+
+def _take_content(
+    data: bytes, pos: int, end_of_data: int, channel: int, size_limit: int
+) -> tuple[Header, bytes, int] | None:
+    """The header and single body frame following a publish at ``pos``, when both are
+    complete, well-formed and on ``channel``; else None (the frames then go through the
+    general path, which reports any error)."""
+    if end_of_data - pos < 7 + 14 + 1:
+        return None
+    frame_type, frame_channel, size = _FRAME_HEAD.unpack_from(data, pos)
+    end = pos + 7 + size
+    if (
+        frame_type != FRAME_HEADER
+        or frame_channel != channel
+        or size < 14
+        or size > size_limit
+        or end >= end_of_data
+        or data[end] != FRAME_END
+    ):
+        return None
+    class_id, _weight, body_size = _HEADER_FIXED.unpack_from(data, pos + 7)
+    header = Header(class_id, body_size, data[pos + 7 : end])
+    pos = end + 1
+    if body_size == 0:
+        return header, b"", pos
+    if end_of_data - pos < 8:
+        return None
+    frame_type, frame_channel, size = _FRAME_HEAD.unpack_from(data, pos)
+    end = pos + 7 + size
+    if (
+        frame_type != FRAME_BODY
+        or frame_channel != channel
+        or size != body_size
+        or end >= end_of_data
+        or data[end] != FRAME_END
+    ):
+        return None
+    return header, data[pos + 7 : end], end + 1
 
 
 class ProtocolHeaderError(Exception):

@@ -217,6 +217,13 @@ class Connection(asyncio.Protocol):
             for queue in queues:
                 queue.drain()
 
+    def drain_later_one(self, queue: Queue) -> None:
+        """:meth:`drain_later` for a single queue."""
+        if self._in_read:
+            self._to_drain.add(queue)
+        else:
+            queue.drain()
+
     def client_capability(self, name: str) -> bool:
         """Whether the client advertised capability ``name`` in Start-Ok."""
         caps = self.client_properties.get("capabilities")

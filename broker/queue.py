@@ -64,7 +64,13 @@ class Consumer:
         """Whether one more message may be delivered to this consumer now."""
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        return self.channel.can_deliver()
+        channel = self.channel
+        # Channel.can_deliver inlined: this runs once per delivery.
+        return (
+            channel.conn.writable
+            and channel.open
+            and (not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch)
+        )
 
 
 class Queue:
@@ -149,6 +155,9 @@ class Queue:
         """Round-robin: the next consumer after the last one served that has capacity."""
         consumers = self.consumers
         count = len(consumers)
+        if count == 1:
+            only = consumers[0]
+            return only if only.has_capacity() else None
         start = self._rr
         for step in range(count):
             index = (start + step) % count

@@ -1,0 +1,193 @@
+"""Shared by ``run.py`` and ``profile.py``: the amqpbench workloads and how to run one.
+
+Each workload is one amqpbench script (``../shared/amqpbench`` by default) run in a fresh
+process; the script prints one JSON object on its last stdout line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+DEFAULT_AMQPBENCH = REPO_ROOT.parent / "shared" / "amqpbench"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure a workload reports (a key of the script's JSON output)."""
+
+    field: str
+    label: str
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An amqpbench script with fixed arguments, in a full and a ``--quick`` size."""
+
+    key: str
+    script: str
+    args: tuple[str, ...]
+    full_size: tuple[str, ...]
+    quick_size: tuple[str, ...]
+    metrics: tuple[Metric, ...]
+    description: str
+    timeout_s: float = 120.0
+    optional: bool = False
+
+    def command(
+        self, python: str, url: str, *, quick: bool, label: str = "", broker_pid: int | None = None
+    ) -> list[str]:
+        """The argv that runs this workload against ``url``."""
+        size = self.quick_size if quick else self.full_size
+        cmd = [python, self.script, "--url", url, "--timeout", str(self.timeout_s)]
+        if label:
+            cmd += ["--label", label]
+        if broker_pid is not None:
+            cmd += ["--broker-pid", str(broker_pid)]
+        return cmd + list(self.args) + list(size)
+
+
+MSGS = Metric("msgs_per_s", "msgs/s")
+WORKLOADS: dict[str, Workload] = {
+    w.key: w
+    for w in [
+        Workload(
+            "pubsub-noack",
+            "pubsub_direct.py",
+            ("--ack", "none"),
+            ("-n", "200000"),
+            ("-n", "20000"),
+            (MSGS,),
+            "default exchange -> 1 queue -> 1 no-ack consumer, 100-byte transient bodies",
+        ),
+        Workload(
+            "pubsub-ack",
+            "pubsub_direct.py",
+            ("--ack", "single", "--prefetch", "1000"),
+            ("-n", "200000"),
+            ("-n", "20000"),
+            (MSGS,),
+            "as pubsub-noack, manual Basic.Ack per delivery, prefetch 1000",
+        ),
+        Workload(
+            "confirms",
+            "confirms.py",
+            ("--window", "1000"),
+            ("-n", "200000"),
+            ("-n", "20000"),
+            (Metric("confirmed_msgs_per_s", "confirmed msgs/s"),),
+            "publisher confirms, <= 1000 unconfirmed, into a queue without consumer",
+        ),
+        Workload(
+            "fanout",
+            "fanout.py",
+            ("--queues", "10"),
+            ("-n", "50000"),
+            ("-n", "5000"),
+            (Metric("deliveries_per_s", "deliveries/s"),),
+            "fanout exchange -> 10 queues, one no-ack consumer connection each",
+        ),
+        Workload(
+            "latency",
+            "latency.py",
+            ("--rate", "5000"),
+            ("--seconds", "10"),
+            ("--seconds", "3", "--warmup", "0.5"),
+            (
+                Metric("p50_us", "p50 latency us (lower is better)", higher_is_better=False),
+                Metric("p99_us", "p99 latency us (lower is better)", higher_is_better=False),
+            ),
+            "5000 msgs/s paced publisher, publish-write -> delivery latency, no-ack",
+            optional=True,
+        ),
+        Workload(
+            "aiopika-noack",
+            "aiopika_pubsub.py",
+            ("--ack", "none"),
+            ("-n", "50000"),
+            ("-n", "10000"),
+            (MSGS,),
+            "pubsub as an aio-pika user writes it (one await per publish), no-ack",
+            timeout_s=200.0,
+            optional=True,
+        ),
+        Workload(
+            "aiopika-ack",
+            "aiopika_pubsub.py",
+            ("--ack", "single"),
+            ("-n", "50000"),
+            ("-n", "10000"),
+            (MSGS,),
+            "as aiopika-noack with manual acks",
+            timeout_s=200.0,
+            optional=True,
+        ),
+    ]
+}
+CORE_WORKLOADS = [k for k, w in WORKLOADS.items() if not w.optional]
+
+
+def default_python() -> str:
+    """The project's venv interpreter if there is one, else the running interpreter."""
+    venv = REPO_ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def accepts_tcp(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True if something accepts a TCP connection on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def run_script(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
+    """Run one amqpbench script; return its final JSON line (plus ``wall_s``).
+
+    Never raises for a failed run: the result then has ``ok: false`` and an ``error``.
+    """
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        result: dict[str, Any] = {"ok": False, "error": f"killed after {timeout:.0f}s"}
+    else:
+        result = parse_last_json(proc.stdout)
+        if result is None:
+            result = {"ok": False, "error": f"no JSON (rc {proc.returncode}): {proc.stderr[-500:]}"}
+        elif proc.returncode != 0 and "error" not in result:
+            result["error"] = f"rc {proc.returncode}: {proc.stderr[-300:]}"
+    result["wall_s"] = round(time.monotonic() - t0, 2)
+    return result
+
+
+def parse_last_json(stdout: str) -> dict[str, Any] | None:
+    """The last stdout line that parses as a JSON object, or None."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
