@@ -458,7 +458,7 @@ class Connection(asyncio.Protocol):
         if vhost is None:
             raise AMQPConnectionError(
                 NOT_ALLOWED,
-                f"access to vhost '{frame.virtual_host}' refused for user '{self.user}'",
+                f"vhost {frame.virtual_host} not found",
                 (10, 40),
             )
         self.vhost = vhost

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker.arguments import queue_argument_error
 from broker.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -378,6 +379,13 @@ class VHost:
                     )
             self._assert_args(what, EQUIVALENT_QUEUE_ARGS, arguments, queue.arguments)
             return queue
+        # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
+        invalid = queue_argument_error(arguments)
+        if invalid is not None:
+            key, reason = invalid
+            raise AMQPChannelError(
+                PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}: {reason}"
+            )
         queue = Queue(self, name, durable, owner, auto_delete, dict(arguments))
         self.queues[name] = queue
         self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
