@@ -100,6 +100,25 @@ def ready_count(ch: BlockingChannel, queue: str) -> int:
     return ch.queue_declare(queue, passive=True).method.message_count
 
 
+def wait_ready(ch: BlockingChannel, queue: str, count: int) -> None:
+    """Poll until the queue holds ``count`` ready messages.
+
+    RabbitMQ answers queue.declare's message_count with a prioritised call to the queue
+    process, which can overtake publishes still on their way: counts must be polled.
+    """
+    eventually(lambda: ready_count(ch, queue) == count)
+
+
+def assert_empty(ch: BlockingChannel, queue: str) -> None:
+    """No message is (or will turn up) in the queue: a marker published on the same channel
+    after the messages in question arrives first."""
+    marker = unique("marker").encode()
+    ch.basic_publish("", queue, marker)
+    eventually(lambda: ready_count(ch, queue) >= 1)
+    assert ch.basic_get(queue, auto_ack=True)[2] == marker
+    assert ch.basic_get(queue, auto_ack=True) == (None, None, None)
+
+
 # -- fixtures ---------------------------------------------------------------------------------
 
 
@@ -180,7 +199,7 @@ def test_many_channels_on_one_connection(conn: pika.BlockingConnection) -> None:
     for i, c in enumerate(channels):
         c.basic_publish("", q, str(i).encode())
     # Publishes on different channels are not ordered against each other: poll.
-    eventually(lambda: ready_count(channels[-1], q) == 200)
+    wait_ready(channels[-1], q, 200)
     for c in channels[1:]:
         c.close()
     bodies = set()
@@ -218,7 +237,7 @@ def test_exchange_declare_bind_publish_unbind_delete(
     assert ch.basic_get(queue, auto_ack=True) == (None, None, None)
     ch.queue_unbind(queue, x, "rk")
     ch.basic_publish(x, "rk", b"after-unbind")
-    assert ready_count(ch, queue) == 0
+    assert_empty(ch, queue)
     ch.exchange_delete(x)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
         ch.exchange_declare(x, passive=True)
@@ -238,7 +257,7 @@ def test_exchange_to_exchange_binding(
     ch.basic_publish(src, "b.a", b"dropped")
     method, _, body = ch.basic_get(queue, auto_ack=True)
     assert (method.exchange, method.routing_key, body) == (src, "a.b", b"routed")
-    assert ready_count(ch, queue) == 0
+    assert_empty(ch, queue)
 
 
 def test_passive_declare_of_missing_exchange_is_404(ch: BlockingChannel) -> None:
@@ -378,9 +397,10 @@ def test_queue_declare_bind_purge_delete(
     ch.queue_bind(q, "amq.direct", "k")
     for _ in range(3):
         ch.basic_publish("amq.direct", "k", b"m")
-    assert ch.queue_declare(q).method.message_count == 3
+    eventually(lambda: ch.queue_declare(q).method.message_count == 3)
     assert ch.queue_purge(q).method.message_count == 3
     ch.basic_publish("", q, b"m")
+    wait_ready(ch, q, 1)
     assert ch.queue_delete(q).method.message_count == 1
     # Deleting what is not there is not an error.
     assert ch.queue_delete(q).method.message_count == 0
@@ -598,7 +618,7 @@ def test_nack_and_reject_requeue_and_drop(ch: BlockingChannel, queue: str) -> No
     m4 = ch.basic_get(queue)[0]
     assert (m4.delivery_tag, m4.redelivered) == (4, False)
     ch.basic_nack(m4.delivery_tag, requeue=False)
-    assert ready_count(ch, queue) == 0
+    assert_empty(ch, queue)
 
 
 def test_ack_multiple_and_nack_multiple(ch: BlockingChannel, queue: str) -> None:
@@ -609,7 +629,7 @@ def test_ack_multiple_and_nack_multiple(ch: BlockingChannel, queue: str) -> None
     ch.basic_ack(3, multiple=True)  # 1, 2, 3
     ch.basic_nack(5, multiple=True, requeue=True)  # 4, 5 back to the queue
     # In RabbitMQ the requeue travels from the channel to the queue asynchronously: poll.
-    eventually(lambda: ready_count(ch, queue) == 2)
+    wait_ready(ch, queue, 2)
     ch.basic_ack(6)
     redelivered = [ch.basic_get(queue, auto_ack=True) for _ in range(2)]
     assert [(m.redelivered, body) for m, _, body in redelivered] == [(True, b"3"), (True, b"4")]
@@ -647,7 +667,7 @@ def test_consume_ack_and_cancel(conn: pika.BlockingConnection, ch: BlockingChann
     ch.basic_cancel(tag)
     assert ch.queue_declare(queue, passive=True).method.consumer_count == 0
     ch.basic_publish("", queue, b"after-cancel")
-    assert ready_count(ch, queue) == 1
+    wait_ready(ch, queue, 1)
 
 
 def test_consumer_is_told_when_its_queue_is_deleted(
@@ -683,7 +703,7 @@ def test_basic_recover_requeues_with_redelivered(ch: BlockingChannel, queue: str
     # Tags are never reused on a channel, even after basic.recover.
     assert (again.delivery_tag, again.redelivered, body) == (2, True, b"m")
     ch.basic_ack(again.delivery_tag)
-    assert ready_count(ch, queue) == 0
+    assert_empty(ch, queue)
 
 
 def test_prefetch_count_limits_unacked_deliveries(
@@ -695,12 +715,13 @@ def test_prefetch_count_limits_unacked_deliveries(
     for i in range(5):
         ch.basic_publish("", queue, str(i).encode())
     pump(conn, lambda: len(got) == 2)
-    # A synchronous round trip: had the broker ignored the limit, the queue would be empty.
-    assert ready_count(ch, queue) == 3
+    # Had the broker ignored the limit, the queue would be empty and stay so.
+    wait_ready(ch, queue, 3)
+    conn.process_data_events(time_limit=0)
     assert got == [1, 2]
     ch.basic_ack(1)
     pump(conn, lambda: len(got) == 3)
-    assert ready_count(ch, queue) == 2
+    wait_ready(ch, queue, 2)
     ch.basic_ack(3, multiple=True)
     pump(conn, lambda: len(got) == 5)
     assert got == [1, 2, 3, 4, 5]
@@ -764,7 +785,7 @@ def test_tx_commit_and_rollback(ch: BlockingChannel, queue: str) -> None:
     assert ready_count(ch, queue) == 0
     ch.basic_publish("", queue, b"committed")
     ch.tx_commit()
-    assert ready_count(ch, queue) == 1
+    wait_ready(ch, queue, 1)
     method, _, body = ch.basic_get(queue)
     assert body == b"committed"
     ch.basic_ack(method.delivery_tag)

@@ -1,0 +1,88 @@
+"""The command line: ``leveret serve`` / ``python -m broker serve`` in a real subprocess,
+graceful shutdown on SIGTERM and SIGINT (Connection.Close 320 to clients, exit 0)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"broker exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise AssertionError("broker did not start listening")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
+    """``python -m broker serve`` in an empty working directory, without --data-dir."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "serve", "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_listening(port, proc)
+        yield proc, port, tmp_path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_closes_clients_with_320_and_exits_0(
+    served: tuple[subprocess.Popen[bytes], int, Path], sig: signal.Signals
+) -> None:
+    proc, port, workdir = served
+    params = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/")
+    connection = pika.BlockingConnection(params)
+    channel = connection.channel()
+    channel.queue_declare("survivor")
+    proc.send_signal(sig)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        connection.process_data_events(time_limit=10)
+        connection.process_data_events(time_limit=10)
+    assert err.value.reply_code == 320
+    assert (
+        err.value.reply_text
+        == "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+    )
+    assert proc.wait(10) == 0
+    # Without --data-dir nothing is written to disk.
+    assert list(workdir.iterdir()) == []
+
+
+def test_leveret_console_script_help() -> None:
+    script = Path(sys.executable).with_name("leveret")
+    result = subprocess.run(
+        [str(script), "serve", "--help"], capture_output=True, text=True, timeout=30, check=True
+    )
+    for flag in ("--host", "--port", "--data-dir", "--log-level"):
+        assert flag in result.stdout
