@@ -105,7 +105,7 @@ def run_profiled(args: argparse.Namespace) -> ProfiledRun:
         except ImportError:
             pass
         else:
-            return uvloop.run(drive(args, profiler))  # type: ignore[no-any-return]
+            return uvloop.run(drive(args, profiler))
     return asyncio.run(drive(args, profiler))
 
 

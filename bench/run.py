@@ -91,7 +91,9 @@ class LeveretProcess:
         deadline = time.monotonic() + self.startup_timeout
         while not accepts_tcp("127.0.0.1", self.port):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"Leveret exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"Leveret exited with {self.proc.returncode}; see {self.log_path}"
+                )
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"Leveret did not listen within {self.startup_timeout}s")
@@ -283,15 +285,20 @@ def run_matrix(
         order = brokers if rep % 2 == 1 else list(reversed(brokers))
         for workload in workloads:
             for broker in order:
-                if broker.name == LEVERET and leveret.ensure_running():
+                restarted = broker.name == LEVERET and leveret.ensure_running()
+                if restarted:
                     broker.url, broker.pid = leveret.url, leveret.pid
                 record = run_workload(workload, broker, args, amqpbench)
                 record.update(common, rep=rep)
+                if restarted:
+                    record["leveret_restarted_before"] = True
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 records.append(record)
-                log(f"[rep {rep}/{args.reps}] {workload.key:<14} {broker.name:<9} "
-                    + brief(workload, record))
+                log(
+                    f"[rep {rep}/{args.reps}] {workload.key:<14} {broker.name:<9} "
+                    + brief(workload, record)
+                )
     return records
 
 
@@ -334,8 +341,11 @@ def summary_rows(
             if RABBITMQ in names:
                 row.append(fmt_ratio(medians[LEVERET], medians[RABBITMQ]))
             row += [fmt_cpu(median_of(runs[n], "broker_cpu_frac_of_1_core")) for n in names]
-            row.append(" ".join(f"{sum(bool(r.get('ok')) for r in runs[n])}/{len(runs[n])}"
-                                for n in names))
+            row.append(
+                "; ".join(
+                    f"{sum(bool(r.get('ok')) for r in runs[n])}/{len(runs[n])}" for n in names
+                )
+            )
             rows.append(row)
     return rows
 
@@ -383,7 +393,8 @@ def render_markdown(
     header = ["workload", "metric"] + [pretty[n] for n in names]
     if RABBITMQ in names:
         header.append("Leveret/RabbitMQ")
-    header += [f"{pretty[n]} CPU" for n in names] + ["runs ok"]
+    header += [f"{pretty[n]} CPU" for n in names]
+    header.append(f"runs ok ({'; '.join(pretty[n] for n in names)})")
     rabbit = next((b for b in brokers if b.name == RABBITMQ), None)
     parts = [
         f"# Leveret{' vs RabbitMQ' if rabbit else ''} (amqpbench)",
@@ -460,10 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def selected_workloads(args: argparse.Namespace) -> list[Workload]:
-    if args.workloads:
-        keys = args.workloads
-    else:
-        keys = list(WORKLOADS) if args.extended else CORE_WORKLOADS
+    """--workloads if given, else the core workloads (all of them with --extended)."""
+    keys = args.workloads or (list(WORKLOADS) if args.extended else CORE_WORKLOADS)
     return [WORKLOADS[k] for k in keys]
 
 

@@ -166,10 +166,11 @@ def run_script(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
     Never raises for a failed run: the result then has ``ok: false`` and an ``error``.
     """
     t0 = time.monotonic()
+    result: dict[str, Any] | None
     try:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        result: dict[str, Any] = {"ok": False, "error": f"killed after {timeout:.0f}s"}
+        result = {"ok": False, "error": f"killed after {timeout:.0f}s"}
     else:
         result = parse_last_json(proc.stdout)
         if result is None:

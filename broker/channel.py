@@ -547,13 +547,11 @@ class Channel:
         for _tag, (queue, message, _consumer) in taken:
             requeued.setdefault(queue, []).append(message)
         for consumer in consumers:
-            consumer.queue.consumers.remove(consumer)
+            consumer.queue.detach(consumer)
         for queue, messages in requeued.items():
             queue.requeue(messages)
-        for consumer in consumers:
-            queue = consumer.queue
-            queue.consumers.append(consumer)  # so remove_consumer sees it and auto-deletes
-            queue.remove_consumer(consumer)
+        for queue in {consumer.queue for consumer in consumers}:
+            queue.maybe_auto_delete()
 
     # -- confirm and tx ---------------------------------------------------------------
 

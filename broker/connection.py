@@ -124,7 +124,9 @@ class Connection(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._confirms: set[Channel] = set()
         self._to_drain: set[Queue] = set()
-        self._timers: list[asyncio.TimerHandle] = []
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
         self._last_recv = 0.0
         self._last_send = 0.0
         self.peer: tuple[Any, ...] = ()
@@ -139,14 +141,15 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.peer = transport.get_extra_info("peername") or ()
         self.server.connections.add(self)
-        self._timers.append(
-            self.loop.call_later(self.config.handshake_timeout, self._handshake_timeout)
+        self._handshake_timer = self.loop.call_later(
+            self.config.handshake_timeout, self._handshake_timeout
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = State.CLOSED
-        for timer in self._timers:
-            timer.cancel()
+        for timer in (self._handshake_timer, self._heartbeat_timer, self._close_timer):
+            if timer is not None:
+                timer.cancel()
         self._release()
         self.server.connections.discard(self)
         self.closed.set()
@@ -463,16 +466,20 @@ class Connection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
-        self._timers[0].cancel()  # the handshake timer
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
         self.send_method(0, C.OpenOk())
 
     # -- timers -----------------------------------------------------------------------
 
     def _handshake_timeout(self) -> None:
-        if self.state in (State.AWAIT_HEADER, State.AWAIT_START_OK, State.AWAIT_TUNE_OK):
+        if self.state in (
+            State.AWAIT_HEADER,
+            State.AWAIT_START_OK,
+            State.AWAIT_TUNE_OK,
+            State.AWAIT_OPEN,
+        ):
             log.info("handshake timeout from %s", self.peer)
-            self._abort()
-        elif self.state is State.AWAIT_OPEN:
             self._abort()
 
     def _schedule_heartbeat(self) -> None:
@@ -491,9 +498,9 @@ class Connection(asyncio.Protocol):
                 return
             if now - self._last_send >= interval / 2:
                 self.write(codec.HEARTBEAT_FRAME)
-            self._timers.append(self.loop.call_later(interval / 2, tick))
+            self._heartbeat_timer = self.loop.call_later(interval / 2, tick)
 
-        self._timers.append(self.loop.call_later(interval / 2, tick))
+        self._heartbeat_timer = self.loop.call_later(interval / 2, tick)
 
     # -- errors and closing -----------------------------------------------------------
 
@@ -521,7 +528,7 @@ class Connection(asyncio.Protocol):
         self.state = State.CLOSING
         self._release()
         self.write(codec.method_frame(0, close))
-        self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+        self._close_timer = self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort)
 
     def shutdown(self) -> None:
         """Broker shutdown: Connection.Close 320 CONNECTION_FORCED to the client."""

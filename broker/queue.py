@@ -201,11 +201,19 @@ class Queue:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; an auto-delete queue goes with its last consumer."""
+        self.detach(consumer)
+        self.maybe_auto_delete()
+
+    def detach(self, consumer: Consumer) -> None:
+        """Stop delivering to ``consumer`` (no auto-delete check)."""
         try:
             self.consumers.remove(consumer)
         except ValueError:
             return
         if consumer.exclusive:
             self.exclusive_consumer = False
-        if not self.consumers and self.auto_delete and not self.deleted:
+
+    def maybe_auto_delete(self) -> None:
+        """Delete an auto-delete queue whose last consumer has gone."""
+        if self.auto_delete and self.had_consumers and not self.consumers and not self.deleted:
             self.vhost.delete_queue(self)

@@ -1,0 +1,587 @@
+"""Protocol-level behaviour over a raw socket (see ``wire.py``).
+
+These drive the broker where client libraries will not go: bad protocol headers, tune values
+out of range, oversized or malformed frames, methods on channels that were never opened,
+``immediate=true``. The expected codes, texts and class/method ids were observed on a real
+RabbitMQ (3.10.8 from Debian) and checked against the RabbitMQ sources for 3.13, whose reader
+(``rabbit_reader.erl``) and frame assembler behave the same way for everything here.
+
+Several texts embed Erlang terms (``<<0,60,...>>`` binaries, ``{frame_too_large,N,M}``
+tuples): they are what RabbitMQ sends and are asserted as they are.
+
+Where RabbitMQ closes a socket without any Connection.Close (a failed tune-ok, an unknown
+method id, a missed heartbeat), the test asserts exactly that: no frame, then EOF.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+from pamqp import commands
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
+
+from .helpers import unique
+from .wire import (
+    FRAME_BODY,
+    FRAME_METHOD,
+    PROTOCOL_HEADER,
+    PeerClosed,
+    WireClient,
+    raw_frame,
+    raw_method,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+LOGIN_REFUSED = (
+    "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+    "For details see the broker logfile."
+)
+
+
+@pytest.fixture
+def client(amqp_url: str) -> Iterator[WireClient]:
+    with WireClient(amqp_url) as c:
+        yield c
+
+
+@pytest.fixture
+def opened(client: WireClient) -> WireClient:
+    """A connection that is open, with channel 1 open."""
+    client.connect()
+    client.open_channel(1)
+    return client
+
+
+@pytest.fixture
+def bystander(amqp_url: str) -> Iterator[WireClient]:
+    """A second connection, opened before the test's error; check it with assert_alive()."""
+    with WireClient(amqp_url) as c:
+        c.connect()
+        c.open_channel(1)
+        yield c
+
+
+def assert_alive(c: WireClient) -> None:
+    """The connection still answers: declare a server-named queue on channel 1."""
+    c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    ok = c.expect(commands.Queue.DeclareOk, channel=1)
+    assert ok.queue.startswith("amq.gen-")
+
+
+def close_frame(c: WireClient, timeout: float = 5.0) -> commands.Connection.Close:
+    """Read the broker's Connection.Close, answer Close-Ok and wait for EOF."""
+    close = c.expect(commands.Connection.Close, channel=0, timeout=timeout)
+    c.send(commands.Connection.CloseOk())
+    assert c.wait_closed() == []
+    return close
+
+
+def reply(close: commands.Connection.Close | commands.Channel.Close) -> tuple[int, str, int, int]:
+    return close.reply_code, close.reply_text, close.class_id, close.method_id
+
+
+# -- protocol header --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"AMQP\x00\x00\x0a\x00", b"AMQP\x00\x00\x08\x00", b"HTTP/1.1", b"\x00" * 8],
+    ids=["amqp-0-10", "amqp-0-8-0", "http", "zeros"],
+)
+def test_wrong_protocol_header_gets_supported_header_then_close(
+    client: WireClient, header: bytes
+) -> None:
+    client.send_raw(header)
+    assert client.read_until_closed() == PROTOCOL_HEADER
+
+
+# -- start, tune, open ------------------------------------------------------------------------
+
+
+def test_connection_start(client: WireClient) -> None:
+    client.send_raw(PROTOCOL_HEADER)
+    start = client.expect(commands.Connection.Start, channel=0)
+    assert (start.version_major, start.version_minor) == (0, 9)
+    # 3.13 offers PLAIN and AMQPLAIN (ANONYMOUS only arrived in 4.0).
+    assert set(start.mechanisms.split()) == {"PLAIN", "AMQPLAIN"}
+    assert start.locales == "en_US"
+    props = start.server_properties
+    assert props["capabilities"] == {
+        "publisher_confirms": True,
+        "exchange_exchange_bindings": True,
+        "basic.nack": True,
+        "consumer_cancel_notify": True,
+        "connection.blocked": True,
+        "consumer_priorities": True,
+        "authentication_failure_close": True,
+        "per_consumer_qos": True,
+        "direct_reply_to": True,
+    }
+    for key in ("product", "version", "platform", "copyright", "information"):
+        assert isinstance(props[key], str) and props[key], key
+
+
+def test_connection_tune_defaults(client: WireClient) -> None:
+    tune = client.negotiate()
+    assert (tune.frame_max, tune.channel_max, tune.heartbeat) == (131072, 2047, 60)
+    ok = client.open()
+    assert ok.known_hosts == ""
+
+
+def test_amqplain_login(client: WireClient) -> None:
+    client.connect(mechanism="AMQPLAIN")
+    client.open_channel(1)
+    assert_alive(client)
+    client.close_connection()
+
+
+def test_wrong_password_with_auth_failure_close_capability(client: WireClient) -> None:
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    client.send(
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0wrong-password",
+            locale="en_US",
+        )
+    )
+    assert reply(close_frame(client)) == (403, LOGIN_REFUSED, 0, 0)
+
+
+def test_wrong_password_without_capability_just_closes(client: WireClient) -> None:
+    # RabbitMQ sends nothing and closes the socket (after a 3 s anti-DoS delay).
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    client.send(
+        commands.Connection.StartOk(
+            client_properties={},
+            mechanism="PLAIN",
+            response="\0guest\0wrong-password",
+            locale="en_US",
+        )
+    )
+    assert client.wait_closed(timeout=6) == []
+
+
+@pytest.mark.parametrize("frame_max", [1024, 4095, 0, 131073])
+def test_tune_ok_frame_max_out_of_range_closes_silently(
+    client: WireClient, frame_max: int
+) -> None:
+    # RabbitMQ raises "negotiated frame_max = 1024 is lower than the minimum allowed value
+    # (4096)" (or "... higher than the maximum allowed value (131072)") but only logs it: the
+    # error carries method 'connection.tune', so rabbit_reader:handle_exception/3 does not take
+    # its tuning clause and closes the socket without a Connection.Close (after 3 s).
+    client.negotiate(frame_max=frame_max)
+    client.send(commands.Connection.Open(virtual_host=client.url.vhost))
+    assert client.wait_closed(timeout=6) == []
+
+
+def test_tune_ok_frame_max_at_minimum_is_accepted(client: WireClient) -> None:
+    client.connect(frame_max=4096)
+    client.open_channel(1)
+    assert_alive(client)
+
+
+def test_channel_max_is_enforced(client: WireClient, bystander: WireClient) -> None:
+    client.connect(channel_max=2)
+    client.open_channel(1)
+    client.open_channel(2)
+    client.send(commands.Channel.Open(), 3)
+    assert reply(close_frame(client)) == (
+        530,
+        "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)",
+        0,
+        0,
+    )
+    assert_alive(bystander)
+
+
+def test_channel_max_counts_open_channels_not_numbers(client: WireClient) -> None:
+    client.connect(channel_max=2)
+    client.open_channel(5)
+    client.open_channel(9)
+    client.send(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 5)
+    client.expect(commands.Channel.CloseOk, channel=5)
+    client.open_channel(100)
+
+
+def test_open_unknown_vhost_is_530(client: WireClient) -> None:
+    # The vhost connection-limit check runs first and is what fails for a missing vhost.
+    client.negotiate()
+    client.send(commands.Connection.Open(virtual_host="nope"))
+    assert reply(close_frame(client)) == (530, "NOT_ALLOWED - vhost nope not found", 10, 40)
+
+
+def test_client_connection_close_gets_close_ok(opened: WireClient) -> None:
+    opened.open_channel(2)
+    opened.send(
+        commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    )
+    opened.expect(commands.Connection.CloseOk, channel=0)
+
+
+# -- heartbeats -------------------------------------------------------------------------------
+
+
+def test_heartbeats_are_sent_and_a_silent_client_is_dropped(client: WireClient) -> None:
+    client.connect(heartbeat=1)
+    start = time.monotonic()
+    client.read_frame(timeout=1.6, skip_heartbeats=False)  # a heartbeat within ~1 interval
+    assert client.heartbeats >= 1
+    # We stay silent: the broker gives up after about two missed intervals, with no Close.
+    assert client.wait_closed(timeout=8) == []
+    elapsed = time.monotonic() - start
+    assert 1.5 <= elapsed <= 6.0, elapsed
+    assert client.heartbeats >= 2
+
+
+def test_a_client_sending_heartbeats_stays_connected(client: WireClient) -> None:
+    client.connect(heartbeat=1)
+    client.open_channel(1)
+    deadline = time.monotonic() + 3.5
+    while time.monotonic() < deadline:
+        client.heartbeat()
+        with pytest.raises(TimeoutError):
+            client.read_frame(timeout=0.4)
+    assert client.heartbeats >= 2
+    assert_alive(client)
+
+
+# -- frame-level errors -----------------------------------------------------------------------
+
+
+def test_frame_larger_than_frame_max_is_501(client: WireClient, bystander: WireClient) -> None:
+    client.connect(frame_max=4096)
+    client.open_channel(1)
+    client.send(commands.Basic.Publish(routing_key=unique("nowhere")), 1)
+    client.send(ContentHeader(0, 4097, commands.Basic.Properties()), 1)
+    client.send_raw(raw_frame(FRAME_BODY, 1, b"x" * 4097))
+    assert reply(close_frame(client)) == (
+        501,
+        "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,4097,4088}",
+        0,
+        0,
+    )
+    assert_alive(bystander)
+
+
+def test_frame_payload_up_to_frame_max_is_tolerated(client: WireClient) -> None:
+    # RabbitMQ allows a payload up to frame_max itself (8 bytes of "fudge" for clients that
+    # forget the frame overhead); the limit it reports is frame_max - 8.
+    client.connect(frame_max=4096)
+    client.open_channel(1)
+    client.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    q = client.expect(commands.Queue.DeclareOk, channel=1).queue
+    client.send(commands.Basic.Publish(routing_key=q), 1)
+    client.send(ContentHeader(0, 4096, commands.Basic.Properties()), 1)
+    client.send_raw(raw_frame(FRAME_BODY, 1, b"y" * 4096))
+    client.send(commands.Basic.Get(queue=q, no_ack=True), 1)
+    get_ok = client.expect(commands.Basic.GetOk, channel=1)
+    assert get_ok.routing_key == q
+    _, body = client.content(1)
+    assert body == b"y" * 4096
+
+
+def test_large_method_frame_is_501(client: WireClient) -> None:
+    client.connect(frame_max=4096)
+    client.open_channel(1)
+    client.send_raw(raw_method(1, 50, 10, b"\0\0" + b"x" * 5000))
+    assert reply(close_frame(client)) == (
+        501,
+        "FRAME_ERROR - type 1, all octets = <<>>: {frame_too_large,5006,4088}",
+        0,
+        0,
+    )
+
+
+def test_bad_frame_end_byte_is_501(opened: WireClient, bystander: WireClient) -> None:
+    qos = struct.pack(">HHIHB", 60, 10, 0, 0, 0)  # basic.qos(0, 0, false)
+    opened.send_raw(raw_frame(FRAME_METHOD, 1, qos, end=b"\x00"))
+    assert reply(close_frame(opened)) == (
+        501,
+        "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,0,0>>: "
+        "{invalid_frame_end_marker,0}",
+        0,
+        0,
+    )
+    assert_alive(bystander)
+
+
+def test_unknown_frame_type_is_501(opened: WireClient) -> None:
+    opened.send_raw(raw_frame(9, 0, b"abc"))
+    assert reply(close_frame(opened)) == (
+        501,
+        'FRAME_ERROR - type 9, all octets = <<"abc">>: unknown_frame',
+        0,
+        0,
+    )
+
+
+def test_truncated_method_arguments_are_501(opened: WireClient) -> None:
+    opened.send_raw(raw_method(1, 50, 10, b"\0"))  # queue.declare cut after one byte
+    assert reply(close_frame(opened)) == (501, "FRAME_ERROR - cannot decode <<0>>", 50, 10)
+
+
+@pytest.mark.parametrize(
+    ("channel", "class_id", "method_id"),
+    [(1, 60, 99), (1, 999, 10), (0, 10, 99)],
+    ids=["unknown-method", "unknown-class", "unknown-method-channel-0"],
+)
+def test_unknown_class_or_method_drops_the_connection(
+    opened: WireClient, bystander: WireClient, channel: int, class_id: int, method_id: int
+) -> None:
+    # rabbit_framing_amqp_0_9_1:lookup_method_name/1 exits with {unknown_method_id, Id}: the
+    # reader process dies and the socket is closed at once, without a Connection.Close.
+    opened.send_raw(raw_method(channel, class_id, method_id))
+    assert opened.wait_closed(timeout=5) == []
+    assert_alive(bystander)
+
+
+# -- channel-level protocol errors that close the connection ----------------------------------
+
+
+def test_method_on_unopened_channel_is_504(client: WireClient, bystander: WireClient) -> None:
+    client.connect()
+    client.send(commands.Queue.Declare(queue=unique("q")), 3)
+    assert reply(close_frame(client)) == (504, "CHANNEL_ERROR - expected 'channel.open'", 50, 10)
+    assert_alive(bystander)
+
+
+def test_publish_on_unopened_channel_is_504(client: WireClient) -> None:
+    client.connect()
+    client.publish(4, b"hello", routing_key=unique("q"))
+    assert reply(close_frame(client)) == (504, "CHANNEL_ERROR - expected 'channel.open'", 60, 40)
+
+
+def test_second_channel_open_is_504(opened: WireClient) -> None:
+    opened.send(commands.Channel.Open(), 1)
+    assert reply(close_frame(opened)) == (
+        504,
+        "CHANNEL_ERROR - second 'channel.open' seen",
+        20,
+        10,
+    )
+
+
+def test_non_connection_method_on_channel_zero_is_504(opened: WireClient) -> None:
+    opened.send(commands.Queue.Declare(queue=unique("q")), 0)
+    assert reply(close_frame(opened)) == (
+        504,
+        "CHANNEL_ERROR - unexpected method in connection state running",
+        50,
+        10,
+    )
+
+
+@pytest.mark.parametrize("kind", ["header", "body"])
+def test_content_without_publish_is_505(
+    opened: WireClient, bystander: WireClient, kind: str
+) -> None:
+    if kind == "header":
+        opened.send(ContentHeader(0, 3, commands.Basic.Properties()), 1)
+    else:
+        opened.send(ContentBody(b"abc"), 1)
+    assert reply(close_frame(opened)) == (
+        505,
+        "UNEXPECTED_FRAME - expected method frame, got non method frame instead",
+        0,
+        0,
+    )
+    assert_alive(bystander)
+
+
+def test_content_header_on_unopened_channel_is_505(client: WireClient) -> None:
+    client.connect()
+    client.send(ContentHeader(0, 3, commands.Basic.Properties()), 2)
+    assert reply(close_frame(client)) == (
+        505,
+        "UNEXPECTED_FRAME - expected method frame, got non method frame instead",
+        0,
+        0,
+    )
+
+
+def test_content_header_on_channel_zero_is_505(opened: WireClient) -> None:
+    opened.send(ContentHeader(0, 3, commands.Basic.Properties()), 0)
+    assert reply(close_frame(opened)) == (
+        505,
+        "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,3,0,0>>",
+        0,
+        0,
+    )
+
+
+def test_method_instead_of_content_header_is_505(opened: WireClient) -> None:
+    opened.send(commands.Basic.Publish(routing_key=unique("q")), 1)
+    opened.send(commands.Basic.Publish(routing_key=unique("q")), 1)
+    assert reply(close_frame(opened)) == (
+        505,
+        "UNEXPECTED_FRAME - expected content header for class 60, "
+        "got non content header frame instead",
+        60,
+        40,
+    )
+
+
+def test_method_instead_of_content_body_is_505(opened: WireClient) -> None:
+    opened.send(commands.Basic.Publish(routing_key=unique("q")), 1)
+    opened.send(ContentHeader(0, 3, commands.Basic.Properties()), 1)
+    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    assert reply(close_frame(opened)) == (
+        505,
+        "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
+        60,
+        40,
+    )
+
+
+def test_unsolicited_channel_close_ok_is_503(opened: WireClient) -> None:
+    opened.send(commands.Channel.CloseOk(), 1)
+    assert reply(close_frame(opened)) == (503, "COMMAND_INVALID - unimplemented method", 20, 41)
+
+
+# -- 530 / 540 from basic methods --------------------------------------------------------------
+
+
+def test_consumer_tag_reuse_on_a_channel_is_530(opened: WireClient, bystander: WireClient) -> None:
+    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), 1)
+    assert opened.expect(commands.Basic.ConsumeOk, channel=1).consumer_tag == "ctag"
+    opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), 1)
+    assert reply(close_frame(opened)) == (
+        530,
+        "NOT_ALLOWED - attempt to reuse consumer tag 'ctag'",
+        60,
+        20,
+    )
+    assert_alive(bystander)
+
+
+def test_same_consumer_tag_on_two_channels_is_fine(opened: WireClient) -> None:
+    opened.open_channel(2)
+    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    for channel in (1, 2):
+        opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), channel)
+        assert opened.expect(commands.Basic.ConsumeOk, channel=channel).consumer_tag == "ctag"
+
+
+def test_server_generated_consumer_tag(opened: WireClient) -> None:
+    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
+    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    opened.send(commands.Basic.Consume(queue=q, consumer_tag=""), 1)
+    tag = opened.expect(commands.Basic.ConsumeOk, channel=1).consumer_tag
+    assert tag.startswith("amq.ctag-")
+    assert len(tag) == len("amq.ctag-") + 22
+
+
+def test_immediate_publish_is_540(opened: WireClient, bystander: WireClient) -> None:
+    opened.publish(1, b"now", routing_key=unique("q"), immediate=True)
+    assert reply(close_frame(opened)) == (540, "NOT_IMPLEMENTED - immediate=true", 60, 40)
+    assert_alive(bystander)
+
+
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        (
+            commands.Basic.Qos(prefetch_size=5),
+            (540, "NOT_IMPLEMENTED - prefetch_size!=0 (5)", 60, 10),
+        ),
+        (commands.Channel.Flow(active=False), (540, "NOT_IMPLEMENTED - active=false", 20, 20)),
+        (commands.Basic.Recover(requeue=False), (540, "NOT_IMPLEMENTED - requeue=false", 60, 110)),
+    ],
+    ids=["qos-prefetch-size", "flow-false", "recover-requeue-false"],
+)
+def test_not_implemented_methods_are_540(
+    opened: WireClient, method: object, expected: tuple[int, str, int, int]
+) -> None:
+    opened.send(method, 1)
+    assert reply(close_frame(opened)) == expected
+
+
+def test_channel_flow_true_gets_flow_ok(opened: WireClient) -> None:
+    opened.send(commands.Channel.Flow(active=True), 1)
+    assert opened.expect(commands.Channel.FlowOk, channel=1).active is True
+
+
+# -- channel close handshake ------------------------------------------------------------------
+
+
+def test_frames_on_a_closing_channel_are_ignored_until_close_ok(opened: WireClient) -> None:
+    missing = unique("missing")
+    opened.send(commands.Queue.Declare(queue=missing, passive=True), 1)
+    close = opened.expect(commands.Channel.Close, channel=1)
+    assert reply(close) == (404, f"NOT_FOUND - no queue '{missing}' in vhost '/'", 50, 10)
+    # Until we send Close-Ok the broker drops everything on channel 1, even what would
+    # otherwise be an error (a second 404, a 540, a content frame).
+    opened.send(commands.Queue.Declare(queue=unique("missing"), passive=True), 1)
+    opened.publish(1, b"dropped", routing_key=unique("q"))
+    opened.send(commands.Basic.Qos(prefetch_size=5), 1)
+    opened.send(commands.Channel.CloseOk(), 1)
+    opened.open_channel(1)  # the very next frame is Channel.Open-Ok
+    assert_alive(opened)
+
+
+def test_client_channel_close_while_broker_closes_gets_close_ok(opened: WireClient) -> None:
+    # Crossing Channel.Close frames: the broker answers ours with Close-Ok, but the channel
+    # number stays taken until our Close-Ok for its Close arrives.
+    opened.send(commands.Queue.Declare(queue=unique("missing"), passive=True), 1)
+    opened.expect(commands.Channel.Close, channel=1)
+    opened.send(
+        commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
+    )
+    opened.expect(commands.Channel.CloseOk, channel=1)
+    opened.send(commands.Channel.CloseOk(), 1)
+    opened.open_channel(1)
+    assert_alive(opened)
+
+
+def test_channel_open_on_a_closing_channel_is_504(opened: WireClient) -> None:
+    # The one method a closing channel does not ignore: channel.open (before our Close-Ok).
+    opened.send(commands.Queue.Declare(queue=unique("missing"), passive=True), 1)
+    opened.expect(commands.Channel.Close, channel=1)
+    opened.send(commands.Channel.Open(), 1)
+    assert reply(close_frame(opened)) == (
+        504,
+        "CHANNEL_ERROR - second 'channel.open' seen",
+        20,
+        10,
+    )
+
+
+def test_client_channel_close_and_reopen(opened: WireClient) -> None:
+    opened.send(
+        commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
+    )
+    opened.expect(commands.Channel.CloseOk, channel=1)
+    opened.open_channel(1)
+    assert_alive(opened)
+
+
+def test_channel_error_leaves_other_channels_and_connections_alone(
+    opened: WireClient, bystander: WireClient
+) -> None:
+    opened.open_channel(2)
+    opened.send(commands.Exchange.Declare(exchange=unique("missing"), passive=True), 2)
+    close = opened.expect(commands.Channel.Close, channel=2)
+    assert (close.reply_code, close.class_id, close.method_id) == (404, 40, 10)
+    opened.send(commands.Channel.CloseOk(), 2)
+    assert_alive(opened)
+    assert_alive(bystander)
+
+
+def test_peer_closed_is_reported(client: WireClient) -> None:
+    """The helper's own contract: EOF surfaces as PeerClosed, not as a hang."""
+    client.send_raw(b"garbage!")
+    assert client.read_raw(8) == PROTOCOL_HEADER
+    with pytest.raises(PeerClosed):
+        client.read_frame(timeout=5)
+
