@@ -26,7 +26,7 @@ from typing import Any
 
 from pamqp import body, commands, frame, heartbeat
 
-from broker.errors import FRAME_ERROR, SYNTAX_ERROR, UNEXPECTED_FRAME, AMQPConnectionError
+from broker.errors import FRAME_ERROR, AMQPConnectionError
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -100,6 +100,7 @@ class FullPublish:
     in one read on one channel (the common case): one dispatch instead of three."""
 
     __slots__ = ("body", "header", "publish")
+    index = PUBLISH_INDEX
 
     def __init__(self, publish: Publish, header: Header, body: bytes) -> None:
         self.publish = publish
@@ -122,10 +123,24 @@ def _frame_error(explanation: str) -> AMQPConnectionError:
     return AMQPConnectionError(FRAME_ERROR, explanation)
 
 
+def erl_binary(data: bytes) -> str:
+    """A binary as Erlang's ``~p`` prints it in RabbitMQ's texts: ``<<"abc">>`` when
+    printable, else ``<<0,60,0,10>>``."""
+    if data and all(32 <= b < 127 for b in data):
+        return '<<"' + data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"') + '">>'
+    return "<<" + ",".join(str(b) for b in data) + ">>"
+
+
+class DropConnectionError(Exception):
+    """Input after which RabbitMQ closes the socket without a Connection.Close (an unknown
+    method id makes its reader exit: rabbit_framing_amqp_0_9_1:lookup_method_name/1)."""
+
+
 def decode_method(payload: bytes) -> Frame:
     """Decode a method frame's payload, through the fast path when it applies.
 
-    Raises :class:`AMQPConnectionError` (502 SYNTAX_ERROR / 540) for bad input.
+    Raises :class:`AMQPConnectionError` (501, RabbitMQ's "cannot decode") for bad fields
+    and :class:`DropConnectionError` for an unknown method id.
     """
     if len(payload) < 4:
         raise AMQPConnectionError(FRAME_ERROR, "method frame too short")
@@ -137,27 +152,21 @@ def decode_method(payload: bytes) -> Frame:
             (tag,) = _LONGLONG.unpack_from(payload, 4)
             return Ack(tag, bool(payload[12] & 1))
     except (IndexError, ValueError, struct.error) as exc:
-        raise AMQPConnectionError(SYNTAX_ERROR, f"malformed method frame: {exc}") from exc
+        raise AMQPConnectionError(
+            FRAME_ERROR, f"cannot decode {erl_binary(payload[4:])}", (index >> 16, index & 0xFFFF)
+        ) from exc
     method_cls = commands.INDEX_MAPPING.get(index)
     if method_cls is None:
-        raise AMQPConnectionError(
-            UNEXPECTED_FRAME if index >> 16 in _KNOWN_CLASSES else 540,
-            f"unknown method class {index >> 16} method {index & 0xFFFF}",
-            (index >> 16, index & 0xFFFF),
-        )
+        raise DropConnectionError(f"unknown method id {index >> 16}.{index & 0xFFFF}")
     method = method_cls()
     try:
         method.unmarshal(payload[4:])
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+        # rabbit_framing: "cannot decode ~w" with the argument bytes.
         raise AMQPConnectionError(
-            SYNTAX_ERROR,
-            f"failed to decode {getattr(method_cls, 'name', index)}: {exc}",
-            (index >> 16, index & 0xFFFF),
+            FRAME_ERROR, f"cannot decode {erl_binary(payload[4:])}", (index >> 16, index & 0xFFFF)
         ) from exc
     return method
-
-
-_KNOWN_CLASSES = frozenset(index >> 16 for index in commands.INDEX_MAPPING)
 
 
 def _other_frame(frame_type: int, payload: bytes) -> Frame:
@@ -169,7 +178,7 @@ def _other_frame(frame_type: int, payload: bytes) -> Frame:
         return Header(class_id, body_size, payload)
     if frame_type == FRAME_HEARTBEAT:
         return HEARTBEAT
-    raise _frame_error(f"type {frame_type}, all octets = <<>>: unknown_frame_type")
+    raise _frame_error(f"type {frame_type}, all octets = {erl_binary(payload)}: unknown_frame")
 
 
 class FrameReader:
@@ -208,22 +217,28 @@ class FrameReader:
             if not pos:
                 self._keep(data, 0, 8)
                 return out
-        size_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+        # RabbitMQ accepts payloads up to frame_max itself (an 8-octet "fudge" for clients
+        # that forget the frame overhead) but reports the limit as frame_max - 8
+        # (rabbit_reader:handle_input/3, ?FRAME_SIZE_FUDGE).
+        reported_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+        size_limit = reported_limit + FRAME_OVERHEAD
         end_of_data = len(data)
         unpack_head = _FRAME_HEAD.unpack_from
         while end_of_data - pos >= 8:
             frame_type, channel, size = unpack_head(data, pos)
             if size > size_limit:
                 raise _frame_error(
-                    f"type {frame_type}, all octets = <<>>: {{frame_too_large,{size},{size_limit}}}"
+                    f"type {frame_type}, all octets = <<>>: "
+                    f"{{frame_too_large,{size},{reported_limit}}}"
                 )
             end = pos + 7 + size
             if end >= end_of_data:
                 break
             if data[end] != FRAME_END:
-                marker = data[end]
+                octets = erl_binary(data[pos + 7 : end])
                 raise _frame_error(
-                    f"type {frame_type}, all octets = <<>>: {{invalid_frame_end_marker,{marker}}}"
+                    f"type {frame_type}, all octets = {octets}: "
+                    f"{{invalid_frame_end_marker,{data[end]}}}"
                 )
             if frame_type == FRAME_BODY:
                 out.append((channel, Body(data[pos + 7 : end])))
@@ -283,7 +298,9 @@ def _decode_publish(data: bytes, start: int, end: int) -> Publish:
             raise ValueError("truncated Basic.Publish")
         bits = data[offset]
     except (IndexError, ValueError) as exc:
-        raise AMQPConnectionError(SYNTAX_ERROR, f"malformed method frame: {exc}", (60, 40)) from exc
+        raise AMQPConnectionError(
+            FRAME_ERROR, f"cannot decode {erl_binary(data[start + 4 : end])}", (60, 40)
+        ) from exc
     return Publish(exchange, routing_key, bool(bits & 1), bool(bits & 2))
 
 
@@ -508,6 +525,7 @@ __all__ = [
     "PROTOCOL_HEADER",
     "Ack",
     "Body",
+    "DropConnectionError",
     "FrameReader",
     "FullPublish",
     "Header",
@@ -518,6 +536,7 @@ __all__ = [
     "decode_method",
     "deliver_frames",
     "deliver_method",
+    "erl_binary",
     "get_ok_method",
     "method_frame",
     "return_method",

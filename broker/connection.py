@@ -32,19 +32,20 @@ from pamqp import commands, decode
 
 from broker import codec
 from broker.channel import Channel
+from broker.config import FRAME_MIN
 from broker.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
     NOT_ALLOWED,
+    UNEXPECTED_FRAME,
     AMQPConnectionError,
     AMQPError,
     close_method,
     method_id_of,
     reply_text,
 )
-from broker.errors import FRAME_ERROR as _FRAME_ERROR
 
 if TYPE_CHECKING:
     from broker.queue import Queue
@@ -82,6 +83,18 @@ class State(Enum):
     OPEN = 4
     CLOSING = 5
     CLOSED = 6
+
+
+# RabbitMQ's names for the connection states, as its error texts print them.
+STATE_NAMES = {
+    State.AWAIT_HEADER: "pre_init",
+    State.AWAIT_START_OK: "starting",
+    State.AWAIT_TUNE_OK: "tuning",
+    State.AWAIT_OPEN: "opening",
+    State.OPEN: "running",
+    State.CLOSING: "closing",
+    State.CLOSED: "closed",
+}
 
 
 def server_properties() -> dict[str, Any]:
@@ -245,6 +258,10 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._abort()
             return
+        except codec.DropConnectionError as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            self._abort()
+            return
         except AMQPError as exc:
             self._fail(exc, 0)
             return
@@ -258,7 +275,7 @@ class Connection(asyncio.Protocol):
                 try:
                     channel.handle(frame)
                 except AMQPError as exc:
-                    if exc.method == (0, 0):
+                    if exc.method is None:
                         exc.method = method_id_of(frame)
                     self._fail(exc, channel_id)
                 continue
@@ -273,7 +290,7 @@ class Connection(asyncio.Protocol):
                 else:
                     self._on_channel_frame(channel_id, frame)
             except AMQPError as exc:
-                if exc.method == (0, 0):
+                if exc.method is None:
                     exc.method = method_id_of(frame)
                 self._fail(exc, channel_id)
 
@@ -289,27 +306,35 @@ class Connection(asyncio.Protocol):
                 self._close_channel(channel)
                 self.send_method(channel_id, commands.Channel.CloseOk())
             elif frame_type is commands.Channel.CloseOk:
-                pass
+                raise AMQPConnectionError(COMMAND_INVALID, "unimplemented method")
             else:
                 channel.handle(frame)
             return
         if isinstance(frame, codec.Heartbeat):
             return
         if channel_id in self.closing_channels:
-            # Dropped until Close-Ok; a crossing Close is answered.
+            # Everything is dropped until Close-Ok (a crossing Close is answered, but the
+            # number stays taken until our Close is acknowledged); only a Channel.Open is
+            # an error, as in RabbitMQ.
             if isinstance(frame, commands.Channel.CloseOk):
                 self.closing_channels.discard(channel_id)
             elif isinstance(frame, commands.Channel.Close):
-                self.closing_channels.discard(channel_id)
                 self.send_method(channel_id, commands.Channel.CloseOk())
+            elif isinstance(frame, commands.Channel.Open):
+                raise AMQPConnectionError(CHANNEL_ERROR, "second 'channel.open' seen")
             return
+        if isinstance(frame, codec.Header | codec.Body):
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
+            )
         if not isinstance(frame, commands.Channel.Open):
             raise AMQPConnectionError(CHANNEL_ERROR, "expected 'channel.open'")
-        if channel_id > self.channel_max or len(self.channels) >= self.channel_max:
+        if self.channel_max and len(self.channels) >= self.channel_max:
             raise AMQPConnectionError(
                 NOT_ALLOWED,
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})",
+                (0, 0),
             )
         self.channels[channel_id] = Channel(self, channel_id)
         self.send_method(channel_id, commands.Channel.OpenOk())
@@ -347,12 +372,19 @@ class Connection(asyncio.Protocol):
             self._abort()
         elif isinstance(frame, C.CloseOk | C.Blocked | C.Unblocked):
             pass
-        elif isinstance(frame, codec.Header | codec.Body):
+        elif isinstance(frame, codec.Header):
             raise AMQPConnectionError(
-                _FRAME_ERROR, "type 2, all octets = <<>>: content frame on channel 0"
+                UNEXPECTED_FRAME, f"type 2, all octets = {codec.erl_binary(frame.payload)}"
+            )
+        elif isinstance(frame, codec.Body):
+            raise AMQPConnectionError(
+                UNEXPECTED_FRAME, f"type 3, all octets = {codec.erl_binary(frame.data)}"
             )
         else:
-            raise AMQPConnectionError(COMMAND_INVALID, f"unexpected method {type(frame).__name__}")
+            # rabbit_reader:handle_method0/2's catch-all.
+            raise AMQPConnectionError(
+                CHANNEL_ERROR, f"unexpected method in connection state {STATE_NAMES[state]}"
+            )
 
     def _send_start(self) -> None:
         self.state = State.AWAIT_START_OK
@@ -402,7 +434,6 @@ class Connection(asyncio.Protocol):
                         ACCESS_REFUSED,
                         f"Login was refused using authentication mechanism {mechanism}. "
                         "For details see the broker logfile.",
-                        (10, 11),
                     ),
                     0,
                 )
@@ -422,26 +453,14 @@ class Connection(asyncio.Protocol):
         )
 
     def _on_tune_ok(self, frame: commands.Connection.TuneOk) -> None:
-        # rabbit_reader:validate_negotiated_integer_value/3 and fail_negotiation/4.
-        for field, minimum, value, server_value in (
-            ("channel_max", 0, frame.channel_max, self.config.channel_max),
-            ("frame_max", self.config_frame_min, frame.frame_max, self.config.frame_max),
-        ):
-            detail = " (no limit)" if field == "channel_max" and value == 0 else ""
-            if value != 0 and value < minimum:
-                raise AMQPConnectionError(
-                    NOT_ALLOWED,
-                    f"negotiated {field} = {value}{detail} is lower than the minimum allowed "
-                    f"value ({minimum})",
-                    (10, 30),
-                )
-            if server_value != 0 and (value == 0 or value > server_value):
-                raise AMQPConnectionError(
-                    NOT_ALLOWED,
-                    f"negotiated {field} = {value}{detail} is higher than the maximum allowed "
-                    f"value ({server_value})",
-                    (10, 30),
-                )
+        problem = self._tune_problem(frame)
+        if problem is not None:
+            # RabbitMQ raises this but, as the error carries 'connection.tune', its reader
+            # only logs it and closes the socket without a Connection.Close
+            # (rabbit_reader:handle_exception/3).
+            log.warning("closing connection %s: %s", self.peer, problem)
+            self._abort()
+            return
         self.channel_max = frame.channel_max
         self.frame_max = frame.frame_max
         self.reader.frame_max = frame.frame_max
@@ -450,11 +469,24 @@ class Connection(asyncio.Protocol):
         if self.heartbeat:
             self._schedule_heartbeat()
 
-    @property
-    def config_frame_min(self) -> int:
-        from broker.config import FRAME_MIN
-
-        return FRAME_MIN
+    def _tune_problem(self, frame: commands.Connection.TuneOk) -> str | None:
+        """rabbit_reader:validate_negotiated_integer_value/3 and fail_negotiation/4."""
+        for field, minimum, value, server_value in (
+            ("channel_max", 0, frame.channel_max, self.config.channel_max),
+            ("frame_max", FRAME_MIN, frame.frame_max, self.config.frame_max),
+        ):
+            detail = " (no limit)" if field == "channel_max" and value == 0 else ""
+            if value != 0 and value < minimum:
+                return (
+                    f"negotiated {field} = {value}{detail} is lower than the minimum allowed "
+                    f"value ({minimum})"
+                )
+            if server_value != 0 and (value == 0 or value > server_value):
+                return (
+                    f"negotiated {field} = {value}{detail} is higher than the maximum allowed "
+                    f"value ({server_value})"
+                )
+        return None
 
     def _on_open(self, frame: commands.Connection.Open) -> None:
         vhost = self.server.vhosts.get(frame.virtual_host)

@@ -79,9 +79,10 @@ def reply_text(code: int, explanation: str) -> str:
 
 
 class AMQPError(Exception):
-    """An error with an AMQP reply code; ``method`` is the failing method's class and id."""
+    """An error with an AMQP reply code; ``method`` is the failing method's class and id
+    (None: the method being handled, filled in by the connection)."""
 
-    def __init__(self, code: int, explanation: str, method: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, code: int, explanation: str, method: tuple[int, int] | None = None) -> None:
         super().__init__(explanation)
         self.code = code
         self.explanation = explanation
@@ -113,7 +114,7 @@ class AMQPConnectionError(AMQPError):
 def close_method(exc: AMQPError) -> commands.Connection.Close | commands.Channel.Close:
     """The Close method to send for ``exc``; the caller sends it on channel 0 for a
     ``Connection.Close`` and on the failing channel otherwise."""
-    class_id, method_id = exc.method
+    class_id, method_id = exc.method or (0, 0)
     if exc.closes_connection:
         return commands.Connection.Close(exc.code, exc.text, class_id, method_id)
     return commands.Channel.Close(exc.code, exc.text, class_id, method_id)

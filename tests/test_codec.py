@@ -185,10 +185,28 @@ def test_wrong_protocol_header_is_detected_early() -> None:
         codec.FrameReader(131072).feed(b"AMQP\x00\x00\x08\x00")
 
 
-def test_unknown_method_is_rejected() -> None:
+def test_unknown_method_drops_the_connection() -> None:
+    # RabbitMQ's reader exits on an unknown method id: no Close frame, the socket closes.
     payload = (99 << 16 | 1).to_bytes(4, "big")
-    with pytest.raises(AMQPConnectionError):
+    with pytest.raises(codec.DropConnectionError):
         codec.decode_method(payload)
+
+
+def test_truncated_arguments_cannot_be_decoded() -> None:
+    payload = commands.Queue.Declare.index.to_bytes(4, "big") + b"\0"
+    with pytest.raises(AMQPConnectionError) as err:
+        codec.decode_method(payload)
+    assert (err.value.code, err.value.text, err.value.method) == (
+        FRAME_ERROR,
+        "FRAME_ERROR - cannot decode <<0>>",
+        (50, 10),
+    )
+
+
+def test_erlang_binary_formatting() -> None:
+    assert codec.erl_binary(b"abc") == '<<"abc">>'
+    assert codec.erl_binary(b"\x00\x3c") == "<<0,60>>"
+    assert codec.erl_binary(b"") == "<<>>"
 
 
 def test_large_body_split_by_frame_max() -> None:

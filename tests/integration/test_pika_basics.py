@@ -97,7 +97,7 @@ def connection_error(excinfo: pytest.ExceptionInfo[BaseException]) -> tuple[int,
 
 
 def ready_count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
+    return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
 def wait_ready(ch: BlockingChannel, queue: str, count: int) -> None:
@@ -138,7 +138,7 @@ def ch(conn: pika.BlockingConnection) -> BlockingChannel:
 @pytest.fixture
 def queue(ch: BlockingChannel) -> str:
     """A fresh exclusive server-named queue on ``ch``."""
-    return ch.queue_declare("", exclusive=True).method.queue
+    return str(ch.queue_declare("", exclusive=True).method.queue)
 
 
 @pytest.fixture
@@ -188,7 +188,9 @@ def test_unknown_vhost_is_refused_with_530(amqp_url: str) -> None:
     url = parse_url(amqp_url)
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as excinfo:
         connect(with_credentials(amqp_url, url.user, url.password, vhost="nope"))
-    assert excinfo.value.args == ("ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost nope not found'",)
+    assert excinfo.value.args == (
+        "ConnectionClosedByBroker: (530) 'NOT_ALLOWED - vhost nope not found'",
+    )
 
 
 def test_many_channels_on_one_connection(conn: pika.BlockingConnection) -> None:
@@ -344,7 +346,10 @@ def test_exchange_delete_if_unused_is_406(
     ch.queue_bind(queue, x, "k")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
         ch.exchange_delete(x, if_unused=True)
-    assert channel_error(excinfo) == (406, f"PRECONDITION_FAILED - exchange '{x}' in vhost '/' in use")
+    assert channel_error(excinfo) == (
+        406,
+        f"PRECONDITION_FAILED - exchange '{x}' in vhost '/' in use",
+    )
 
 
 def test_publish_to_missing_exchange_closes_channel_with_404(
@@ -369,7 +374,10 @@ def test_unknown_exchange_type_is_channel_406(leveret: Any) -> None:
         x = unique("x")
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
             channel.exchange_declare(x, "x-foo")
-        assert channel_error(excinfo) == (406, "PRECONDITION_FAILED - unknown exchange type 'x-foo'")
+        assert channel_error(excinfo) == (
+            406,
+            "PRECONDITION_FAILED - unknown exchange type 'x-foo'",
+        )
         assert connection.is_open
         connection.channel().exchange_declare("amq.direct", passive=True)
     finally:
@@ -510,7 +518,10 @@ def test_queue_delete_if_empty_and_if_unused_are_406(conn: pika.BlockingConnecti
     ch.basic_publish("", q, b"m")
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
         ch.queue_delete(q, if_empty=True)
-    assert channel_error(excinfo) == (406, f"PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty")
+    assert channel_error(excinfo) == (
+        406,
+        f"PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty",
+    )
     ch = conn.channel()
     ch.basic_consume(q, lambda *a: None)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
@@ -524,13 +535,19 @@ def test_exclusive_consumer_conflicts_are_403(conn: pika.BlockingConnection) -> 
     ch.basic_consume(q, lambda *a: None)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
         conn.channel().basic_consume(q, lambda *a: None, exclusive=True)
-    assert channel_error(excinfo) == (403, f"ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use")
+    assert channel_error(excinfo) == (
+        403,
+        f"ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use",
+    )
 
     q2 = ch.queue_declare("", exclusive=True).method.queue
     ch.basic_consume(q2, lambda *a: None, exclusive=True)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
         conn.channel().basic_consume(q2, lambda *a: None)
-    assert channel_error(excinfo) == (403, f"ACCESS_REFUSED - queue '{q2}' in vhost '/' in exclusive use")
+    assert channel_error(excinfo) == (
+        403,
+        f"ACCESS_REFUSED - queue '{q2}' in vhost '/' in exclusive use",
+    )
 
 
 # -- publish, get, consume, acks ----------------------------------------------------------------
@@ -651,7 +668,9 @@ def test_bad_delivery_tag_is_406(ch: BlockingChannel, queue: str, case: str) -> 
     assert channel_error(excinfo) == (406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
 
 
-def test_consume_ack_and_cancel(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str) -> None:
+def test_consume_ack_and_cancel(
+    conn: pika.BlockingConnection, ch: BlockingChannel, queue: str
+) -> None:
     got: list[tuple[int, bool, bytes]] = []
 
     def on_message(channel: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
@@ -751,7 +770,9 @@ def test_large_message_with_small_frame_max(amqp_url: str) -> None:
 # -- confirms, mandatory, tx ------------------------------------------------------------------
 
 
-def test_confirms_ack_routable_and_raise_unroutable_mandatory(ch: BlockingChannel, queue: str) -> None:
+def test_confirms_ack_routable_and_raise_unroutable_mandatory(
+    ch: BlockingChannel, queue: str
+) -> None:
     ch.confirm_delivery()
     ch.basic_publish("", queue, b"ok", mandatory=True)
     ch.basic_publish("amq.direct", unique("nowhere"), b"dropped")  # not mandatory: just acked
@@ -765,7 +786,9 @@ def test_confirms_ack_routable_and_raise_unroutable_mandatory(ch: BlockingChanne
     assert ready_count(ch, queue) == 1
 
 
-def test_mandatory_return_without_confirms(conn: pika.BlockingConnection, ch: BlockingChannel) -> None:
+def test_mandatory_return_without_confirms(
+    conn: pika.BlockingConnection, ch: BlockingChannel
+) -> None:
     returned: list[tuple[int, str, str, str, bytes]] = []
     ch.add_on_return_callback(
         lambda _c, m, _p, body: returned.append(

@@ -29,7 +29,7 @@ from .wire import (
     FRAME_BODY,
     FRAME_METHOD,
     PROTOCOL_HEADER,
-    PeerClosed,
+    PeerClosedError,
     WireClient,
     raw_frame,
     raw_method,
@@ -66,11 +66,17 @@ def bystander(amqp_url: str) -> Iterator[WireClient]:
         yield c
 
 
+def declare_queue(c: WireClient, channel: int = 1) -> str:
+    """Declare an exclusive server-named queue and return its name."""
+    c.send(commands.Queue.Declare(queue="", exclusive=True), channel)
+    name = c.expect(commands.Queue.DeclareOk, channel=channel).queue
+    assert name is not None and name.startswith("amq.gen-"), name
+    return name
+
+
 def assert_alive(c: WireClient) -> None:
     """The connection still answers: declare a server-named queue on channel 1."""
-    c.send(commands.Queue.Declare(queue="", exclusive=True), 1)
-    ok = c.expect(commands.Queue.DeclareOk, channel=1)
-    assert ok.queue.startswith("amq.gen-")
+    declare_queue(c)
 
 
 def close_frame(c: WireClient, timeout: float = 5.0) -> commands.Connection.Close:
@@ -82,7 +88,12 @@ def close_frame(c: WireClient, timeout: float = 5.0) -> commands.Connection.Clos
 
 
 def reply(close: commands.Connection.Close | commands.Channel.Close) -> tuple[int, str, int, int]:
-    return close.reply_code, close.reply_text, close.class_id, close.method_id
+    return (
+        int(close.reply_code or 0),
+        close.reply_text,
+        int(close.class_id or 0),
+        int(close.method_id or 0),
+    )
 
 
 # -- protocol header --------------------------------------------------------------------------
@@ -170,9 +181,7 @@ def test_wrong_password_without_capability_just_closes(client: WireClient) -> No
 
 
 @pytest.mark.parametrize("frame_max", [1024, 4095, 0, 131073])
-def test_tune_ok_frame_max_out_of_range_closes_silently(
-    client: WireClient, frame_max: int
-) -> None:
+def test_tune_ok_frame_max_out_of_range_closes_silently(client: WireClient, frame_max: int) -> None:
     # RabbitMQ raises "negotiated frame_max = 1024 is lower than the minimum allowed value
     # (4096)" (or "... higher than the maximum allowed value (131072)") but only logs it: the
     # error carries method 'connection.tune', so rabbit_reader:handle_exception/3 does not take
@@ -276,8 +285,7 @@ def test_frame_payload_up_to_frame_max_is_tolerated(client: WireClient) -> None:
     # forget the frame overhead); the limit it reports is frame_max - 8.
     client.connect(frame_max=4096)
     client.open_channel(1)
-    client.send(commands.Queue.Declare(queue="", exclusive=True), 1)
-    q = client.expect(commands.Queue.DeclareOk, channel=1).queue
+    q = declare_queue(client)
     client.send(commands.Basic.Publish(routing_key=q), 1)
     client.send(ContentHeader(0, 4096, commands.Basic.Properties()), 1)
     client.send_raw(raw_frame(FRAME_BODY, 1, b"y" * 4096))
@@ -450,8 +458,7 @@ def test_unsolicited_channel_close_ok_is_503(opened: WireClient) -> None:
 
 
 def test_consumer_tag_reuse_on_a_channel_is_530(opened: WireClient, bystander: WireClient) -> None:
-    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
-    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    q = declare_queue(opened)
     opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), 1)
     assert opened.expect(commands.Basic.ConsumeOk, channel=1).consumer_tag == "ctag"
     opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), 1)
@@ -466,19 +473,17 @@ def test_consumer_tag_reuse_on_a_channel_is_530(opened: WireClient, bystander: W
 
 def test_same_consumer_tag_on_two_channels_is_fine(opened: WireClient) -> None:
     opened.open_channel(2)
-    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
-    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    q = declare_queue(opened)
     for channel in (1, 2):
         opened.send(commands.Basic.Consume(queue=q, consumer_tag="ctag"), channel)
         assert opened.expect(commands.Basic.ConsumeOk, channel=channel).consumer_tag == "ctag"
 
 
 def test_server_generated_consumer_tag(opened: WireClient) -> None:
-    opened.send(commands.Queue.Declare(queue="", exclusive=True), 1)
-    q = opened.expect(commands.Queue.DeclareOk, channel=1).queue
+    q = declare_queue(opened)
     opened.send(commands.Basic.Consume(queue=q, consumer_tag=""), 1)
     tag = opened.expect(commands.Basic.ConsumeOk, channel=1).consumer_tag
-    assert tag.startswith("amq.ctag-")
+    assert tag is not None and tag.startswith("amq.ctag-")
     assert len(tag) == len("amq.ctag-") + 22
 
 
@@ -535,9 +540,7 @@ def test_client_channel_close_while_broker_closes_gets_close_ok(opened: WireClie
     # number stays taken until our Close-Ok for its Close arrives.
     opened.send(commands.Queue.Declare(queue=unique("missing"), passive=True), 1)
     opened.expect(commands.Channel.Close, channel=1)
-    opened.send(
-        commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
-    )
+    opened.send(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1)
     opened.expect(commands.Channel.CloseOk, channel=1)
     opened.send(commands.Channel.CloseOk(), 1)
     opened.open_channel(1)
@@ -558,9 +561,7 @@ def test_channel_open_on_a_closing_channel_is_504(opened: WireClient) -> None:
 
 
 def test_client_channel_close_and_reopen(opened: WireClient) -> None:
-    opened.send(
-        commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1
-    )
+    opened.send(commands.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), 1)
     opened.expect(commands.Channel.CloseOk, channel=1)
     opened.open_channel(1)
     assert_alive(opened)
@@ -579,9 +580,8 @@ def test_channel_error_leaves_other_channels_and_connections_alone(
 
 
 def test_peer_closed_is_reported(client: WireClient) -> None:
-    """The helper's own contract: EOF surfaces as PeerClosed, not as a hang."""
+    """The helper's own contract: EOF surfaces as PeerClosedError, not as a hang."""
     client.send_raw(b"garbage!")
     assert client.read_raw(8) == PROTOCOL_HEADER
-    with pytest.raises(PeerClosed):
+    with pytest.raises(PeerClosedError):
         client.read_frame(timeout=5)
-

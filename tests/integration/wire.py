@@ -64,7 +64,7 @@ def parse_url(url: str) -> Url:
     )
 
 
-class PeerClosed(Exception):
+class PeerClosedError(Exception):
     """The broker closed the TCP connection."""
 
 
@@ -132,9 +132,9 @@ class WireClient:
         self.sock.sendall(pframe.marshal(value, channel))
 
     def _fill(self, deadline: float) -> None:
-        """Read more bytes into the buffer; raise PeerClosed on EOF, TimeoutError at deadline."""
+        """Read more into the buffer; PeerClosedError on EOF, TimeoutError at the deadline."""
         if self._eof:
-            raise PeerClosed("connection closed by broker")
+            raise PeerClosedError("connection closed by broker")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("no frame from the broker in time")
@@ -147,7 +147,7 @@ class WireClient:
             data = b""
         if not data:
             self._eof = True
-            raise PeerClosed("connection closed by broker")
+            raise PeerClosedError("connection closed by broker")
         self._buffer += data
 
     def read_raw(self, count: int, timeout: float | None = None) -> bytes:
@@ -165,7 +165,7 @@ class WireClient:
         while True:
             try:
                 self._fill(deadline)
-            except PeerClosed:
+            except PeerClosedError:
                 data = bytes(self._buffer)
                 self._buffer.clear()
                 return data
@@ -216,7 +216,7 @@ class WireClient:
         while True:
             try:
                 channel, value = self.read_frame(max(deadline - time.monotonic(), 0.001))
-            except PeerClosed:
+            except PeerClosedError:
                 return frames
             frames.append((channel, value))
             if isinstance(value, commands.Connection.Close):
@@ -371,7 +371,7 @@ __all__ = [
     "FRAME_HEADER",
     "FRAME_METHOD",
     "PROTOCOL_HEADER",
-    "PeerClosed",
+    "PeerClosedError",
     "ProtocolHeader",
     "WireClient",
     "amqplain_response",
