@@ -24,6 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=None, help="directory for durable data (none: memory only)"
     )
     serve.add_argument(
+        "--loopback-users",
+        default="guest",
+        help="comma-separated users allowed to connect only from loopback, as RabbitMQ's "
+        "loopback_users (default: guest; '' lets guest connect from anywhere)",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -51,7 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    config = Config(host=args.host, port=args.port, data_dir=args.data_dir)
+    config = Config(
+        host=args.host,
+        port=args.port,
+        data_dir=args.data_dir,
+        loopback_users=tuple(u for u in args.loopback_users.split(",") if u),
+    )
     if config.use_uvloop:
         try:
             import uvloop

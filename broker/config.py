@@ -31,6 +31,9 @@ class Config:
     max_message_size: int = MAX_MESSAGE_SIZE
     # user -> password. guest may only connect from loopback, as in RabbitMQ.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
+    # Users that may only connect from loopback (RabbitMQ's ``loopback_users``, default
+    # guest); the Docker image clears it, as the official RabbitMQ image does.
+    loopback_users: tuple[str, ...] = ("guest",)
     vhosts: tuple[str, ...] = ("/",)
     # Seconds to wait for clients to answer Connection.Close on shutdown.
     shutdown_timeout: float = 5.0

@@ -424,7 +424,11 @@ class Connection(asyncio.Protocol):
         user, password = self._credentials(mechanism, frame.response)
         expected = self.config.users.get(user)
         loopback = bool(self.peer) and str(self.peer[0]) in ("127.0.0.1", "::1", "localhost")
-        if expected is None or expected != password or (user == "guest" and not loopback):
+        if (
+            expected is None
+            or expected != password
+            or (user in self.config.loopback_users and not loopback)
+        ):
             # rabbit_reader:auth_fail/5: a Close only for clients that advertise
             # authentication_failure_close; others just see the socket close.
             log.warning("login refused for user %r (%s)", user, mechanism)

@@ -93,6 +93,12 @@ async def test_other_users_may_connect_from_anywhere() -> None:
     assert isinstance(tune, commands.Connection.Tune)
 
 
+async def test_loopback_users_can_be_cleared() -> None:
+    config = Config(port=0, loopback_users=())
+    _start, tune = await login("10.1.2.3", "guest", "guest", config)
+    assert isinstance(tune, commands.Connection.Tune)
+
+
 async def test_configured_user_logs_in_over_a_socket() -> None:
     server = Server(Config(port=0, users={"app": "s3cret"}))
     await server.start()
