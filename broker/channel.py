@@ -39,8 +39,14 @@ from broker.errors import (
     AMQPChannelError,
     AMQPConnectionError,
 )
-from broker.message import FLAG_EXPIRATION, FLAG_USER_ID, Message, expiration_error
-from broker.queue import Consumer, Queue
+from broker.message import (
+    FLAG_EXPIRATION,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+    expiration_error,
+)
+from broker.queue import Consumer, Entry, Queue
 from broker.vhost import generated_name
 from exchanges.model import DestKind
 from exchanges.routing import route
@@ -49,6 +55,13 @@ if TYPE_CHECKING:
     from broker.connection import Connection
 
 BASIC_CLASS = 60
+# Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_PREFIX = REPLY_TO + "."
+# Properties that need a look before routing: user_id, expiration, reply_to.
+_CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+# An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
+Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
 
 
@@ -73,7 +86,7 @@ class Channel:
         self._remaining = 0
         self.consumers: dict[str, Consumer] = {}
         # delivery tag -> (queue, message, consumer or None for basic.get)
-        self.unacked: OrderedDict[int, tuple[Queue, Message, Consumer | None]] = OrderedDict()
+        self.unacked: OrderedDict[int, Record] = OrderedDict()
         self.next_tag = 1
         self.prefetch_count = 0  # for consumers created after basic.qos(global=false)
         self.global_prefetch = 0  # basic.qos(global=true): a limit for the channel (3.13)
@@ -82,8 +95,10 @@ class Channel:
         self.confirmed_upto = 0
         self.nacks: list[int] = []  # sequence numbers to nack at the next flush
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
-        self.tx_acks: list[tuple[int, tuple[Queue, Message, Consumer | None]]] = []
+        self.tx_acks: list[tuple[int, Record]] = []
         self.last_queue: str | None = None
+        self.reply_consumer: Consumer | None = None
+        self.reply_key = ""
         self.handlers: dict[type, Callable[[Any], None]] = {
             codec.FullPublish: self._on_full_publish,
             codec.Publish: self._on_basic_publish,
@@ -173,13 +188,14 @@ class Channel:
             or publish.immediate
             or exchange is None
             or exchange.internal
-            or (payload[12] << 8 | payload[13]) & (FLAG_USER_ID | FLAG_EXPIRATION)
+            or (payload[12] << 8 | payload[13]) & _CHECKED_FLAGS
             or self.tx is not None
         ):
             self._publish = publish
             self._on_header(header, frame.body)
             return
         message = Message(publish.exchange, publish.routing_key, payload, frame.body)
+        self.conn.published = True
         rejected = self._route(message, publish.mandatory)
         if self.confirm:
             self.publish_seq += 1
@@ -249,9 +265,10 @@ class Channel:
                 method,
             )
         message = Message(publish.exchange, publish.routing_key, header.payload, body)
+        self.conn.published = True
         flags = message.flags
-        if flags & (FLAG_USER_ID | FLAG_EXPIRATION):
-            self._check_properties(message, method)
+        if flags & _CHECKED_FLAGS:
+            message = self._checked(message, method)
         if self.tx is not None:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
@@ -263,8 +280,9 @@ class Channel:
                 self.nacks.append(self.publish_seq)
             self.conn.confirm_pending(self)
 
-    def _check_properties(self, message: Message, method: tuple[int, int]) -> None:
-        """rabbit_channel:check_user_id_header/2 and check_expiration_header/1."""
+    def _checked(self, message: Message, method: tuple[int, int]) -> Message:
+        """rabbit_channel:check_user_id_header/2, check_expiration_header/1 and the direct
+        reply-to rewrite of ``reply_to`` (docs/direct-reply-to.md)."""
         if message.flags & FLAG_USER_ID:
             user_id = message.properties.user_id
             if user_id != self.conn.user:
@@ -281,6 +299,16 @@ class Channel:
                 raise AMQPChannelError(
                     PRECONDITION_FAILED, f"invalid expiration '{expiration}': {problem}", method
                 )
+            message.ttl = int(expiration)
+        if message.flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
+            if self.reply_consumer is None:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED, "fast reply consumer does not exist", method
+                )
+            props = message.copy_properties()
+            props.reply_to = REPLY_TO + "." + self.reply_key
+            message = message.with_properties(props)
+        return message
 
     def _route(self, message: Message, mandatory: bool) -> bool:
         """Route and enqueue ``message``; True when a queue refused it (overflow)."""
@@ -291,10 +319,12 @@ class Channel:
         vhost = self.vhost
         if vhost.projection_uses_headers or b"CC" in payload:
             headers = message.headers
+        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
+            return self._reply(message, mandatory)
         names = route(vhost.projection, message.exchange, message.routing_key, headers)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
-            props = message.properties
+            props = message.copy_properties()
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             message = message.with_properties(props)
         rejected = False
@@ -308,17 +338,26 @@ class Channel:
                     if not queue.publish(message):
                         rejected = True
         if not routed and mandatory:
-            self.conn.write(
-                codec.return_method(
-                    self.id,
-                    NO_ROUTE,
-                    "NO_ROUTE",
-                    message.exchange,
-                    message.routing_key,
-                )
-                + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
-            )
+            self._return(message)
         return rejected
+
+    def _reply(self, message: Message, mandatory: bool) -> bool:
+        """A reply to a direct reply-to requester: straight to its consumer, at most once
+        (dropped, or returned when mandatory, if the requester has gone)."""
+        consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
+        if consumer is not None and consumer.channel.open:
+            consumer.channel.deliver(consumer, (message, False, 0.0))
+        elif mandatory:
+            self._return(message)
+        return False
+
+    def _return(self, message: Message) -> None:
+        self.conn.write(
+            codec.return_method(
+                self.id, NO_ROUTE, "NO_ROUTE", message.exchange, message.routing_key
+            )
+            + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
+        )
 
     def flush_confirms(self) -> None:
         """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
@@ -338,12 +377,13 @@ class Channel:
 
     # -- delivery ---------------------------------------------------------------------
 
-    def deliver(self, consumer: Consumer, message: Message, redelivered: bool) -> None:
-        """Send ``message`` to ``consumer`` (called by the queue)."""
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Send a queue entry to ``consumer`` (called by the queue)."""
+        message, redelivered, _expires = entry
         tag = self.next_tag
         self.next_tag = tag + 1
         if not consumer.no_ack:
-            self.unacked[tag] = (consumer.queue, message, consumer)
+            self.unacked[tag] = (consumer.queue, entry, consumer)
             consumer.unacked += 1
         self.conn.write(
             codec.deliver_frames(
@@ -385,6 +425,9 @@ class Channel:
             raise AMQPConnectionError(
                 NOT_ALLOWED, f"attempt to reuse consumer tag '{m.consumer_tag}'"
             )
+        if m.queue == REPLY_TO:
+            self._consume_replies(m)
+            return
         queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
         if queue.exclusive_consumer or (m.exclusive and queue.consumers):
             raise AMQPChannelError(
@@ -399,8 +442,33 @@ class Channel:
             self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
         queue.add_consumer(consumer)
 
+    def _consume_replies(self, m: commands.Basic.Consume) -> None:
+        """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
+        if not m.no_ack:
+            raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+        if self.reply_consumer is not None:
+            raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer already set")
+        tag = m.consumer_tag or generated_name("amq.ctag")
+        # A queue object that is never registered in the vhost: it only carries the
+        # consumer; replies are delivered to the consumer directly.
+        pseudo = Queue(self.vhost, REPLY_TO, False, None, False, {})
+        consumer = Consumer(self, pseudo, tag, True, False, 0, {})
+        self.consumers[tag] = consumer
+        self.reply_consumer = consumer
+        self.reply_key = generated_name("amq.gen")[len("amq.gen-") :]
+        self.vhost.reply_consumers[self.reply_key] = consumer
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
+
+    def _drop_reply_consumer(self) -> None:
+        if self.reply_consumer is not None:
+            self.vhost.reply_consumers.pop(self.reply_key, None)
+            self.reply_consumer = None
+
     def _on_basic_cancel(self, m: commands.Basic.Cancel) -> None:
         consumer = self.consumers.pop(m.consumer_tag or "", None)
+        if consumer is not None and consumer is self.reply_consumer:
+            self._drop_reply_consumer()
         if not m.nowait:
             self.conn.write(codec.simple_method(self.id, B.CancelOk, ("shortstr", m.consumer_tag)))
         if consumer is not None:
@@ -412,11 +480,11 @@ class Channel:
         if entry is None:
             self.send(B.GetEmpty())
             return
-        message, redelivered = entry
+        message, redelivered, _expires = entry
         tag = self.next_tag
         self.next_tag = tag + 1
         if not m.no_ack:
-            self.unacked[tag] = (queue, message, None)
+            self.unacked[tag] = (queue, entry, None)
         self.conn.write(
             codec.get_ok_method(
                 self.id,
@@ -429,7 +497,7 @@ class Channel:
             + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
         )
 
-    def _take(self, tag: int, multiple: bool) -> list[tuple[int, tuple[Queue, Message, Any]]]:
+    def _take(self, tag: int, multiple: bool) -> list[tuple[int, Record]]:
         """Remove and return the unacked deliveries an ack/nack/reject covers."""
         unacked = self.unacked
         if multiple:
@@ -456,19 +524,19 @@ class Channel:
             return
         self._apply_settle(taken, requeue)
 
-    def _apply_settle(
-        self, taken: list[tuple[int, tuple[Queue, Message, Any]]], requeue: bool | None
-    ) -> None:
+    def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
-        requeued: dict[Queue, list[Message]] = {}
-        for _tag, (queue, message, consumer) in taken:
+        requeued: dict[Queue, list[Entry]] = {}
+        for _tag, (queue, entry, consumer) in taken:
             if consumer is not None:
                 consumer.unacked -= 1
                 touched.add(consumer.queue)
             if requeue:
-                requeued.setdefault(queue, []).append(message)
-        for queue, messages in requeued.items():
-            queue.requeue(messages)
+                requeued.setdefault(queue, []).append(entry)
+            elif requeue is False:
+                queue.reject(entry[0])
+        for queue, entries in requeued.items():
+            queue.requeue(entries)
         if self.global_prefetch:
             touched.update(c.queue for c in self.consumers.values())
         # Drained once at the end of the read, not once per ack.
@@ -539,17 +607,18 @@ class Channel:
         self.tx_acks = []
         consumers = list(self.consumers.values())
         self.consumers.clear()
+        self._drop_reply_consumer()
         # Requeue first, then detach consumers: an auto-delete queue deleted by the
         # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
         taken = sorted(self.unacked.items())
         self.unacked.clear()
-        requeued: dict[Queue, list[Message]] = {}
-        for _tag, (queue, message, _consumer) in taken:
-            requeued.setdefault(queue, []).append(message)
+        requeued: dict[Queue, list[Entry]] = {}
+        for _tag, (queue, entry, _consumer) in taken:
+            requeued.setdefault(queue, []).append(entry)
         for consumer in consumers:
             consumer.queue.detach(consumer)
-        for queue, messages in requeued.items():
-            queue.requeue(messages)
+        for queue, entries in requeued.items():
+            queue.requeue(entries)
         for queue in {consumer.queue for consumer in consumers}:
             queue.maybe_auto_delete()
 
@@ -641,6 +710,21 @@ class Channel:
             name = generated_name("amq.gen")
         elif not name:
             name = self._queue_name(name)
+        if m.passive and name.startswith(REPLY_PREFIX):
+            # A live direct reply-to name declares as (0 messages, 1 consumer).
+            if name[len(REPLY_PREFIX) :] not in self.vhost.reply_consumers:
+                raise AMQPChannelError(NOT_FOUND, f"no {self.vhost.rs('queue', name)}")
+            if not m.nowait:
+                self.conn.write(
+                    codec.simple_method(
+                        self.id,
+                        commands.Queue.DeclareOk,
+                        ("shortstr", name),
+                        ("long", 0),
+                        ("long", 1),
+                    )
+                )
+            return
         queue = self.vhost.declare_queue(
             name,
             m.passive,

@@ -336,6 +336,7 @@ def _take_content(
         frame_type != FRAME_BODY
         or frame_channel != channel
         or size != body_size
+        or size > size_limit
         or end >= end_of_data
         or data[end] != FRAME_END
     ):

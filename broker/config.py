@@ -29,6 +29,11 @@ class Config:
     heartbeat: int = HEARTBEAT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     max_message_size: int = MAX_MESSAGE_SIZE
+    # Bytes of queued messages above which publishers are blocked; 0: 40 % of RAM
+    # (RabbitMQ's vm_memory_high_watermark). See broker/memory.py.
+    memory_high_watermark: int = 0
+    # Open connections allowed at once; 0: no limit (RabbitMQ's connection_max).
+    max_connections: int = 0
     # user -> password. guest may only connect from loopback, as in RabbitMQ.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     # Users that may only connect from loopback (RabbitMQ's ``loopback_users``, default

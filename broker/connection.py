@@ -132,6 +132,9 @@ class Connection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.exclusive_queues: set[Queue] = set()
         self.writable = True
+        self.published = False  # has this connection published (memory alarm blocks it)
+        self.blocked = False
+        self._paused: set[str] = set()  # why reading is paused: "write", "memory"
         self._out: list[bytes] = []
         self._in_read = False
         self._flush_handle: asyncio.Handle | None = None
@@ -167,17 +170,25 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         self.closed.set()
 
+    def _pause(self, reason: str) -> None:
+        if not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and self.state is not State.CLOSED:
+            self.transport.resume_reading()
+
     def pause_writing(self) -> None:
         # The client reads slower than we write: stop delivering to it and stop
         # reading from it until its socket drains (no unbounded buffers).
         self.writable = False
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._pause("write")
 
     def resume_writing(self) -> None:
         self.writable = True
-        if self.transport is not None and self.state is not State.CLOSED:
-            self.transport.resume_reading()
+        self._resume("write")
         for channel in list(self.channels.values()):
             for consumer in list(channel.consumers.values()):
                 consumer.queue.drain()
@@ -194,6 +205,8 @@ class Connection(asyncio.Protocol):
             for channel in self._confirms:
                 channel.flush_confirms()
             self._confirms.clear()
+            if self.published and not self.blocked and self.server.memory.alarm:
+                self._block()
         finally:
             self._in_read = False
             self._flush()
@@ -232,6 +245,24 @@ class Connection(asyncio.Protocol):
         else:
             for queue in queues:
                 queue.drain()
+
+    def memory_alarm(self, alarm: bool) -> None:
+        """The broker's memory alarm changed: block publishers, or let them go again."""
+        if alarm and self.published:
+            self._block()
+        elif not alarm and self.blocked:
+            self.blocked = False
+            if self.client_capability("connection.blocked"):
+                self.send_method(0, C.Unblocked())
+            self._resume("memory")
+
+    def _block(self) -> None:
+        # docs/connection-blocked.md: a publishing connection is told (when it can hear
+        # it) and is no longer read from until the alarm clears; consumers keep draining.
+        self.blocked = True
+        if self.client_capability("connection.blocked") and self.state is State.OPEN:
+            self.send_method(0, C.Blocked(reason="low on memory"))
+        self._pause("memory")
 
     def drain_later_one(self, queue: Queue) -> None:
         """:meth:`drain_later` for a single queue."""
@@ -498,6 +529,13 @@ class Connection(asyncio.Protocol):
             raise AMQPConnectionError(
                 NOT_ALLOWED,
                 f"vhost {frame.virtual_host} not found",
+                (10, 40),
+            )
+        limit = self.config.max_connections
+        if limit and sum(c.state is State.OPEN for c in self.server.connections) >= limit:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"connection refused: node connection limit ({limit}) is reached",
                 (10, 40),
             )
         self.vhost = vhost

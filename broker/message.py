@@ -15,6 +15,8 @@ _HEADER_FIXED = struct.Struct(">HHQ")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
 FLAG_HEADERS = 0x2000
+FLAG_PRIORITY = 0x0800
+FLAG_REPLY_TO = 0x0200
 FLAG_EXPIRATION = 0x0100
 FLAG_USER_ID = 0x0010
 # rabbit_misc: ?MAX_EXPIRY_TIMER, the largest TTL an Erlang timer accepts.
@@ -45,7 +47,7 @@ class Message:
     """A published message. Shared by every queue it was routed to; never mutated
     after routing except through :meth:`with_properties`, which makes a copy."""
 
-    __slots__ = ("_properties", "body", "body_size", "exchange", "header", "routing_key")
+    __slots__ = ("_properties", "body", "body_size", "exchange", "header", "routing_key", "ttl")
 
     def __init__(self, exchange: str, routing_key: str, header_payload: bytes, body: bytes) -> None:
         self.exchange = exchange
@@ -54,6 +56,8 @@ class Message:
         self.body = body
         self.body_size = len(body)
         self._properties: commands.Basic.Properties | None = None
+        # Per-message TTL in ms from a valid ``expiration`` property (set at publish).
+        self.ttl: int | None = None
 
     @property
     def flags(self) -> int:
@@ -69,6 +73,12 @@ class Message:
             self._properties = content.properties
         return self._properties
 
+    def copy_properties(self) -> commands.Basic.Properties:
+        """A freshly decoded properties object that the caller may modify."""
+        content = header.ContentHeader()
+        content.unmarshal(self.header)
+        return content.properties
+
     @property
     def headers(self) -> dict[str, Any] | None:
         """The ``headers`` table, or None; cheap when the header has no table."""
@@ -77,9 +87,28 @@ class Message:
         value = self.properties.headers
         return value if isinstance(value, dict) else None
 
-    def with_properties(self, properties: commands.Basic.Properties) -> Message:
-        """A copy of this message carrying ``properties`` (re-encoded header)."""
+    @property
+    def priority(self) -> int:
+        """The ``priority`` property (0 when absent)."""
+        if not self.flags & FLAG_PRIORITY:
+            return 0
+        return int(self.properties.priority or 0)
+
+    def with_properties(
+        self,
+        properties: commands.Basic.Properties,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+    ) -> Message:
+        """A copy of this message carrying ``properties`` (re-encoded header), optionally
+        with another exchange and routing key (dead-lettering)."""
         payload = header.ContentHeader(0, self.body_size, properties).marshal()
-        copy = Message(self.exchange, self.routing_key, payload, self.body)
+        copy = Message(
+            self.exchange if exchange is None else exchange,
+            self.routing_key if routing_key is None else routing_key,
+            payload,
+            self.body,
+        )
         copy._properties = properties
+        copy.ttl = self.ttl
         return copy

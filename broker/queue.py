@@ -1,26 +1,49 @@
-"""Queues and consumers: ready messages, round-robin dispatch, prefetch accounting.
+"""Queues and consumers: ready messages, dispatch, prefetch, and the queue features.
 
-A queue holds ready messages in a deque of ``(message, redelivered)`` pairs. Messages
-that are delivered but not yet acknowledged live in the delivering channel (see
-:mod:`broker.channel`), which hands them back through :meth:`Queue.requeue`.
+A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
+is a loop time, 0 for never). Delivered-but-unacked entries live in the delivering
+channel (see :mod:`broker.channel`), which hands them back through
+:meth:`Queue.requeue`; an entry keeps its expiry when requeued, as in RabbitMQ.
 
-Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer that
-has capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity
-may have appeared (an ack, a new consumer, a resumed socket).
+Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer with
+capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity may
+have appeared (an ack, a new consumer, a resumed socket).
+
+Queue features follow RabbitMQ (docs/ttl.md, dlx.md, maxlength, priority.md,
+consumer-priority.md, consumers.md "Single Active Consumer"; peers.md 2.12) and cost the
+plain path nothing: ``plain`` is true for a queue with none of them, and publish then
+skips every check.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.deadletter import dead_letter
 from broker.message import Message
+from broker.prioritydeque import PriorityDeque
 
 if TYPE_CHECKING:
     from broker.channel import Channel
     from broker.connection import Connection
     from broker.vhost import VHost
+
+Entry = tuple[Message, bool, float]
+
+
+def _int_arg(arguments: dict[str, Any], key: str) -> int | None:
+    value = arguments.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
+    value = arguments.get(key)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
 
 
 class Consumer:
@@ -32,6 +55,7 @@ class Consumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "tag",
         "tag_bytes",
@@ -59,13 +83,14 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments
+        self.priority = _int_arg(arguments, "x-priority") or 0
 
     def has_capacity(self) -> bool:
         """Whether one more message may be delivered to this consumer now."""
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         channel = self.channel
-        # Channel.can_deliver inlined: this runs once per delivery.
+        # Inlined channel checks: this runs once per delivery.
         return (
             channel.conn.writable
             and channel.open
@@ -75,23 +100,6 @@ class Consumer:
 
 class Queue:
     """A queue in a vhost."""
-
-    __slots__ = (
-        "_rr",
-        "arguments",
-        "auto_delete",
-        "consumers",
-        "deleted",
-        "durable",
-        "exclusive_consumer",
-        "had_consumers",
-        "max_length",
-        "messages",
-        "name",
-        "overflow",
-        "owner",
-        "vhost",
-    )
 
     def __init__(
         self,
@@ -108,56 +116,161 @@ class Queue:
         self.owner = owner  # the exclusive owner's connection, or None
         self.auto_delete = auto_delete
         self.arguments = arguments
-        self.messages: deque[tuple[Message, bool]] = deque()
         self.consumers: list[Consumer] = []
         self.exclusive_consumer = False
         self.had_consumers = False
         self.deleted = False
         self._rr = 0
-        # x-max-length over ready messages; x-overflow drop-head (default) or
-        # reject-publish (docs/maxlength). The full feature set is issue 4's.
-        limit = arguments.get("x-max-length")
-        self.max_length = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-        overflow = arguments.get("x-overflow", "drop-head")
-        self.overflow = overflow.decode() if isinstance(overflow, bytes) else str(overflow)
+        self.ready_bytes = 0
+        self.message_ttl = _int_arg(arguments, "x-message-ttl")
+        self.expires = _int_arg(arguments, "x-expires")
+        self.max_length = _int_arg(arguments, "x-max-length")
+        self.max_length_bytes = _int_arg(arguments, "x-max-length-bytes")
+        self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
+        self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
+        self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
+        self.max_priority = _int_arg(arguments, "x-max-priority")
+        self.single_active = arguments.get("x-single-active-consumer") is True
+        self.messages: deque[Entry] | PriorityDeque = (
+            PriorityDeque(self.max_priority) if self.max_priority else deque()
+        )
+        # True when no TTL, length limit or priority applies: publish skips all checks.
+        self.plain = (
+            self.message_ttl is None
+            and self.max_length is None
+            and self.max_length_bytes is None
+            and not self.max_priority
+        )
+        self._prioritised_consumers = False
+        self._ttl_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._last_used = 0.0
+        if self.expires is not None:
+            self.touch()
 
     # -- messages ---------------------------------------------------------------------
 
     def publish(self, message: Message) -> bool:
         """Enqueue ``message``, delivering it at once when a consumer can take it.
-        Returns False when the queue refuses it (``x-overflow: reject-publish``)."""
+        Returns False when the queue refuses it (``x-overflow: reject-publish[-dlx]``)."""
+        if self.plain and message.ttl is None:
+            if not self.messages and self.consumers:
+                consumer = self._next_consumer()
+                if consumer is not None:
+                    consumer.channel.deliver(consumer, (message, False, 0.0))
+                    return True
+            self._push((message, False, 0.0))
+            return True
+        return self._publish_with_features(message)
+
+    def _publish_with_features(self, message: Message) -> bool:
+        ttl = self.message_ttl
+        if message.ttl is not None and (ttl is None or message.ttl < ttl):
+            ttl = message.ttl
+        loop = asyncio.get_running_loop()
+        expires = loop.time() + ttl / 1000 if ttl is not None else 0.0
+        self._expire_head()
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is not None:
-                consumer.channel.deliver(consumer, message, False)
+                consumer.channel.deliver(consumer, (message, False, expires))
                 return True
-        if self.max_length is not None and len(self.messages) >= self.max_length:
-            if self.overflow != "drop-head":
-                return False
-            while self.messages and len(self.messages) >= self.max_length:
-                self.messages.popleft()
-            if self.max_length == 0:
-                return True
-        self.messages.append((message, False))
+        if ttl == 0:
+            # TTL 0: delivered only to a consumer ready now, else expired at once
+            # (the documented replacement for ``immediate``).
+            dead_letter(self, message, "expired")
+            return True
+        if self._would_overflow(message) and self.overflow != "drop-head":
+            if self.overflow == "reject-publish-dlx":
+                dead_letter(self, message, "maxlen")
+            return False
+        self._push((message, False, expires))
+        self._enforce_drop_head()
+        if expires:
+            self._schedule_ttl()
         return True
+
+    def _would_overflow(self, message: Message) -> bool:
+        if self.max_length is not None and len(self.messages) + 1 > self.max_length:
+            return True
+        limit = self.max_length_bytes
+        return limit is not None and self.ready_bytes + message.body_size > limit
+
+    def _enforce_drop_head(self) -> None:
+        # drop-head: the oldest ready messages go (dead-lettered as ``maxlen``).
+        messages = self.messages
+        while messages and (
+            (self.max_length is not None and len(messages) > self.max_length)
+            or (self.max_length_bytes is not None and self.ready_bytes > self.max_length_bytes)
+        ):
+            dead_letter(self, self._pop()[0], "maxlen")
+
+    def _push(self, entry: Entry) -> None:
+        self.messages.append(entry)
+        size = entry[0].body_size
+        self.ready_bytes += size
+        self.vhost.memory.add(size)
+
+    def _pop(self) -> Entry:
+        entry = self.messages.popleft()
+        size = entry[0].body_size
+        self.ready_bytes -= size
+        self.vhost.memory.remove(size)
+        return entry
 
     def drain(self) -> None:
         """Deliver ready messages while some consumer has capacity."""
         messages = self.messages
+        if not self.plain:
+            self._expire_head()
         while messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is None:
                 return
-            message, redelivered = messages.popleft()
-            consumer.channel.deliver(consumer, message, redelivered)
+            entry = self._pop()
+            if entry[2] and entry[2] <= asyncio.get_running_loop().time():
+                dead_letter(self, entry[0], "expired")
+                continue
+            consumer.channel.deliver(consumer, entry)
+
+    def _expire_head(self) -> None:
+        """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
+        only when they reach the head of the queue."""
+        messages = self.messages
+        if not messages:
+            return
+        now = asyncio.get_running_loop().time()
+        while messages and messages[0][2] and messages[0][2] <= now:
+            dead_letter(self, self._pop()[0], "expired")
+
+    def _schedule_ttl(self) -> None:
+        # One timer for the head's expiry, so an idle queue still expires its messages.
+        if self._ttl_timer is not None or not self.messages or self.deleted:
+            return
+        head_expires = self.messages[0][2]
+        if not head_expires:
+            return
+        loop = asyncio.get_running_loop()
+        self._ttl_timer = loop.call_at(head_expires, self._on_ttl_timer)
+
+    def _on_ttl_timer(self) -> None:
+        self._ttl_timer = None
+        if self.deleted:
+            return
+        self._expire_head()
+        self.drain()
+        self._schedule_ttl()
 
     def _next_consumer(self) -> Consumer | None:
-        """Round-robin: the next consumer after the last one served that has capacity."""
+        """The consumer for the next delivery: the single active one, else the highest
+        priority with capacity, round-robin among equals."""
         consumers = self.consumers
         count = len(consumers)
-        if count == 1:
-            only = consumers[0]
-            return only if only.has_capacity() else None
+        if count == 1 or self.single_active:
+            first = consumers[0]
+            return first if first.has_capacity() else None
+        if self._prioritised_consumers:
+            return self._next_by_priority()
         start = self._rr
         for step in range(count):
             index = (start + step) % count
@@ -167,21 +280,50 @@ class Queue:
                 return consumer
         return None
 
-    def get(self) -> tuple[Message, bool] | None:
-        """Take the head message for ``basic.get``."""
-        return self.messages.popleft() if self.messages else None
+    def _next_by_priority(self) -> Consumer | None:
+        # consumers is sorted by priority, highest first; the chosen one moves to the end
+        # of its priority group so equals take turns.
+        consumers = self.consumers
+        for index, consumer in enumerate(consumers):
+            if consumer.has_capacity():
+                end = index + 1
+                while end < len(consumers) and consumers[end].priority == consumer.priority:
+                    end += 1
+                consumers.insert(end - 1, consumers.pop(index))
+                return consumer
+        return None
 
-    def requeue(self, messages: Iterable[Message]) -> None:
-        """Put messages back at the head, keeping their order, marked redelivered."""
+    def get(self) -> Entry | None:
+        """Take the head message for ``basic.get``."""
+        if self.expires is not None:
+            self.touch()
+        if not self.plain:
+            self._expire_head()
+        return self._pop() if self.messages else None
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Put entries back at the head, keeping their order and expiry, redelivered."""
         if self.deleted:
             return
-        self.messages.extendleft((m, True) for m in reversed(list(messages)))
+        for message, _redelivered, expires in reversed(list(entries)):
+            self.messages.appendleft((message, True, expires))
+            self.ready_bytes += message.body_size
+            self.vhost.memory.add(message.body_size)
+        if not self.plain:
+            self._schedule_ttl()
         self.drain()
+
+    def reject(self, message: Message) -> None:
+        """A consumer rejected ``message`` without requeue: dead-letter it."""
+        if self.dlx is not None and not self.deleted:
+            dead_letter(self, message, "rejected")
 
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
         count = len(self.messages)
         self.messages.clear()
+        self.vhost.memory.remove(self.ready_bytes)
+        self.ready_bytes = 0
         return count
 
     @property
@@ -189,14 +331,52 @@ class Queue:
         """Ready messages (as in ``queue.declare-ok``)."""
         return len(self.messages)
 
+    def discard(self) -> None:
+        """The queue is being deleted: release its messages and timers."""
+        self.deleted = True
+        self.purge()
+        for timer in (self._ttl_timer, self._expiry_timer):
+            if timer is not None:
+                timer.cancel()
+
+    # -- x-expires --------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
+        if self.expires is None or self.deleted:
+            return
+        loop = asyncio.get_running_loop()
+        self._last_used = loop.time()
+        if self._expiry_timer is None:
+            self._expiry_timer = loop.call_later(self.expires / 1000, self._on_expiry_timer)
+
+    def _on_expiry_timer(self) -> None:
+        self._expiry_timer = None
+        if self.deleted or self.expires is None:
+            return
+        if self.consumers:
+            return  # in use; the last consumer to leave restarts the clock
+        loop = asyncio.get_running_loop()
+        remaining = self._last_used + self.expires / 1000 - loop.time()
+        if remaining > 0:
+            self._expiry_timer = loop.call_later(remaining, self._on_expiry_timer)
+            return
+        self.vhost.delete_queue(self)
+
     # -- consumers --------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         """Attach ``consumer`` and start delivering to it."""
         self.consumers.append(consumer)
+        if consumer.priority or self._prioritised_consumers:
+            self._prioritised_consumers = True
+            # Stable sort: equal priorities keep subscription order.
+            self.consumers.sort(key=lambda c: -c.priority)
         self.had_consumers = True
         if consumer.exclusive:
             self.exclusive_consumer = True
+        if self.expires is not None:
+            self.touch()
         self.drain()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -212,6 +392,11 @@ class Queue:
             return
         if consumer.exclusive:
             self.exclusive_consumer = False
+        if not self.consumers and self.expires is not None:
+            self.touch()
+        if self.single_active and self.consumers:
+            # Fail-over: the next consumer in subscription order becomes active.
+            self.drain()
 
     def maybe_auto_delete(self) -> None:
         """Delete an auto-delete queue whose last consumer has gone."""

@@ -11,6 +11,7 @@ import logging
 
 from broker.config import Config
 from broker.connection import Connection
+from broker.memory import MemoryMonitor, default_watermark
 from broker.vhost import VHost
 
 log = logging.getLogger(__name__)
@@ -21,10 +22,23 @@ class Server:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.vhosts: dict[str, VHost] = {name: VHost(name) for name in config.vhosts}
+        self.memory = MemoryMonitor(
+            config.memory_high_watermark or default_watermark(), self._on_memory_alarm
+        )
+        self.vhosts: dict[str, VHost] = {name: VHost(name, self.memory) for name in config.vhosts}
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
         self.port = config.port
+
+    def _on_memory_alarm(self, alarm: bool) -> None:
+        log.warning(
+            "memory alarm %s: %d bytes of messages, high watermark %d",
+            "set" if alarm else "cleared",
+            self.memory.used,
+            self.memory.limit,
+        )
+        for connection in list(self.connections):
+            connection.memory_alarm(alarm)
 
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""

@@ -22,7 +22,8 @@ from broker.errors import (
     RESOURCE_LOCKED,
     AMQPChannelError,
 )
-from broker.queue import Queue
+from broker.memory import MemoryMonitor, default_watermark
+from broker.queue import Consumer, Queue
 from exchanges.model import (
     Binding,
     BindingAdded,
@@ -122,8 +123,11 @@ def _arg_class(value: Any) -> tuple[str, Any]:
 class VHost:
     """The topology and queues of one virtual host."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, memory: MemoryMonitor | None = None) -> None:
         self.name = name
+        self.memory = memory or MemoryMonitor(default_watermark())
+        # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
+        self.reply_consumers: dict[str, Consumer] = {}
         self.projection = Projection()
         self.queues: dict[str, Queue] = {}
         self._headers_exchanges: set[str] = set()
@@ -354,7 +358,9 @@ class VHost:
     ) -> Queue:
         """queue.declare (``name`` already generated for a server-named queue)."""
         if passive:
-            return self.queue(name, connection)
+            found = self.queue(name, connection)
+            found.touch()
+            return found
         if name.startswith("amq.") and not server_named:
             # Checked before the existence lookup, so even an existing amq.* queue
             # is refused (rabbit_channel:check_name/2).
@@ -378,6 +384,7 @@ class VHost:
                         f"but current is '{str(old).lower()}'",
                     )
             self._assert_args(what, EQUIVALENT_QUEUE_ARGS, arguments, queue.arguments)
+            queue.touch()
             return queue
         # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
         invalid = queue_argument_error(arguments)
@@ -408,7 +415,7 @@ class VHost:
         self._auto_delete_sources(sources)
         if queue.owner is not None:
             queue.owner.exclusive_queues.discard(queue)
-        queue.messages.clear()
+        queue.discard()
         return count
 
     # -- routing ----------------------------------------------------------------------

@@ -20,6 +20,8 @@ class ExchangeType(StrEnum):
     FANOUT = "fanout"
     TOPIC = "topic"
     HEADERS = "headers"
+    # The reverse topic exchange of the rabbitmq-rtopic-exchange plugin (exchanges.rtopic).
+    RTOPIC = "x-rtopic"
 
 
 class XMatch(StrEnum):
@@ -39,6 +41,9 @@ class DestKind(StrEnum):
 
 
 Arguments = Mapping[str, Any]
+
+# The one empty route result: routers return it instead of allocating an empty set.
+EMPTY: frozenset[str] = frozenset()
 
 
 def freeze(value: Any) -> Any:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from exchanges.model import (
+    EMPTY,
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -33,9 +34,8 @@ from exchanges.model import (
     XMatch,
     freeze,
 )
-from exchanges.trie import TopicTrie
+from exchanges.patterns import RTopicIndex, TopicIndex
 
-EMPTY: frozenset[str] = frozenset()
 DEFAULT_EXCHANGE = ""
 
 BindingKey = tuple[Any, ...]
@@ -124,18 +124,6 @@ class FanoutIndex(RefSet):
         self.discard(binding.destination)
 
 
-class TopicIndex(TopicTrie[str]):
-    """Topic exchange: a :class:`TopicTrie` of binding keys to names."""
-
-    __slots__ = ()
-
-    def bind(self, binding: Binding) -> None:
-        self.add(binding.routing_key, binding.destination)
-
-    def unbind(self, binding: Binding) -> None:
-        self.remove(binding.routing_key, binding.destination)
-
-
 def parse_x_match(value: Any) -> XMatch:
     """The match mode of an ``x-match`` value; unknown or missing values mean ``all``.
 
@@ -190,13 +178,14 @@ class HeadersIndex:
         return frozenset(self.specs)
 
 
-Index = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex
+Index = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex | RTopicIndex
 
 INDEX_TYPES: Mapping[ExchangeType, type[Index]] = {
     ExchangeType.DIRECT: DirectIndex,
     ExchangeType.FANOUT: FanoutIndex,
     ExchangeType.TOPIC: TopicIndex,
     ExchangeType.HEADERS: HeadersIndex,
+    ExchangeType.RTOPIC: RTopicIndex,
 }
 
 

@@ -23,16 +23,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from exchanges.model import Exchange, ExchangeType, XMatch
+from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
+from exchanges.patterns import RTopicIndex, TopicIndex
 from exchanges.projection import (
-    EMPTY,
     DirectIndex,
     ExchangeIndex,
     FanoutIndex,
     HeadersIndex,
     HeadersSpec,
     Projection,
-    TopicIndex,
 )
 
 Headers = Mapping[str, Any] | None
@@ -64,14 +63,29 @@ def route_fanout(index: FanoutIndex, routing_keys: Sequence[str], headers: Heade
 
 
 def route_topic(index: TopicIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
-    """Names whose binding pattern matches one of ``routing_keys``."""
+    """Names whose binding pattern matches one of ``routing_keys`` (cached per key)."""
     if not len(index):
         return EMPTY
     if len(routing_keys) == 1:
-        return index.match(routing_keys[0])
+        return index.lookup(routing_keys[0])
     found: set[str] = set()
     for key in routing_keys:
-        found |= index.match(key)
+        found |= index.lookup(key)
+    return found
+
+
+def route_rtopic(index: RTopicIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
+    """Names whose literal binding key one of the routing patterns matches (cached per key).
+
+    Each of ``routing_keys`` (the routing key, then CC and BCC) is a pattern of its own.
+    """
+    if not len(index):
+        return EMPTY
+    if len(routing_keys) == 1:
+        return index.lookup(routing_keys[0])
+    found: set[str] = set()
+    for key in routing_keys:
+        found |= index.lookup(key)
     return found
 
 
@@ -92,6 +106,7 @@ ROUTERS: Mapping[ExchangeType, Router] = {
     ExchangeType.FANOUT: route_fanout,
     ExchangeType.TOPIC: route_topic,
     ExchangeType.HEADERS: route_headers,
+    ExchangeType.RTOPIC: route_rtopic,
 }
 
 # The same table keyed by index class: a class hashes by identity, an enum member through a
@@ -101,6 +116,7 @@ _ROUTER_BY_INDEX: Mapping[type, Router] = {
     FanoutIndex: route_fanout,
     TopicIndex: route_topic,
     HeadersIndex: route_headers,
+    RTopicIndex: route_rtopic,
 }
 
 

@@ -1,0 +1,113 @@
+"""The pattern indexes (topic and ``x-rtopic``) and the route cache in front of them.
+
+A topic or reverse-topic match walks a trie, which costs microseconds to milliseconds; a
+dict lookup costs tens of nanoseconds, and publishers tend to reuse a few routing keys. So
+each pattern index memoises its own results by routing key in a :class:`RouteCache`.
+
+Why per index and not per ``route()`` call: a route through exchange-to-exchange bindings
+or an alternate exchange depends on several exchanges' bindings, so a cached whole route
+would need invalidating whenever any exchange downstream changed. A cached *index* result
+depends only on that index's own bindings, and every binding change of the index goes
+through its ``bind``/``unbind``, which clears the cache. Deleting an exchange drops its
+indexes, cache included; deleting a queue or an exchange unbinds what points at it first,
+which clears the caches of the sources. ``route`` keeps walking E2E bindings and alternate
+exchanges on every call; only the per-exchange trie walks are memoised.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from exchanges.model import EMPTY, Binding
+from exchanges.rtopic import ReverseTopicTrie
+from exchanges.trie import TopicTrie
+
+
+class RouteCache(OrderedDict[str, frozenset[str]]):
+    """Results of one index by routing key, bounded, evicting the oldest first.
+
+    Two bounds: ``max_entries`` keys, and ``max_weight`` names held over all results, so
+    that a cache of ``#`` results over 100k bindings cannot hold gigabytes. A single result
+    heavier than ``max_weight`` is returned without being kept. FIFO rather than LRU: a hit
+    stays one C-level dict lookup (an LRU would move the entry on every hit), and eviction is
+    O(1) (``popitem(last=False)``; evicting from the front of a plain dict is not).
+    """
+
+    __slots__ = ("weight",)
+
+    max_entries = 4096
+    max_weight = 1 << 18
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = 0
+
+    def store(self, routing_key: str, found: set[str]) -> frozenset[str]:
+        """Keep ``found`` (a fresh match result) for ``routing_key``; return it frozen."""
+        names = frozenset(found) if found else EMPTY
+        weight = len(names) + 1
+        if weight > self.max_weight:
+            return names
+        self[routing_key] = names
+        self.weight += weight
+        while len(self) > self.max_entries or self.weight > self.max_weight:
+            _, old = self.popitem(last=False)
+            self.weight -= len(old) + 1
+        return names
+
+    def invalidate(self) -> None:
+        """Forget every result: the index's bindings changed."""
+        if self:
+            self.clear()
+            self.weight = 0
+
+
+class TopicIndex(TopicTrie[str]):
+    """Topic exchange: a :class:`TopicTrie` of binding keys to names, with a route cache."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = RouteCache()
+
+    def bind(self, binding: Binding) -> None:
+        self.add(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def unbind(self, binding: Binding) -> None:
+        self.remove(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def lookup(self, routing_key: str) -> frozenset[str]:
+        """The names ``routing_key`` reaches, from the cache or a trie walk (shared result)."""
+        found = self.cache.get(routing_key)
+        if found is None:
+            found = self.cache.store(routing_key, self.match(routing_key))
+        return found
+
+
+class RTopicIndex(ReverseTopicTrie[str]):
+    """``x-rtopic`` exchange: a :class:`ReverseTopicTrie` of literal binding keys to names,
+    with a route cache keyed by the routing pattern."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = RouteCache()
+
+    def bind(self, binding: Binding) -> None:
+        self.add(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def unbind(self, binding: Binding) -> None:
+        self.remove(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def lookup(self, pattern: str) -> frozenset[str]:
+        """The names ``pattern`` reaches, from the cache or a trie search (shared result)."""
+        found = self.cache.get(pattern)
+        if found is None:
+            found = self.cache.store(pattern, self.match(pattern))
+        return found

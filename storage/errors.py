@@ -1,0 +1,31 @@
+"""Errors raised by the storage layer.
+
+Torn tails and bad CRCs are *not* errors: they are expected after a crash, repaired on open
+and reported through :mod:`logging`. Errors are for what cannot be repaired without losing
+data silently, so the broker must refuse to start and tell the operator.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of the storage layer's errors."""
+
+
+class LogFormatError(StorageError):
+    """A file is not one of ours, or was written by a newer format version.
+
+    Raised instead of truncating, so that a downgrade never destroys data.
+    """
+
+
+class StoreClosedError(StorageError):
+    """The store or log was closed, or an earlier fsync failed and it refuses further writes.
+
+    After a failed fsync the kernel may have dropped the dirty pages, so retrying could report
+    success for data that never reached the disk; the only safe course is to stop.
+    """
+
+
+class CorruptRecordError(StorageError, ValueError):
+    """A record's payload passed its CRC but cannot be decoded (a bug, or a hand-edited file)."""
