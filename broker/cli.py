@@ -9,7 +9,8 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.config import Config
+from broker.config import MAX_MESSAGE_SIZE, Config
+from broker.memory import total_memory
 from broker.server import Server
 
 
@@ -30,12 +31,35 @@ def build_parser() -> argparse.ArgumentParser:
         "loopback_users (default: guest; '' lets guest connect from anywhere)",
     )
     serve.add_argument(
+        "--memory-high-watermark",
+        type=float,
+        default=0.0,
+        help="bytes of queued messages above which publishers are blocked; a value below 1 "
+        "is a fraction of RAM (default 0.4 of RAM, as RabbitMQ)",
+    )
+    serve.add_argument(
+        "--max-connections", type=int, default=0, help="open connections allowed (0: no limit)"
+    )
+    serve.add_argument(
+        "--max-message-size",
+        type=int,
+        default=MAX_MESSAGE_SIZE,
+        help=f"largest message body in bytes (default {MAX_MESSAGE_SIZE}, as RabbitMQ 3.13)",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
         help="logging level",
     )
     return parser
+
+
+def watermark_bytes(value: float) -> int:
+    """``--memory-high-watermark``: absolute bytes, or a fraction of RAM below 1."""
+    if 0 < value < 1:
+        return int(total_memory() * value)
+    return int(value)
 
 
 async def serve(config: Config) -> None:
@@ -62,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port,
         data_dir=args.data_dir,
         loopback_users=tuple(u for u in args.loopback_users.split(",") if u),
+        memory_high_watermark=watermark_bytes(args.memory_high_watermark),
+        max_connections=args.max_connections,
+        max_message_size=args.max_message_size,
     )
     if config.use_uvloop:
         try:

@@ -101,6 +101,37 @@ class Consumer:
 class Queue:
     """A queue in a vhost."""
 
+    __slots__ = (
+        "_expiry_timer",
+        "_last_used",
+        "_prioritised_consumers",
+        "_rr",
+        "_ttl_timer",
+        "arguments",
+        "auto_delete",
+        "consumers",
+        "deleted",
+        "dlrk",
+        "dlx",
+        "durable",
+        "exclusive_consumer",
+        "expires",
+        "had_consumers",
+        "max_length",
+        "max_length_bytes",
+        "max_priority",
+        "memory",
+        "message_ttl",
+        "messages",
+        "name",
+        "overflow",
+        "owner",
+        "plain",
+        "ready_bytes",
+        "single_active",
+        "vhost",
+    )
+
     def __init__(
         self,
         vhost: VHost,
@@ -111,6 +142,7 @@ class Queue:
         arguments: dict[str, Any],
     ) -> None:
         self.vhost = vhost
+        self.memory = vhost.memory
         self.name = name
         self.durable = durable
         self.owner = owner  # the exclusive owner's connection, or None
@@ -159,7 +191,14 @@ class Queue:
                 if consumer is not None:
                     consumer.channel.deliver(consumer, (message, False, 0.0))
                     return True
-            self._push((message, False, 0.0))
+            # _push, inlined for the hot path.
+            self.messages.append((message, False, 0.0))
+            size = message.body_size
+            self.ready_bytes += size
+            memory = self.memory
+            memory.used += size
+            if memory.used > memory.limit and not memory.alarm:
+                memory.add(0)
             return True
         return self._publish_with_features(message)
 
@@ -209,13 +248,16 @@ class Queue:
         self.messages.append(entry)
         size = entry[0].body_size
         self.ready_bytes += size
-        self.vhost.memory.add(size)
+        self.memory.add(size)
 
     def _pop(self) -> Entry:
         entry = self.messages.popleft()
         size = entry[0].body_size
         self.ready_bytes -= size
-        self.vhost.memory.remove(size)
+        memory = self.memory
+        memory.used -= size
+        if memory.alarm and memory.used <= memory.limit:
+            memory.remove(0)
         return entry
 
     def drain(self) -> None:
@@ -308,7 +350,7 @@ class Queue:
         for message, _redelivered, expires in reversed(list(entries)):
             self.messages.appendleft((message, True, expires))
             self.ready_bytes += message.body_size
-            self.vhost.memory.add(message.body_size)
+            self.memory.add(message.body_size)
         if not self.plain:
             self._schedule_ttl()
         self.drain()
@@ -322,7 +364,7 @@ class Queue:
         """Drop every ready message; return how many there were."""
         count = len(self.messages)
         self.messages.clear()
-        self.vhost.memory.remove(self.ready_bytes)
+        self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
         return count
 

@@ -22,8 +22,10 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
+from exchanges.patterns import RouteCache
 from exchanges.projection import Projection
 from exchanges.routing import route
+from exchanges.rtopic import ReverseTopicTrie
 from exchanges.trie import TopicTrie
 
 # Small alphabets make collisions, wildcards and empty words frequent.
@@ -82,6 +84,46 @@ def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> 
     assert len(trie) == sum(alive.values())
 
 
+# Routing patterns for x-rtopic: longer, so that runs of wildcards and several '#' occur.
+PATTERNS = st.lists(WORDS, max_size=7).map(".".join)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(KEYS, st.integers(0, 3)), max_size=30), st.lists(PATTERNS, max_size=10))
+def test_rtopic_matches_brute_force(bindings: list[tuple[str, int]], patterns: list[str]) -> None:
+    """x-rtopic is topic matching with the roles swapped: the pattern is the routing key."""
+    trie: ReverseTopicTrie[int] = ReverseTopicTrie()
+    for key, dest in bindings:
+        trie.add(key, dest)
+    for pattern in [*patterns, "", "#", "#.*", "#.#", "*.#.*", "#.*.a", "a.#.b", "#.a.#"]:
+        expected = {d for k, d in bindings if topic_matches(words_of(pattern), words_of(k))}
+        assert trie.match(pattern) == expected, pattern
+
+
+@given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
+def test_rtopic_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> None:
+    trie: ReverseTopicTrie[int] = ReverseTopicTrie()
+    alive: dict[tuple[str, int], int] = {}
+    for add, key, dest in ops:
+        if add:
+            trie.add(key, dest)
+            alive[key, dest] = alive.get((key, dest), 0) + 1
+        else:
+            removed = trie.remove(key, dest)
+            assert removed == ((key, dest) in alive)
+            if removed:
+                alive[key, dest] -= 1
+                if not alive[key, dest]:
+                    del alive[key, dest]
+    fresh: ReverseTopicTrie[int] = ReverseTopicTrie()
+    for (key, dest), count in alive.items():
+        for _ in range(count):
+            fresh.add(key, dest)
+    assert trie.dump() == fresh.dump()  # both tries pruned, counts right
+    assert trie.node_count() == fresh.node_count()
+    assert len(trie) == sum(alive.values())
+
+
 # -- random topologies ------------------------------------------------------------------------
 
 EXCHANGE_TYPES = {
@@ -90,6 +132,8 @@ EXCHANGE_TYPES = {
     "t": ExchangeType.TOPIC,
     "h": ExchangeType.HEADERS,
     "t2": ExchangeType.TOPIC,
+    "r": ExchangeType.RTOPIC,
+    "r2": ExchangeType.RTOPIC,
 }
 QUEUES = ["q0", "q1", "q2"]
 HEADER_VALUES = st.sampled_from([None, 1, 2, 1.0, True, "v", b"v", "w"])
@@ -97,7 +141,7 @@ X_MATCH = st.sampled_from([None, "all", "any", "all-with-x", "any-with-x"])
 
 
 @st.composite
-def bindings(draw: st.DrawFn) -> Binding:
+def bindings(draw: st.DrawFn, keys: st.SearchStrategy[str] = KEYS) -> Binding:
     source = draw(st.sampled_from(sorted(EXCHANGE_TYPES)))
     kind = draw(st.sampled_from([DestKind.QUEUE, DestKind.QUEUE, DestKind.EXCHANGE]))
     dest = draw(st.sampled_from(QUEUES if kind is DestKind.QUEUE else sorted(EXCHANGE_TYPES)))
@@ -107,7 +151,7 @@ def bindings(draw: st.DrawFn) -> Binding:
         mode = draw(X_MATCH)
         if mode is not None:
             args["x-match"] = mode
-    return Binding(source, dest, kind, draw(KEYS), args)
+    return Binding(source, dest, kind, draw(keys), args)
 
 
 def declarations(ae: dict[str, str]) -> list[Event]:
@@ -234,6 +278,54 @@ def test_replay_equals_live_application_with_reads_in_between(
     assert live == Projection.replay(events)
 
 
+CACHE_BOUNDS = st.sampled_from([(RouteCache.max_entries, RouteCache.max_weight), (2, 4)])
+# Few keys, so that a route is likely to be asked again after a binding change that matters.
+FEW_KEYS = st.sampled_from(["", "a", "b", "a.b", "#", "a.*", "*.b", "#.b", "a.#", "q0"])
+STEPS = st.lists(
+    st.one_of(
+        bindings(FEW_KEYS).map(BindingAdded),
+        bindings(FEW_KEYS).map(BindingAdded),
+        bindings(FEW_KEYS).map(BindingRemoved),
+        st.sampled_from(QUEUES).map(QueueDeleted),
+        st.sampled_from(QUEUES).map(lambda q: QueueDeclared(Queue(q))),
+        st.sampled_from(sorted(EXCHANGE_TYPES)).map(ExchangeDeleted),
+        st.tuples(
+            st.sampled_from(["", *EXCHANGE_TYPES]),
+            FEW_KEYS,
+            st.one_of(st.none(), st.fixed_dictionaries({"CC": st.lists(FEW_KEYS, max_size=2)})),
+        ),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(ALTERNATES, CACHE_BOUNDS, STEPS)
+def test_cached_routes_equal_uncached_routes(
+    ae: dict[str, str], bounds: tuple[int, int], steps: list[Any]
+) -> None:
+    """Random bind/unbind/delete/route sequences: the live projection, whose caches have
+    seen every earlier route, answers as a projection replayed from scratch (empty caches).
+    The (2, 4) bounds also exercise eviction."""
+    saved = RouteCache.max_entries, RouteCache.max_weight
+    RouteCache.max_entries, RouteCache.max_weight = bounds
+    try:
+        events = declarations(ae)
+        live = Projection.replay(events)
+        for step in steps:
+            if isinstance(step, tuple):  # a message, routed twice (the second is a hit)
+                exchange, routing_key, headers = step
+                expected = route(Projection.replay(events), exchange, routing_key, headers)
+                assert route(live, exchange, routing_key, headers) == expected
+                assert route(live, exchange, routing_key, headers) == expected
+            else:
+                for event in redeclare(step, ae):
+                    live.apply(event)
+                    events.append(event)
+    finally:
+        RouteCache.max_entries, RouteCache.max_weight = saved
+
+
 def reference_route(
     ae: dict[str, str], binds: list[Binding], exchange: str, routing_key: str, headers: Any
 ) -> set[str]:
@@ -281,6 +373,8 @@ def reference_match(b: Binding, keys: list[str], headers: Any) -> bool:
         return b.routing_key in keys
     if type_ is ExchangeType.TOPIC:
         return any(topic_matches(words_of(b.routing_key), words_of(k)) for k in keys)
+    if type_ is ExchangeType.RTOPIC:  # the routing key is the pattern
+        return any(topic_matches(words_of(k), words_of(b.routing_key)) for k in keys)
     message = headers or {}
     mode = b.arguments.get("x-match") or "all"
     with_x = mode.endswith("-with-x")

@@ -1,0 +1,80 @@
+"""Small durable-file helpers shared by the definitions log and the message store.
+
+The rules they encode: data is only durable after ``fsync`` of the file, and a new or renamed
+file is only durable after ``fsync`` of its directory as well (the directory entry is separate
+metadata on POSIX file systems).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("leveret.storage")
+
+# fdatasync skips the inode timestamps but still flushes the size needed to read appended
+# data back; it is what an append-only file needs and is cheaper than fsync.
+datasync = getattr(os, "fdatasync", os.fsync)
+
+# Tails up to this size that end in an incomplete record are crash leftovers and are just cut
+# off; anything larger, or any record whose CRC fails, is copied aside before truncation so
+# that an operator can still look at it.
+TORN_TAIL_KEEP = 64 * 1024
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """``os.write`` until everything is written (regular files rarely write short, but may)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def create_atomically(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data``, all or nothing: temp file, fsync, rename, fsync dir."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def truncate_tail(path: Path, offset: int, tail: bytes, reason: str, *, torn: bool) -> None:
+    """Cut ``path`` back to ``offset``, saving the removed ``tail`` aside unless it is a plain
+    torn write (see :data:`TORN_TAIL_KEEP`), and say so in the log."""
+    if torn and len(tail) <= TORN_TAIL_KEEP:
+        log.warning(
+            "%s: torn tail at offset %d (%s), %d bytes truncated", path, offset, reason, len(tail)
+        )
+    else:
+        aside = path.with_name(f"{path.name}.corrupt-{offset}")
+        create_atomically(aside, tail)  # durable before the truncation below
+        log.error(
+            "%s: corrupt record at offset %d (%s): %d bytes from there on are not replayed; "
+            "they were saved to %s",
+            path,
+            offset,
+            reason,
+            len(tail),
+            aside,
+        )
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
