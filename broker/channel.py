@@ -346,7 +346,7 @@ class Channel:
         (dropped, or returned when mandatory, if the requester has gone)."""
         consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
         if consumer is not None and consumer.channel.open:
-            consumer.channel.deliver(consumer, (message, False, 0.0))
+            consumer.channel.deliver(consumer, (message, False, 0.0, 0))
         elif mandatory:
             self._return(message)
         return False
@@ -379,7 +379,8 @@ class Channel:
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         """Send a queue entry to ``consumer`` (called by the queue)."""
-        message, redelivered, _expires = entry
+        message = entry[0]
+        redelivered = entry[1]
         tag = self.next_tag
         self.next_tag = tag + 1
         if not consumer.no_ack:
@@ -480,7 +481,8 @@ class Channel:
         if entry is None:
             self.send(B.GetEmpty())
             return
-        message, redelivered, _expires = entry
+        message = entry[0]
+        redelivered = entry[1]
         tag = self.next_tag
         self.next_tag = tag + 1
         if not m.no_ack:

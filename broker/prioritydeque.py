@@ -2,7 +2,7 @@
 
 It offers the part of ``collections.deque`` that :class:`broker.queue.Queue` uses, so a
 queue without priorities keeps a plain deque. The highest priority leaves first; order
-within a priority is kept, also for requeued messages (``appendleft``). A priority above
+within a priority is kept, also for requeued messages (:meth:`requeue`). A priority above
 the maximum counts as the maximum (docs/priority.md).
 """
 
@@ -14,6 +14,19 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.queue import Entry
+
+
+def insert_by_seq(entries: deque[Entry], entry: Entry) -> None:
+    """Put a requeued ``entry`` back where its sequence number belongs (almost always
+    at the head: what is still queued arrived later)."""
+    seq = entry[3]
+    if not entries or entries[0][3] > seq:
+        entries.appendleft(entry)
+        return
+    index = 1
+    while index < len(entries) and entries[index][3] < seq:
+        index += 1
+    entries.insert(index, entry)
 
 
 class PriorityDeque:
@@ -34,9 +47,9 @@ class PriorityDeque:
         self._level(entry).append(entry)
         self._len += 1
 
-    def appendleft(self, entry: Entry) -> None:
-        """Put ``entry`` in front of the others of its priority (requeue)."""
-        self._level(entry).appendleft(entry)
+    def requeue(self, entry: Entry) -> None:
+        """Put a requeued ``entry`` back in its original place within its priority."""
+        insert_by_seq(self._level(entry), entry)
         self._len += 1
 
     def _first(self) -> deque[Entry]:

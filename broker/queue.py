@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from broker.deadletter import dead_letter
 from broker.message import Message
-from broker.prioritydeque import PriorityDeque
+from broker.prioritydeque import PriorityDeque, insert_by_seq
 
 if TYPE_CHECKING:
     from broker.channel import Channel
     from broker.connection import Connection
     from broker.vhost import VHost
 
-Entry = tuple[Message, bool, float]
+# (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
+# requeued message goes back to its original place, as in RabbitMQ's classic queues.
+Entry = tuple[Message, bool, float, int]
 
 
 def _int_arg(arguments: dict[str, Any], key: str) -> int | None:
@@ -116,6 +118,7 @@ class Queue:
         "durable",
         "exclusive_consumer",
         "expires",
+        "expiring",
         "had_consumers",
         "max_length",
         "max_length_bytes",
@@ -128,6 +131,7 @@ class Queue:
         "owner",
         "plain",
         "ready_bytes",
+        "seq",
         "single_active",
         "vhost",
     )
@@ -154,6 +158,7 @@ class Queue:
         self.deleted = False
         self._rr = 0
         self.ready_bytes = 0
+        self.seq = 0
         self.message_ttl = _int_arg(arguments, "x-message-ttl")
         self.expires = _int_arg(arguments, "x-expires")
         self.max_length = _int_arg(arguments, "x-max-length")
@@ -173,6 +178,8 @@ class Queue:
             and self.max_length_bytes is None
             and not self.max_priority
         )
+        # Whether entries may carry an expiry (a queue TTL, or a message with one seen).
+        self.expiring = self.message_ttl is not None
         self._prioritised_consumers = False
         self._ttl_timer: asyncio.TimerHandle | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
@@ -189,10 +196,12 @@ class Queue:
             if not self.messages and self.consumers:
                 consumer = self._next_consumer()
                 if consumer is not None:
-                    consumer.channel.deliver(consumer, (message, False, 0.0))
+                    self.seq += 1
+                    consumer.channel.deliver(consumer, (message, False, 0.0, self.seq))
                     return True
             # _push, inlined for the hot path.
-            self.messages.append((message, False, 0.0))
+            self.seq += 1
+            self.messages.append((message, False, 0.0, self.seq))
             size = message.body_size
             self.ready_bytes += size
             memory = self.memory
@@ -208,11 +217,14 @@ class Queue:
             ttl = message.ttl
         loop = asyncio.get_running_loop()
         expires = loop.time() + ttl / 1000 if ttl is not None else 0.0
+        if expires:
+            self.expiring = True
         self._expire_head()
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is not None:
-                consumer.channel.deliver(consumer, (message, False, expires))
+                self.seq += 1
+                consumer.channel.deliver(consumer, (message, False, expires, self.seq))
                 return True
         if ttl == 0:
             # TTL 0: delivered only to a consumer ready now, else expired at once
@@ -223,7 +235,8 @@ class Queue:
             if self.overflow == "reject-publish-dlx":
                 dead_letter(self, message, "maxlen")
             return False
-        self._push((message, False, expires))
+        self.seq += 1
+        self._push((message, False, expires, self.seq))
         self._enforce_drop_head()
         if expires:
             self._schedule_ttl()
@@ -263,7 +276,7 @@ class Queue:
     def drain(self) -> None:
         """Deliver ready messages while some consumer has capacity."""
         messages = self.messages
-        if not self.plain:
+        if self.expiring:
             self._expire_head()
         while messages and self.consumers:
             consumer = self._next_consumer()
@@ -339,19 +352,23 @@ class Queue:
         """Take the head message for ``basic.get``."""
         if self.expires is not None:
             self.touch()
-        if not self.plain:
+        if self.expiring:
             self._expire_head()
         return self._pop() if self.messages else None
 
     def requeue(self, entries: Iterable[Entry]) -> None:
-        """Put entries back at the head, keeping their order and expiry, redelivered."""
+        """Put entries back in their original places, keeping their expiry, redelivered."""
         if self.deleted:
             return
-        for message, _redelivered, expires in reversed(list(entries)):
-            self.messages.appendleft((message, True, expires))
+        messages = self.messages
+        for message, _redelivered, expires, seq in sorted(entries, key=lambda e: e[3]):
+            if isinstance(messages, deque):
+                insert_by_seq(messages, (message, True, expires, seq))
+            else:
+                messages.requeue((message, True, expires, seq))
             self.ready_bytes += message.body_size
             self.memory.add(message.body_size)
-        if not self.plain:
+        if self.expiring:
             self._schedule_ttl()
         self.drain()
 
