@@ -11,6 +11,8 @@ from typing import Any
 
 from pamqp import commands, header
 
+from broker.fieldtable import marshal_content_header
+
 _HEADER_FIXED = struct.Struct(">HHQ")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
@@ -102,7 +104,7 @@ class Message:
     ) -> Message:
         """A copy of this message carrying ``properties`` (re-encoded header), optionally
         with another exchange and routing key (dead-lettering)."""
-        payload = header.ContentHeader(0, self.body_size, properties).marshal()
+        payload = marshal_content_header(self.body_size, properties)
         copy = Message(
             self.exchange if exchange is None else exchange,
             self.routing_key if routing_key is None else routing_key,

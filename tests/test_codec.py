@@ -218,3 +218,37 @@ def test_large_body_split_by_frame_max() -> None:
     bodies = [f for _, f in frames if isinstance(f, codec.Body)]
     assert len(bodies) == -(-len(data) // (4096 - 8))
     assert b"".join(b.data for b in bodies) == data
+
+
+def test_rewritten_headers_keep_rabbitmq_types() -> None:
+    import datetime
+    import decimal
+
+    from broker.fieldtable import marshal_content_header
+
+    props = commands.Basic.Properties(
+        content_type="text/plain",
+        headers={
+            "count": 1,
+            "ratio": 1.1,
+            "flag": True,
+            "when": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+            "price": decimal.Decimal("1.25"),
+            "nested": {"keys": ["a", "b"], "none": None},
+            "raw": b"\x00\xff",
+        },
+        message_id="m1",
+        priority=3,
+    )
+    payload = marshal_content_header(5, props)
+    decoded = header.ContentHeader()
+    decoded.unmarshal(payload)
+    assert decoded.body_size == 5
+    assert decoded.properties.content_type == "text/plain"
+    assert decoded.properties.message_id == "m1"
+    assert decoded.properties.priority == 3
+    assert decoded.properties.headers == props.headers
+    # Integers as signed 64-bit longs, floats as doubles (pamqp would pick a byte and a
+    # 32-bit float).
+    assert b"\x05countl\x00\x00\x00\x00\x00\x00\x00\x01" in payload
+    assert b"\x05ratiod" in payload
