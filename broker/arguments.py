@@ -11,16 +11,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from broker.codec import TypedTable
+
 MAX_EXPIRY = 4294967295  # rabbit_misc ?MAX_EXPIRY_TIMER
 MAX_PRIORITY = 255
 
 
-def _type_name(value: Any) -> str:
-    """The AMQP type RabbitMQ would see for a decoded value."""
+def copy_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an argument table that keeps its wire types (if it has them)."""
+    types = getattr(arguments, "types", None)
+    if types is not None:
+        return TypedTable(dict(arguments), dict(types))
+    return dict(arguments)
+
+
+def type_name(arguments: Mapping[str, Any], key: str) -> str:
+    """The AMQP type of ``arguments[key]`` as RabbitMQ names it: the wire type when the
+    table came from the wire (:class:`broker.codec.TypedTable`), else a best guess."""
+    types = getattr(arguments, "types", None)
+    if types and key in types:
+        return str(types[key])
+    value = arguments[key]
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        return "long"
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
     if isinstance(value, float):
         return "double"
     if isinstance(value, str | bytes):
@@ -32,16 +47,20 @@ def _type_name(value: Any) -> str:
     return "void" if value is None else "timestamp"
 
 
+Check = Callable[[Any, str, Mapping[str, Any]], "str | None"]
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(value: Any, _args: Mapping[str, Any]) -> str | None:
-    return None if _is_int(value) else f"{{unacceptable_type,{_type_name(value)}}}"
+def _int(value: Any, kind: str, _args: Mapping[str, Any]) -> str | None:
+    # rabbit_amqqueue:check_int_arg/2 formats this one as a string, printed quoted.
+    return None if _is_int(value) else f'"expected integer, got {kind}"'
 
 
-def _non_negative(value: Any, args: Mapping[str, Any]) -> str | None:
-    problem = _int(value, args)
+def _non_negative(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _int(value, kind, args)
     if problem is None and value < 0:
         return f"{{value_negative,{value}}}"
     return problem
@@ -55,56 +74,51 @@ def _expiry(value: int) -> str | None:
     return None
 
 
-def _expires(value: Any, args: Mapping[str, Any]) -> str | None:
-    problem = _int(value, args)
+def _expires(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _int(value, kind, args)
     if problem is not None:
         return problem
     return f"{{value_zero,{value}}}" if value == 0 else _expiry(value)
 
 
-def _message_ttl(value: Any, args: Mapping[str, Any]) -> str | None:
-    return _int(value, args) or _expiry(value)
+def _message_ttl(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    return _int(value, kind, args) or _expiry(value)
 
 
-def _max_priority(value: Any, args: Mapping[str, Any]) -> str | None:
-    problem = _non_negative(value, args)
+def _max_priority(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _non_negative(value, kind, args)
     if problem is None and value > MAX_PRIORITY:
         return f"{{max_value_exceeded,{value}}}"
     return problem
 
 
-def _bool(value: Any, _args: Mapping[str, Any]) -> str | None:
-    return None if isinstance(value, bool) else f"{{unacceptable_type,{_type_name(value)}}}"
+def _bool(value: Any, kind: str, _args: Mapping[str, Any]) -> str | None:
+    return None if isinstance(value, bool) else f"{{unacceptable_type,{kind}}}"
 
 
-def _longstr(value: Any, _args: Mapping[str, Any]) -> str | None:
-    return None if isinstance(value, str | bytes) else f"{{unacceptable_type,{_type_name(value)}}}"
+def _longstr(value: Any, kind: str, _args: Mapping[str, Any]) -> str | None:
+    return None if isinstance(value, str | bytes) else f"{{unacceptable_type,{kind}}}"
 
 
-def _dlx_routing_key(value: Any, args: Mapping[str, Any]) -> str | None:
-    problem = _longstr(value, args)
+def _dlx_routing_key(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _longstr(value, kind, args)
     if problem is None and "x-dead-letter-exchange" not in args:
         return "routing_key_but_no_dlx_defined"
     return problem
 
 
-def _one_of(*allowed: str) -> Callable[[Any, Mapping[str, Any]], str | None]:
-    def check(value: Any, args: Mapping[str, Any]) -> str | None:
-        problem = _longstr(value, args)
+def _one_of(name: str, *allowed: str) -> Check:
+    def check(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+        problem = _longstr(value, kind, args)
         if problem is not None:
             return problem
         text = value.decode() if isinstance(value, bytes) else value
-        return None if text in allowed else "invalid_" + _ONE_OF_NAMES[allowed]
+        return None if text in allowed else f"invalid_{name}"
 
     return check
 
 
-_ONE_OF_NAMES = {
-    ("drop-head", "reject-publish", "reject-publish-dlx"): "overflow",
-    ("default", "lazy"): "queue_mode",
-}
-
-VALIDATORS: dict[str, Callable[[Any, Mapping[str, Any]], str | None]] = {
+VALIDATORS: dict[str, Check] = {
     "x-expires": _expires,
     "x-message-ttl": _message_ttl,
     "x-dead-letter-exchange": _longstr,
@@ -112,17 +126,22 @@ VALIDATORS: dict[str, Callable[[Any, Mapping[str, Any]], str | None]] = {
     "x-max-length": _non_negative,
     "x-max-length-bytes": _non_negative,
     "x-max-priority": _max_priority,
-    "x-overflow": _one_of("drop-head", "reject-publish", "reject-publish-dlx"),
-    "x-queue-mode": _one_of("default", "lazy"),
+    "x-overflow": _one_of("overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
+    "x-queue-mode": _one_of("queue_mode", "default", "lazy"),
     "x-single-active-consumer": _bool,
 }
 
+# rabbit_amqqueue:consume_args/0
+CONSUME_VALIDATORS: dict[str, Check] = {"x-priority": _int}
 
-def queue_argument_error(arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+
+def argument_error(
+    arguments: Mapping[str, Any], validators: Mapping[str, Check] = VALIDATORS
+) -> tuple[str, str] | None:
     """The first invalid argument as ``(key, reason)``, or None when all are valid."""
-    for key, check in VALIDATORS.items():
+    for key, check in validators.items():
         if key in arguments:
-            problem = check(arguments[key], arguments)
+            problem = check(arguments[key], type_name(arguments, key), arguments)
             if problem is not None:
                 return key, problem
     return None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from broker import codec
+from broker.arguments import CONSUME_VALIDATORS, argument_error
 from broker.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -430,6 +431,13 @@ class Channel:
             self._consume_replies(m)
             return
         queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        invalid = argument_error(m.arguments or {}, CONSUME_VALIDATORS)
+        if invalid is not None:
+            key, reason = invalid
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}: {reason}",
+            )
         if queue.exclusive_consumer or (m.exclusive and queue.consumers):
             raise AMQPChannelError(
                 ACCESS_REFUSED, f"{self.vhost.rs('queue', queue.name)} in exclusive use"
@@ -712,9 +720,10 @@ class Channel:
             name = generated_name("amq.gen")
         elif not name:
             name = self._queue_name(name)
-        if m.passive and name.startswith(REPLY_PREFIX):
-            # A live direct reply-to name declares as (0 messages, 1 consumer).
-            if name[len(REPLY_PREFIX) :] not in self.vhost.reply_consumers:
+        if m.passive and (name == REPLY_TO or name.startswith(REPLY_PREFIX)):
+            # The pseudo-queue and a live reply name declare as (0 messages, 1 consumer)
+            # (rabbit_channel: direct reply-to declare).
+            if name != REPLY_TO and name[len(REPLY_PREFIX) :] not in self.vhost.reply_consumers:
                 raise AMQPChannelError(NOT_FOUND, f"no {self.vhost.rs('queue', name)}")
             if not m.nowait:
                 self.conn.write(

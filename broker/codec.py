@@ -161,6 +161,11 @@ def decode_method(payload: bytes) -> Frame:
     method = method_cls()
     try:
         method.unmarshal(payload[4:])
+        if isinstance(getattr(method, "arguments", None), dict):
+            # Keep the wire types of the arguments: RabbitMQ's error texts name them.
+            method.arguments = TypedTable(
+                method.arguments, table_types(payload, _arguments_offset(method, payload))
+            )
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
         # rabbit_framing: "cannot decode ~w" with the argument bytes.
         raise AMQPConnectionError(
@@ -179,6 +184,85 @@ def _other_frame(frame_type: int, payload: bytes) -> Frame:
     if frame_type == FRAME_HEARTBEAT:
         return HEARTBEAT
     raise _frame_error(f"type {frame_type}, all octets = {erl_binary(payload)}: unknown_frame")
+
+
+class TypedTable(dict[str, Any]):
+    """A decoded field table that remembers the AMQP type of each top-level value
+    (``types``: key -> RabbitMQ's type name, e.g. ``short``, ``longstr``)."""
+
+    types: dict[str, str]
+
+    def __init__(self, values: dict[str, Any], types: dict[str, str]) -> None:
+        super().__init__(values)
+        self.types = types
+
+
+# Field type tags -> RabbitMQ's names (rabbit_binary_parser), with the size of
+# fixed-width values.
+_FIELD_TYPES: dict[int, tuple[str, int]] = {
+    ord("b"): ("byte", 1),
+    ord("B"): ("unsignedbyte", 1),
+    ord("s"): ("short", 2),
+    ord("u"): ("unsignedshort", 2),
+    ord("I"): ("signedint", 4),
+    ord("i"): ("unsignedint", 4),
+    ord("l"): ("long", 8),
+    ord("f"): ("float", 4),
+    ord("d"): ("double", 8),
+    ord("D"): ("decimal", 5),
+    ord("t"): ("bool", 1),
+    ord("T"): ("timestamp", 8),
+    ord("V"): ("void", 0),
+    ord("S"): ("longstr", -1),
+    ord("x"): ("binary", -1),
+    ord("F"): ("table", -1),
+    ord("A"): ("array", -1),
+}
+
+
+def table_types(data: bytes, offset: int) -> dict[str, str]:
+    """Type names of the top-level values of the field table at ``offset``."""
+    (length,) = _LONG.unpack_from(data, offset)
+    pos, end = offset + 4, offset + 4 + length
+    types: dict[str, str] = {}
+    while pos < end:
+        key_len = data[pos]
+        key = data[pos + 1 : pos + 1 + key_len].decode("utf-8", "replace")
+        pos += 1 + key_len
+        name, size = _FIELD_TYPES.get(data[pos], ("unknown", 0))
+        pos += 1
+        if size < 0:  # length-prefixed
+            (size,) = _LONG.unpack_from(data, pos)
+            size += 4
+        types[key] = name
+        pos += size
+    return types
+
+
+_FIELD_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
+
+
+def _arguments_offset(method: Any, payload: bytes) -> int:
+    """Where the ``arguments`` table starts in a method payload (fields in order)."""
+    pos = 4
+    in_bits = False
+    for name in method.__slots__:
+        kind = method.amqp_type(name)
+        if kind == "bit":
+            if not in_bits:
+                pos += 1
+                in_bits = True
+            continue
+        in_bits = False
+        if name == "arguments":
+            return pos
+        if kind == "shortstr":
+            pos += 1 + payload[pos]
+        elif kind in ("longstr", "table"):
+            pos += 4 + _LONG.unpack_from(payload, pos)[0]
+        else:
+            pos += _FIELD_SIZES[kind]
+    raise ValueError("method has no arguments table")
 
 
 class FrameReader:
@@ -533,6 +617,7 @@ __all__ = [
     "Heartbeat",
     "ProtocolHeaderError",
     "Publish",
+    "TypedTable",
     "content_frames",
     "decode_method",
     "deliver_frames",
@@ -544,4 +629,5 @@ __all__ = [
     "route_shortstrs",
     "shortstr",
     "simple_method",
+    "table_types",
 ]

@@ -14,7 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import queue_argument_error
+from broker.arguments import argument_error, copy_args
+from broker.arguments import type_name as arg_type
 from broker.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -78,46 +79,48 @@ def generated_name(prefix: str) -> str:
     return prefix + "-" + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-def _amqp_type(value: Any) -> str:
-    """The AMQP field type name RabbitMQ prints for a value in equivalence errors."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, str | bytes):
-        return "longstr"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return "void" if value is None else type(value).__name__
-
-
-def _val(value: Any) -> str:
-    """rabbit_misc:val/1 for a typed argument value."""
-    if value is _MISSING:
-        return "none"
-    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if isinstance(shown, bool):
-        shown = str(shown).lower()
-    return f"the value '{shown}' of type '{_amqp_type(value)}'"
-
-
 _MISSING = object()
+_INT_TYPES = frozenset(
+    {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
+)
 
 
-def _arg_class(value: Any) -> tuple[str, Any]:
-    # Integer widths do not matter for equivalence (rabbit_misc: integer types
-    # compare by class); a missing x-queue-type equals classic.
+def _shown(value: Any) -> str:
     if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, int):
-        return ("int", value)
-    return (type(value).__name__, value)
+        return value.decode("utf-8", "replace")
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _type_class(kind: str) -> str:
+    # rabbit_misc:type_class/1: integer widths do not matter, nor float vs double.
+    if kind in _INT_TYPES:
+        return "int"
+    return "float" if kind in ("float", "double") else kind
+
+
+def _arg_mismatch(key: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+    """rabbit_misc:assert_args_equivalence1/4: the "received ... but current is ..."
+    part of the 406 text, or None when the argument is equivalent."""
+    new_value, old_value = new.get(key, _MISSING), old.get(key, _MISSING)
+    if key == "x-queue-type":  # a missing x-queue-type equals classic
+        new_value = "classic" if new_value is _MISSING else new_value
+        old_value = "classic" if old_value is _MISSING else old_value
+    if new_value is _MISSING and old_value is _MISSING:
+        return None
+    if new_value is not _MISSING and old_value is not _MISSING:
+        if key == "x-queue-type" or (
+            _type_class(arg_type(new, key)) == _type_class(arg_type(old, key))
+            and new_value == old_value
+        ):
+            return None
+        return f"received '{_shown(new_value)}' but current is '{_shown(old_value)}'"
+
+    def val(table: Mapping[str, Any], value: Any) -> str:
+        if value is _MISSING:
+            return "none"
+        return f"the value '{_shown(value)}' of type '{arg_type(table, key)}'"
+
+    return f"received {val(new, new_value)} but current is {val(old, old_value)}"
 
 
 class VHost:
@@ -233,12 +236,12 @@ class VHost:
             if ae is not None and not isinstance(ae, str | bytes):
                 raise AMQPChannelError(
                     PRECONDITION_FAILED,
-                    f"invalid type '{_amqp_type(ae)}' for arg 'alternate-exchange' in "
-                    f"{self.rs('exchange', name)}",
+                    f"invalid type '{arg_type(arguments, 'alternate-exchange')}' for arg "
+                    f"'alternate-exchange' in {self.rs('exchange', name)}",
                 )
             self._apply(
                 ExchangeDeclared(
-                    Exchange(name, type_, durable, auto_delete, internal, dict(arguments))
+                    Exchange(name, type_, durable, auto_delete, internal, copy_args(arguments))
                 )
             )
             return
@@ -265,20 +268,10 @@ class VHost:
         old: Mapping[str, Any],
     ) -> None:
         for key in keys:
-            new_value, old_value = new.get(key, _MISSING), old.get(key, _MISSING)
-            if key == "x-queue-type":
-                new_value = "classic" if new_value is _MISSING else new_value
-                old_value = "classic" if old_value is _MISSING else old_value
-            same = (new_value is _MISSING and old_value is _MISSING) or (
-                new_value is not _MISSING
-                and old_value is not _MISSING
-                and _arg_class(new_value) == _arg_class(old_value)
-            )
-            if not same:
+            mismatch = _arg_mismatch(key, new, old)
+            if mismatch is not None:
                 raise AMQPChannelError(
-                    PRECONDITION_FAILED,
-                    f"inequivalent arg '{key}' for {what}: received {_val(new_value)} "
-                    f"but current is {_val(old_value)}",
+                    PRECONDITION_FAILED, f"inequivalent arg '{key}' for {what}: {mismatch}"
                 )
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -387,13 +380,21 @@ class VHost:
             queue.touch()
             return queue
         # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
-        invalid = queue_argument_error(arguments)
+        dlx = arguments.get("x-dead-letter-exchange")
+        if dlx is not None and not isinstance(dlx, str | bytes):
+            # rabbit_channel checks the DLX name itself (for permissions) first.
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"invalid type '{arg_type(arguments, 'x-dead-letter-exchange')}' for arg "
+                f"'x-dead-letter-exchange' in {self.rs('queue', name)}",
+            )
+        invalid = argument_error(arguments)
         if invalid is not None:
             key, reason = invalid
             raise AMQPChannelError(
                 PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}: {reason}"
             )
-        queue = Queue(self, name, durable, owner, auto_delete, dict(arguments))
+        queue = Queue(self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
         self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
         if owner is not None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exchanges import rtopic
 from exchanges.model import (
     Binding,
     BindingAdded,
@@ -22,7 +24,7 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.patterns import RouteCache
+from exchanges.patterns import RouteCache, RTopicIndex, TopicIndex
 from exchanges.projection import Projection
 from exchanges.routing import route
 from exchanges.rtopic import ReverseTopicTrie
@@ -88,16 +90,28 @@ def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> 
 PATTERNS = st.lists(WORDS, max_size=7).map(".".join)
 
 
+@pytest.mark.parametrize("infix_factor", [0, rtopic._INFIX_FACTOR, 10**9])
 @settings(max_examples=300)
 @given(st.lists(st.tuples(KEYS, st.integers(0, 3)), max_size=30), st.lists(PATTERNS, max_size=10))
-def test_rtopic_matches_brute_force(bindings: list[tuple[str, int]], patterns: list[str]) -> None:
-    """x-rtopic is topic matching with the roles swapped: the pattern is the routing key."""
+def test_rtopic_matches_brute_force(
+    infix_factor: int, bindings: list[tuple[str, int]], patterns: list[str]
+) -> None:
+    """x-rtopic is topic matching with the roles swapped: the pattern is the routing key.
+
+    The factor forces the plan: 0 makes the infix plan (from the rarest literal word) win
+    whenever the pattern has a literal word, 10**9 makes it never win, so every plan is
+    checked against the definition and not only the one small tries happen to pick."""
     trie: ReverseTopicTrie[int] = ReverseTopicTrie()
     for key, dest in bindings:
         trie.add(key, dest)
-    for pattern in [*patterns, "", "#", "#.*", "#.#", "*.#.*", "#.*.a", "a.#.b", "#.a.#"]:
-        expected = {d for k, d in bindings if topic_matches(words_of(pattern), words_of(k))}
-        assert trie.match(pattern) == expected, pattern
+    saved = rtopic._INFIX_FACTOR
+    rtopic._INFIX_FACTOR = infix_factor
+    try:
+        for pattern in [*patterns, "", "#", "#.*", "#.#", "*.#.*", "#.*.a", "a.#.b", "#.a.#"]:
+            expected = {d for k, d in bindings if topic_matches(words_of(pattern), words_of(k))}
+            assert trie.match(pattern) == expected, pattern
+    finally:
+        rtopic._INFIX_FACTOR = saved
 
 
 @given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
@@ -141,8 +155,10 @@ X_MATCH = st.sampled_from([None, "all", "any", "all-with-x", "any-with-x"])
 
 
 @st.composite
-def bindings(draw: st.DrawFn, keys: st.SearchStrategy[str] = KEYS) -> Binding:
-    source = draw(st.sampled_from(sorted(EXCHANGE_TYPES)))
+def bindings(
+    draw: st.DrawFn, keys: st.SearchStrategy[str] = KEYS, sources: list[str] | None = None
+) -> Binding:
+    source = draw(st.sampled_from(sources or sorted(EXCHANGE_TYPES)))
     kind = draw(st.sampled_from([DestKind.QUEUE, DestKind.QUEUE, DestKind.EXCHANGE]))
     dest = draw(st.sampled_from(QUEUES if kind is DestKind.QUEUE else sorted(EXCHANGE_TYPES)))
     args: dict[str, Any] = {}
@@ -281,47 +297,59 @@ def test_replay_equals_live_application_with_reads_in_between(
 CACHE_BOUNDS = st.sampled_from([(RouteCache.max_entries, RouteCache.max_weight), (2, 4)])
 # Few keys, so that a route is likely to be asked again after a binding change that matters.
 FEW_KEYS = st.sampled_from(["", "a", "b", "a.b", "#", "a.*", "*.b", "#.b", "a.#", "q0"])
-STEPS = st.lists(
-    st.one_of(
-        bindings(FEW_KEYS).map(BindingAdded),
-        bindings(FEW_KEYS).map(BindingAdded),
-        bindings(FEW_KEYS).map(BindingRemoved),
-        st.sampled_from(QUEUES).map(QueueDeleted),
-        st.sampled_from(QUEUES).map(lambda q: QueueDeclared(Queue(q))),
-        st.sampled_from(sorted(EXCHANGE_TYPES)).map(ExchangeDeleted),
-        st.tuples(
-            st.sampled_from(["", *EXCHANGE_TYPES]),
-            FEW_KEYS,
-            st.one_of(st.none(), st.fixed_dictionaries({"CC": st.lists(FEW_KEYS, max_size=2)})),
-        ),
-    ),
-    max_size=60,
+# Binding changes mostly at the exchanges that cache (and where E2E bindings lead).
+CACHED = ["t", "t2", "r", "r2"]
+OP = st.one_of(
+    *[bindings(FEW_KEYS, CACHED).map(BindingAdded)] * 3,
+    bindings(FEW_KEYS, CACHED).map(BindingRemoved),
+    bindings(FEW_KEYS).map(BindingAdded),
+    st.integers(0, 1000),  # unbind the n-th live binding (a random unbind rarely exists)
+    st.sampled_from(QUEUES).map(QueueDeleted),
+    st.sampled_from(QUEUES).map(lambda q: QueueDeclared(Queue(q))),
+    st.sampled_from(sorted(EXCHANGE_TYPES)).map(ExchangeDeleted),
+)
+MESSAGE = st.tuples(
+    st.sampled_from(["", *EXCHANGE_TYPES, *CACHED]),
+    FEW_KEYS,
+    st.one_of(st.none(), st.fixed_dictionaries({"CC": st.lists(FEW_KEYS, max_size=2)})),
 )
 
 
 @settings(max_examples=300)
-@given(ALTERNATES, CACHE_BOUNDS, STEPS)
+@given(ALTERNATES, CACHE_BOUNDS, st.lists(st.tuples(OP, MESSAGE), min_size=10, max_size=30))
 def test_cached_routes_equal_uncached_routes(
-    ae: dict[str, str], bounds: tuple[int, int], steps: list[Any]
+    ae: dict[str, str], bounds: tuple[int, int], steps: list[tuple[Event | int, Any]]
 ) -> None:
-    """Random bind/unbind/delete/route sequences: the live projection, whose caches have
-    seen every earlier route, answers as a projection replayed from scratch (empty caches).
-    The (2, 4) bounds also exercise eviction."""
+    """Random bind/unbind/delete sequences, with every message seen so far routed again
+    after each change: the live projection, whose caches have seen every earlier route,
+    answers as a projection replayed from scratch (empty caches). The (2, 4) bounds also
+    exercise eviction."""
     saved = RouteCache.max_entries, RouteCache.max_weight
     RouteCache.max_entries, RouteCache.max_weight = bounds
     try:
         events = declarations(ae)
         live = Projection.replay(events)
-        for step in steps:
-            if isinstance(step, tuple):  # a message, routed twice (the second is a hit)
-                exchange, routing_key, headers = step
-                expected = route(Projection.replay(events), exchange, routing_key, headers)
+        messages: list[tuple[str, str, Any]] = []
+        for op, message in steps:
+            if isinstance(op, int):
+                alive = list(live.bindings())
+                if not alive:
+                    continue
+                op = BindingRemoved(alive[op % len(alive)])
+            for event in redeclare(op, ae):
+                live.apply(event)
+                events.append(event)
+            messages.append(message)
+            fresh = Projection.replay(events)
+            for exchange, routing_key, headers in messages:
+                expected = route(fresh, exchange, routing_key, headers)
                 assert route(live, exchange, routing_key, headers) == expected
-                assert route(live, exchange, routing_key, headers) == expected
-            else:
-                for event in redeclare(step, ae):
-                    live.apply(event)
-                    events.append(event)
+            # And the invariant itself: every cached entry is what a walk gives now.
+            for index in live.indexes.values():
+                for side in (index.queues, index.exchanges):
+                    if isinstance(side, TopicIndex | RTopicIndex):
+                        for key, names in side.cache.items():
+                            assert names == side.match(key)
     finally:
         RouteCache.max_entries, RouteCache.max_weight = saved
 

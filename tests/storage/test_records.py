@@ -1,0 +1,152 @@
+"""Record payloads: exact round-trips of events and AMQP field values, versions, JSON dump."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from storage_helpers import events, field_values, same, tables
+
+from exchanges.model import (
+    Binding,
+    BindingAdded,
+    DestKind,
+    Event,
+    Exchange,
+    ExchangeDeclared,
+    ExchangeType,
+    Queue,
+    QueueDeclared,
+)
+from storage.errors import CorruptRecordError, LogFormatError
+from storage.records import (
+    RECORD_VERSION,
+    decode,
+    decode_value,
+    encode,
+    encode_value,
+    event_to_json,
+    value_to_json,
+)
+
+
+def arguments_of(event: Event) -> Any:
+    for attr in ("exchange", "queue", "binding"):
+        if hasattr(event, attr):
+            return getattr(event, attr).arguments
+    return None
+
+
+@given(field_values)
+def test_field_values_round_trip_with_their_types(value: Any) -> None:
+    tagged = json.loads(json.dumps(encode_value(value)))
+    assert same(decode_value(tagged), value)
+
+
+@given(st.text(), events)
+def test_events_round_trip(vhost: str, event: Event) -> None:
+    got_vhost, got = decode(encode(vhost, event))
+    assert got_vhost == vhost
+    assert type(got) is type(event)
+    assert got == event
+    assert same(arguments_of(got), arguments_of(event))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(True, 1), (1, 1.0), ("a", b"a"), (b"a", bytearray(b"a")), (0, False), (None, "")],
+)
+def test_values_that_compare_equal_keep_their_types(a: Any, b: Any) -> None:
+    args = {"a": a, "b": b}
+    _, event = decode(encode("/", QueueDeclared(Queue("q", True, arguments=args))))
+    assert isinstance(event, QueueDeclared)
+    assert same(dict(event.queue.arguments), args)
+
+
+def test_payload_is_versioned_ascii_json() -> None:
+    payload = encode("/", BindingAdded(Binding("x", "q", DestKind.QUEUE, "a.#")))
+    assert payload[0] == RECORD_VERSION
+    assert json.loads(payload[1:]) == ["B", "/", "x", "q", "queue", "a.#", {}]
+
+
+def test_a_newer_record_version_is_a_format_error() -> None:
+    payload = encode("/", QueueDeclared(Queue("q", True)))
+    with pytest.raises(LogFormatError, match="newer"):
+        decode(bytes([RECORD_VERSION + 1]) + payload[1:])
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\x00[]",
+        b"\x01",
+        b"\x01not json",
+        b'\x01["Z","/"]',
+        b'\x01["q","/"]',
+        b'\x01["q","/","a","b"]',
+        b'\x01["q",1,"a"]',
+        b'\x01["q","/","a"] trailing',
+        b'\x01["X","/","x","nosuchtype",true,false,false,{}]',
+        b'\x01["Q","/","q",true,false,false,{"a":["?",1]}]',
+        b'\x01["Q","/","q",true,false,false,{"a":["i","1"]}]',
+        b'\x01["Q","/","q",true,false,false,[]]',
+        b'\x01["Q","/","q",true,false,false,{"a":["T","yesterday"]}]',
+        "\x01[\"q\",\"/\",\"\u00e9\"]".encode(),
+    ],
+)
+def test_undecodable_payloads_raise_corrupt_record(payload: bytes) -> None:
+    with pytest.raises(CorruptRecordError):
+        decode(payload)
+
+
+@pytest.mark.parametrize("value", [object(), {1: "a"}, {"a": {2, 3}}, 1j])
+def test_unstorable_values_are_refused_before_writing(value: Any) -> None:
+    args = value if isinstance(value, dict) else {"a": value}
+    with pytest.raises(TypeError):
+        encode("/", QueueDeclared(Queue("q", True, arguments=args)))
+
+
+def test_event_to_json_uses_definitions_json_names() -> None:
+    args = {
+        "b": b"\x00",
+        "d": Decimal("1.50"),
+        "t": datetime(2024, 1, 2, tzinfo=UTC),
+        "f": float("nan"),
+        "n": [1, {"x": None}],
+    }
+    binding = Binding("x", "q", DestKind.QUEUE, "k", args)
+    assert event_to_json("/", BindingAdded(binding)) == {
+        "event": "binding.added",
+        "vhost": "/",
+        "source": "x",
+        "destination": "q",
+        "destination_type": "queue",
+        "routing_key": "k",
+        "arguments": {
+            "b": {"$bytes": "AA=="},
+            "d": {"$decimal": "1.50"},
+            "t": {"$datetime": "2024-01-02T00:00:00+00:00"},
+            "f": {"$float": "nan"},
+            "n": [1, {"x": None}],
+        },
+    }
+    exchange = Exchange("x", ExchangeType.HEADERS, internal=True)
+    assert event_to_json("v", ExchangeDeclared(exchange))["type"] == "headers"
+
+
+@given(st.text(), events)
+def test_event_to_json_is_strict_json(vhost: str, event: Event) -> None:
+    doc = event_to_json(vhost, event)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+
+
+@given(tables)
+def test_value_to_json_keeps_native_values(table: dict[str, Any]) -> None:
+    plain = {k: v for k, v in table.items() if isinstance(v, str | int | type(None))}
+    assert value_to_json(plain) == plain
