@@ -720,9 +720,9 @@ class Channel:
             name = generated_name("amq.gen")
         elif not name:
             name = self._queue_name(name)
-        if m.passive and (name == REPLY_TO or name.startswith(REPLY_PREFIX)):
-            # The pseudo-queue and a live reply name declare as (0 messages, 1 consumer)
-            # (rabbit_channel: direct reply-to declare).
+        if name == REPLY_TO or name.startswith(REPLY_PREFIX):
+            # The pseudo-queue and a live reply name declare (passive or not) as
+            # (0 messages, 1 consumer), before any name check (rabbit_channel).
             if name != REPLY_TO and name[len(REPLY_PREFIX) :] not in self.vhost.reply_consumers:
                 raise AMQPChannelError(NOT_FOUND, f"no {self.vhost.rs('queue', name)}")
             if not m.nowait:

@@ -66,35 +66,50 @@ class _Node(Generic[D]):
     """A trie node: children by word, destinations whose key ends here, bindings below.
 
     ``count`` is the number of binding references in this subtree (this node included): it
-    picks the cheaper trie for a query, and a node whose count drops to 0 is pruned.
+    estimates what a search below the node costs, and a node whose count drops to 0 is
+    pruned. ``parent`` and ``word`` (the edge into the node) let the infix plan read a
+    node's path upwards; pruning clears ``parent``, so dead nodes form no cycle.
     """
 
-    __slots__ = ("children", "count", "dests")
+    __slots__ = ("children", "count", "dests", "parent", "word")
 
-    def __init__(self) -> None:
+    def __init__(self, parent: _Node[D] | None, word: str) -> None:
         self.children: dict[str, _Node[D]] = {}
         self.dests: dict[D, int] = {}
         self.count = 0
+        self.parent = parent
+        self.word = word
 
 
 class _KeyTrie(Generic[D]):
-    """One direction of the index: a counted trie of literal word sequences."""
+    """One direction of the index: a counted trie of literal word sequences.
 
-    __slots__ = ("root",)
+    ``at`` (forward trie only) maps ``(word, depth)`` to the nodes whose incoming edge is
+    ``word`` at that depth (the root is depth 0): where a pattern word can sit. The infix
+    plan starts there, and a pattern word found at no depth proves that nothing matches.
+    ``depth`` is the deepest depth ever used (an upper bound for ``at``'s depths).
+    """
 
-    def __init__(self) -> None:
-        self.root: _Node[D] = _Node()
+    __slots__ = ("at", "depth", "root")
+
+    def __init__(self, indexed: bool) -> None:
+        self.root: _Node[D] = _Node(None, "")
+        self.at: dict[tuple[str, int], set[_Node[D]]] | None = {} if indexed else None
+        self.depth = 0
 
     def add(self, words: Sequence[str], dest: D) -> None:
         node = self.root
         node.count += 1
-        for word in words:
+        for depth, word in enumerate(words, 1):
             child = node.children.get(word)
             if child is None:
-                child = node.children[word] = _Node()
+                child = node.children[word] = _Node(node, word)
+                if self.at is not None:
+                    self.at.setdefault((word, depth), set()).add(child)
             node = child
             node.count += 1
         node.dests[dest] = node.dests.get(dest, 0) + 1
+        self.depth = max(self.depth, len(words))
 
     def remove(self, words: Sequence[str], dest: D) -> bool:
         path = [self.root]
@@ -113,10 +128,20 @@ class _KeyTrie(Generic[D]):
             del leaf.dests[dest]
         for node in path:
             node.count -= 1
-        # Prune the nodes left with no binding below them (remove_path_if_empty).
-        for parent, word, child in zip(path, words, path[1:], strict=False):
-            if not child.count:
-                del parent.children[word]
+        # Prune the first node left with no binding below it (remove_path_if_empty): the
+        # rest of the path below it is all that its subtree holds, so it all goes.
+        for depth in range(1, len(path)):
+            node = path[depth]
+            if not node.count:
+                del path[depth - 1].children[node.word]
+                for dead_depth in range(depth, len(path)):
+                    dead = path[dead_depth]
+                    dead.parent = None
+                    if self.at is not None:
+                        nodes = self.at[dead.word, dead_depth]
+                        nodes.discard(dead)
+                        if not nodes:
+                            del self.at[dead.word, dead_depth]
                 break
         return True
 
@@ -131,8 +156,8 @@ class ReverseTopicTrie(Generic[D]):
     __slots__ = ("_backward", "_forward")
 
     def __init__(self) -> None:
-        self._forward: _KeyTrie[D] = _KeyTrie()
-        self._backward: _KeyTrie[D] = _KeyTrie()
+        self._forward: _KeyTrie[D] = _KeyTrie(indexed=True)
+        self._backward: _KeyTrie[D] = _KeyTrie(indexed=False)
 
     def __len__(self) -> int:
         """Number of bindings held (counting each (key, destination) reference)."""
@@ -153,36 +178,42 @@ class ReverseTopicTrie(Generic[D]):
         return True
 
     def match(self, pattern: str) -> set[D]:
-        """Destinations of every binding key that the routing pattern ``pattern`` matches."""
+        """Destinations of every binding key that the routing pattern ``pattern`` matches.
+
+        Three plans; the cheapest estimate wins. *Prefix*: descend the forward trie along
+        the literal words before the first wildcard and search below. *Suffix*: the same
+        with the literal words after the last wildcard, in the reversed trie. *Infix*: start
+        from the nodes where one literal word of the pattern can sit. Every estimate costs a
+        few dict lookups; none walks the trie.
+        """
         words = normalise(split_words(pattern))
         out: set[D] = set()
-        if STAR not in words and HASH not in words:
-            # A literal key: one descent (the only case where the pattern is a binding key).
-            node = self._forward.root
-            for word in words:
-                child = node.children.get(word)
-                if child is None:
-                    return out
-                node = child
-            out.update(node.dests)
+        forward, backward = self._forward, self._backward
+        prefix = _anchor(words)
+        head = _descend(forward.root, words[:prefix])
+        if head is None:
+            return out  # no binding key starts this way
+        if prefix == len(words):
+            out.update(head.dests)  # a literal pattern: one descent
             return out
         backwards = words[::-1]
-        # Start with the direction that has the longer literal anchor: it is usually the
-        # cheaper, and it caps the work spent on trying the other.
-        first, second = (self._forward, words), (self._backward, backwards)
-        if _anchor(backwards) > _anchor(words):
-            first, second = second, first
-        best = _frontier(first[0].root, first[1], None)
-        if best is None or not best[1]:
-            return out  # no binding has the anchor: nothing can match
-        other = _frontier(second[0].root, second[1], best[0])
-        if other is not None:
-            if not other[1]:
-                return out
-            if other[0] < best[0]:
-                best, first = other, second
-        _, nodes, start = best
-        _search(nodes, start, first[1], out)
+        suffix = _anchor(backwards)
+        tail = _descend(backward.root, backwards[:suffix])
+        if tail is None:
+            return out  # no binding key ends this way
+        infix = _cheapest_infix(forward, words)
+        if infix is None:
+            return out  # a literal word that no binding key has where it could sit
+        # Searching below an anchor visits about the nodes of its subtree, a few per
+        # binding; an infix candidate costs one check before most are dropped.
+        cost, j, candidates = infix
+        cost *= _INFIX_FACTOR
+        if j >= 0 and cost < min(head.count, tail.count) * _NODES_PER_BINDING:
+            _infix(candidates, j, words, out)
+        elif head.count <= tail.count:
+            _search([head], prefix, words, out, words.count(HASH) > 1)
+        else:
+            _search([tail], suffix, backwards, out, words.count(HASH) > 1)
         return out
 
     def node_count(self) -> int:
@@ -196,8 +227,20 @@ class ReverseTopicTrie(Generic[D]):
         return count
 
     def dump(self) -> Any:
-        """A canonical, comparable form of both tries (nodes and counts included)."""
-        return (_dump(self._forward.root), _dump(self._backward.root))
+        """A canonical, comparable form of both tries and the word index."""
+        at = self._forward.at or {}
+        return (
+            _dump(self._forward.root),
+            _dump(self._backward.root),
+            tuple(sorted((key, len(nodes)) for key, nodes in at.items())),
+        )
+
+
+# Plan costs, in node visits: a search below an anchor visits a few nodes per binding below
+# it (keys are a few words long), an infix candidate about one. Tests force a plan by
+# setting _INFIX_FACTOR to 0 (infix whenever the pattern has a literal word) or 10**9.
+_NODES_PER_BINDING = 3
+_INFIX_FACTOR = 1
 
 
 def _anchor(words: Sequence[str]) -> int:
@@ -208,55 +251,136 @@ def _anchor(words: Sequence[str]) -> int:
     return len(words)
 
 
-Frontier = tuple[int, list[_Node[Any]], int]
-
-
-def _frontier(root: _Node[D], words: Sequence[str], limit: int | None) -> Frontier | None:
-    """Walk ``words`` up to the first ``#``: (estimated cost, nodes reached, position).
-
-    Before the first ``#`` each trie level holds at most one state per node, so plain lists
-    do. The cost is the work done plus, if a ``#`` follows, the bindings under the nodes
-    reached (what the search below them may visit). Returns an empty node list when nothing
-    can match, and None when the work exceeds ``limit`` (the other direction is cheaper).
-    """
-    nodes = [root]
-    work = 0
-    i = 0
-    n = len(words)
-    while i < n:
-        word = words[i]
-        if word == HASH:
-            return work + sum(node.count for node in nodes), nodes, i
-        if word == STAR:
-            nodes = [child for node in nodes for child in node.children.values()]
-        else:
-            nodes = [child for node in nodes if (child := node.children.get(word)) is not None]
-        work += len(nodes) + 1
-        i += 1
-        if not nodes:
-            return 0, nodes, i
-        if limit is not None and work > limit:
+def _descend(node: _Node[D], words: Sequence[str]) -> _Node[D] | None:
+    """The node at the end of the literal ``words`` below ``node``, or None."""
+    for word in words:
+        child = node.children.get(word)
+        if child is None:
             return None
-    return work, nodes, i
+        node = child
+    return node
 
 
-def _search(nodes: list[_Node[D]], start: int, words: Sequence[str], out: set[D]) -> None:
-    """Every destination below ``nodes`` that matches ``words[start:]`` (``words[start]`` is
-    a ``#``, or ``start`` is the end).
+Infix = tuple[int, int, list[set[_Node[Any]]]]
 
-    A depth-first search over ``(node, position)`` states. With one ``#`` no state can be
-    reached twice (positions before it are tied to depths, and after it each state has one
-    predecessor chain). With two or more, states repeat, so the ``#`` states are memoised:
-    every other state hangs off a ``#`` state by a single chain, so this bounds the whole
-    search by nodes x pattern length, as in :class:`exchanges.trie.TopicTrie`.
+
+def _cheapest_infix(trie: _KeyTrie[D], words: Sequence[str]) -> Infix | None:
+    """(number of candidates, position, candidate sets) for the literal word of ``words``
+    that can sit at the fewest nodes; None when some literal word can sit nowhere, and
+    position -1 when ``words`` has no literal word.
+
+    Before the first ``#`` a word's depth is its position; after it, at least the number of
+    non-``#`` words before it, at most the trie's depth.
+    """
+    at = trie.at
+    assert at is not None
+    best: Infix | None = None
+    fixed = True
+    floor = 0  # words before this one that take one word each
+    for j, word in enumerate(words):
+        if word == HASH:
+            fixed = False
+            continue
+        floor += 1
+        if word == STAR:
+            continue
+        if fixed:
+            found = at.get((word, floor))
+            sets = [found] if found is not None else []
+        else:
+            sets = [s for d in range(floor, trie.depth + 1) if (s := at.get((word, d)))]
+        total = sum(len(s) for s in sets)
+        if not total:
+            return None
+        if best is None or total < best[0]:
+            best = (total, j, sets)
+    return best if best is not None else (1 << 62, -1, [])
+
+
+def _infix(candidates: list[set[_Node[D]]], j: int, words: Sequence[str], out: set[D]) -> None:
+    """The infix plan: ``words[j]`` is a literal and ``candidates`` are the nodes where it
+    can sit. For each, follow the literal words right after it (a dict lookup or two drops
+    most candidates), check the path above against ``words[:j]``, then search below.
+
+    This is what makes ``#.c0.#``, ``*.*.c0.#`` or ``#.b0.c0.*`` cheap, which neither end
+    of the pattern anchors.
+    """
+    head = words[:j]
+    stop = _anchor(words[j + 1 :]) + j + 1  # the end of the literal run that follows
+    run = words[j + 1 : stop]
+    # The candidate sets hold only depths the head allows (_cheapest_infix), so a head of
+    # wildcards alone matches whatever path leads there, and no path needs reading.
+    free = all(word in (STAR, HASH) for word in head)
+    seeds: list[_Node[D]] = []
+    for found in candidates:
+        for node in found:
+            end: _Node[D] | None = _descend(node, run) if run else node
+            if end is None:
+                continue
+            if not free and not _glob(head, _path(node)):
+                continue
+            seeds.append(end)
+    # Seeds at one depth have disjoint subtrees; after a '#' in the head they may nest, and
+    # a '#' below then reaches the same states from several seeds: memoise then.
+    hashes = sum(1 for word in words[stop:] if word == HASH)
+    nested = HASH in head and len(seeds) > 1
+    _search(seeds, stop, words, out, hashes > 1 or (hashes > 0 and nested))
+
+
+def _path(node: _Node[D]) -> list[str]:
+    """The words from the root to the parent of ``node``."""
+    path: list[str] = []
+    up = node.parent
+    while up is not None and up.parent is not None:
+        path.append(up.word)
+        up = up.parent
+    path.reverse()
+    return path
+
+
+def _glob(pattern: Sequence[str], words: Sequence[str]) -> bool:
+    """Whether ``pattern`` (normalised) matches the literal ``words``.
+
+    The classic two-pointer wildcard match (``#`` as any run, ``*`` as any one word):
+    on a mismatch, retry from the last ``#`` with it eating one more word. Linear in
+    practice, O(len(pattern) x len(words)) at worst.
+    """
+    p = w = 0
+    star_p = -1
+    star_w = 0
+    np, nw = len(pattern), len(words)
+    while w < nw:
+        if p < np and pattern[p] == HASH:
+            star_p, star_w = p, w
+            p += 1
+        elif p < np and (pattern[p] == STAR or pattern[p] == words[w]):
+            p += 1
+            w += 1
+        elif star_p >= 0:
+            star_w += 1
+            p, w = star_p + 1, star_w
+        else:
+            return False
+    while p < np and pattern[p] == HASH:
+        p += 1
+    return p == np
+
+
+def _search(
+    nodes: list[_Node[D]], start: int, words: Sequence[str], out: set[D], memo: bool
+) -> None:
+    """Every destination below ``nodes`` that matches ``words[start:]``.
+
+    A depth-first search over ``(node, position)`` states. With one ``#`` and seeds whose
+    subtrees are disjoint no state can be reached twice (positions before the ``#`` are
+    tied to depths, and after it each state has one predecessor chain). Otherwise (``memo``)
+    states repeat, so the ``#`` states are memoised: every other state hangs off a ``#``
+    state by a single chain, so this bounds the whole search by nodes x pattern length, as
+    in :class:`exchanges.trie.TopicTrie`.
     """
     n = len(words)
-    if start == n:
-        for node in nodes:
-            out.update(node.dests)
-        return
     last = n - 1
-    seen: set[tuple[_Node[D], int]] | None = set() if words.count(HASH) > 1 else None
+    seen: set[tuple[_Node[D], int]] | None = set() if memo else None
     stack = [(node, start) for node in nodes]
     while stack:
         node, i = stack.pop()
@@ -293,11 +417,13 @@ def _search(nodes: list[_Node[D]], start: int, words: Sequence[str], out: set[D]
 def _collect(node: _Node[D], out: set[D]) -> None:
     """Every destination in the subtree of ``node``."""
     todo = [node]
+    pop, extend, update = todo.pop, todo.extend, out.update
     while todo:
-        node = todo.pop()
+        node = pop()
         if node.dests:
-            out.update(node.dests)
-        todo.extend(node.children.values())
+            update(node.dests)
+        if node.children:
+            extend(node.children.values())
 
 
 def _dump(node: _Node[Any]) -> Any:

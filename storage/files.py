@@ -7,8 +7,11 @@ metadata on POSIX file systems).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger("leveret.storage")
@@ -78,3 +81,20 @@ def truncate_tail(path: Path, offset: int, tail: bytes, reason: str, *, torn: bo
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Suspend the cyclic garbage collector while loading.
+
+    Recovery creates millions of objects that all stay alive; each generation-2 collection
+    walks all of them, which made loading 100k definitions 2.5 times slower. Nothing built
+    while loading forms reference cycles, so there is nothing for the collector to find.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

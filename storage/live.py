@@ -36,37 +36,45 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
     QueueDeleted,
+    freeze,
 )
 
-DEFAULT_EXCHANGE = ""
 BindingKey = tuple[Any, ...]
 End = tuple[DestKind, str]  # an exchange or queue name, as a binding end
+DEFAULT_END: End = (DestKind.EXCHANGE, "")  # the default exchange
+
+
+def binding_key(binding: Binding) -> BindingKey:
+    """``binding.key``, without freezing empty arguments (the common case, and replay-hot)."""
+    args = binding.arguments
+    return (
+        binding.source,
+        binding.kind,
+        binding.destination,
+        binding.routing_key,
+        freeze(args) if args else (),
+    )
 
 
 class VHostState:
     """The live definitions of one virtual host."""
 
-    __slots__ = ("bindings", "by_end", "deleted", "exchanges", "exclusive", "queues")
+    __slots__ = ("bindings", "by_end", "deleted", "exchanges", "queues")
 
     def __init__(self) -> None:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.bindings: dict[BindingKey, Binding] = {}  # insertion order = replay order
         # Binding keys by each end (source as an exchange, destination by its kind), so a
-        # delete drops its bindings without scanning them all.
-        self.by_end: dict[End, set[BindingKey]] = {}
-        # Names deleted in the log: unlike never-declared names, these do not exist.
+        # delete drops its bindings without scanning them all. Built on the first delete:
+        # a compacted log has none, and skipping the index makes its replay 3x cheaper.
+        self.by_end: dict[End, set[BindingKey]] | None = None
+        # Names deleted in the log (or exclusive queues): unlike names never declared in it,
+        # these do not exist.
         self.deleted: set[End] = set()
-        self.exclusive: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.exchanges) + len(self.queues) + len(self.bindings)
-
-    def exists(self, end: End) -> bool:
-        kind, name = end
-        if kind is DestKind.QUEUE and name in self.exclusive:
-            return False
-        return end not in self.deleted  # declared, or never mentioned (built-in)
 
     def apply(self, event: Event) -> None:
         """Fold one event in (the rules of ``Projection.apply``)."""
@@ -74,7 +82,7 @@ class VHostState:
             case BindingAdded(binding):
                 self._add(binding)
             case BindingRemoved(binding):
-                self._drop(binding.key)
+                self._drop(binding_key(binding))
             case ExchangeDeclared(exchange):
                 self.deleted.discard((DestKind.EXCHANGE, exchange.name))
                 self.exchanges.setdefault(exchange.name, exchange)  # keep the first
@@ -84,35 +92,45 @@ class VHostState:
             case QueueDeclared(queue):
                 if queue.name in self.queues:
                     return
-                self.deleted.discard((DestKind.QUEUE, queue.name))
-                if queue.exclusive:
-                    self.exclusive.add(queue.name)  # never persisted (see module doc)
+                if queue.exclusive:  # never persisted: as good as deleted (see module doc)
+                    self._delete_end((DestKind.QUEUE, queue.name))
                 else:
+                    self.deleted.discard((DestKind.QUEUE, queue.name))
                     self.queues[queue.name] = queue
             case QueueDeleted(name):
                 self._delete_end((DestKind.QUEUE, name))
                 self.queues.pop(name, None)
-                self.exclusive.discard(name)
             case _:
                 raise TypeError(f"not a topology event: {event!r}")
 
     def _add(self, binding: Binding) -> None:
-        key = binding.key
-        if key in self.bindings or binding.source == DEFAULT_EXCHANGE:
-            return
-        dest: End = (binding.kind, binding.destination)
-        if dest == (DestKind.EXCHANGE, DEFAULT_EXCHANGE):
-            return
+        key = binding_key(binding)
         source: End = (DestKind.EXCHANGE, binding.source)
-        if not (self.exists(source) and self.exists(dest)):
+        dest: End = (binding.kind, binding.destination)
+        deleted = self.deleted
+        if (
+            key in self.bindings
+            or source in deleted
+            or dest in deleted
+            or source == DEFAULT_END  # the default exchange's bindings are implicit
+            or dest == DEFAULT_END
+        ):
             return
         self.bindings[key] = binding
-        self.by_end.setdefault(source, set()).add(key)
-        self.by_end.setdefault(dest, set()).add(key)
+        if self.by_end is not None:
+            self._index(key, source, dest)
+
+    def _index(self, key: BindingKey, *ends: End) -> None:
+        assert self.by_end is not None
+        for end in ends:
+            keys = self.by_end.get(end)
+            if keys is None:
+                keys = self.by_end[end] = set()
+            keys.add(key)
 
     def _drop(self, key: BindingKey) -> None:
         binding = self.bindings.pop(key, None)
-        if binding is None:
+        if binding is None or self.by_end is None:
             return
         for end in ((DestKind.EXCHANGE, binding.source), (binding.kind, binding.destination)):
             keys = self.by_end.get(end)
@@ -122,6 +140,10 @@ class VHostState:
                     del self.by_end[end]
 
     def _delete_end(self, end: End) -> None:
+        if self.by_end is None:
+            self.by_end = {}
+            for key, b in self.bindings.items():
+                self._index(key, (DestKind.EXCHANGE, b.source), (b.kind, b.destination))
         for key in list(self.by_end.get(end, ())):
             self._drop(key)
         self.deleted.add(end)

@@ -45,11 +45,11 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
+        return isinstance(b, float) and math.isnan(b)
     if isinstance(a, Decimal):
         return str(a) == str(b)  # also the exponent: 1.0 and 1.00 are different values
     if isinstance(a, datetime):
-        return a == b and a.utcoffset() == b.utcoffset()
+        return bool(a == b and a.utcoffset() == b.utcoffset())
     return bool(a == b)
 
 
@@ -93,9 +93,7 @@ exchanges = st.builds(
     tables,
 )
 queues = st.builds(Queue, names, st.booleans(), st.booleans(), st.booleans(), tables)
-bindings = st.builds(
-    Binding, names, names, st.sampled_from(list(DestKind)), names, binding_tables
-)
+bindings = st.builds(Binding, names, names, st.sampled_from(list(DestKind)), names, binding_tables)
 events: st.SearchStrategy[Event] = st.one_of(
     exchanges.map(ExchangeDeclared),
     names.map(ExchangeDeleted),
@@ -112,7 +110,9 @@ SOURCES = [*POOL, "amq.direct", "amq.topic", ""]
 ops = st.lists(
     st.tuples(
         # Weighted towards declares and binds, so that streams build something to delete.
-        st.sampled_from(["xdecl", "qdecl", "qdecl", "bind", "bind", "bind", "unbind", "xdel", "qdel"]),
+        st.sampled_from(
+            ["xdecl", "qdecl", "qdecl", "bind", "bind", "bind", "unbind", "xdel", "qdel"]
+        ),
         st.sampled_from(SOURCES),
         st.sampled_from(POOL),
         st.sampled_from(list(DestKind)),
@@ -141,7 +141,9 @@ def broker_stream(
     live: dict[str, Projection] = {}
     out: list[tuple[str, Event]] = []
     # Every name declared first, so that most random operations do something.
-    prelude = [(op, "", name, DestKind.QUEUE, "", {}, "/") for op in ("xdecl", "qdecl") for name in POOL]
+    prelude: list[tuple[str, str, str, DestKind, str, dict[str, Any], str]] = [
+        (op, "", name, DestKind.QUEUE, "", {}, "/") for op in ("xdecl", "qdecl") for name in POOL
+    ]
     for op, source, name, kind, key, args, vhost in prelude + raw:
         projection = live.setdefault(vhost, fresh_projection())
         event: Event

@@ -31,9 +31,8 @@ from storage.log import (
     HEADER_LEN,
     MAGIC,
     DefinitionLog,
-    check,
-    read_log,
 )
+from storage.logtools import check, read_log
 from storage.records import encode
 
 Record = tuple[str, Event]
@@ -97,7 +96,9 @@ def test_append_refuses_what_must_never_be_logged(path: Path) -> None:
         with pytest.raises(ValueError):
             log.append("/", ExchangeDeclared(Exchange("x", ExchangeType.FANOUT, durable=False)))
         with pytest.raises(TypeError):  # unencodable: nothing of the batch is written
-            log.append_many([RECORDS[0], ("/", QueueDeclared(Queue("q", True, arguments={"a": {1}})))])
+            log.append_many(
+                [RECORDS[0], ("/", QueueDeclared(Queue("q", True, arguments={"a": {1}})))]
+            )
         assert log.record_count == 0
     assert read_log(path) == []
 
@@ -238,7 +239,7 @@ def test_compaction_keeps_the_live_definitions(path: Path) -> None:
 def test_compaction_with_the_callers_view_drops_exclusive_queues(path: Path) -> None:
     write(path, RECORDS)
     exclusive = Queue("ex", durable=True, exclusive=True)
-    live = [
+    live: list[Record] = [
         ("/", QueueDeclared(exclusive)),
         ("/", BindingAdded(Binding("amq.direct", "ex", DestKind.QUEUE, "k"))),
         RECORDS[1],

@@ -45,9 +45,7 @@ def test_live_events_never_raises_and_never_grows(stream: list[tuple[str, Event]
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(ops, min_size=1, max_size=3))
-def test_replay_of_the_log_equals_live_application(
-    tmp_path_factory: Any, runs: list[Ops]
-) -> None:
+def test_replay_of_the_log_equals_live_application(tmp_path_factory: Any, runs: list[Ops]) -> None:
     """Live: every event goes to the projection as the broker applies it, and to the log.
     Restart: a fresh projection replays the log. Twice, with a compaction in between."""
     path: Path = tmp_path_factory.mktemp("log") / "definitions.log"
@@ -97,5 +95,7 @@ def test_declares_come_before_bindings() -> None:
             ("bind", "c", "b", DestKind.EXCHANGE, "k", {}, "/"),
         ]
     )
-    kinds = [type(e) for _, e in live_events(stream)]
-    assert kinds == [ExchangeDeclared, ExchangeDeclared, QueueDeclared, BindingAdded, BindingAdded]
+    order = {ExchangeDeclared: 0, QueueDeclared: 1, BindingAdded: 2}
+    kinds = [order[type(e)] for _, e in live_events(stream)]
+    assert kinds == sorted(kinds)
+    assert kinds.count(2) == 2

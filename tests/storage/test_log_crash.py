@@ -27,7 +27,8 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.log import COMPACT_STEPS, DefinitionLog, check
+from storage.log import COMPACT_STEPS, DefinitionLog
+from storage.logtools import check
 
 ROOT = Path(__file__).resolve().parents[2]
 

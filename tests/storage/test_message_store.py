@@ -27,12 +27,16 @@ def directory(tmp_path: Path) -> Path:
     return tmp_path / "msgs"
 
 
-def reopen(directory: Path, **kwargs: int) -> tuple[MessageStore, dict[tuple[str, str], list[StoredMessage]]]:
-    store = MessageStore.open(directory, **kwargs)  # type: ignore[arg-type]
+def reopen(
+    directory: Path, **kwargs: int
+) -> tuple[MessageStore, dict[tuple[str, str], list[StoredMessage]]]:
+    store = MessageStore.open(directory, **kwargs)
     return store, store.recover()
 
 
-def bodies(recovered: dict[tuple[str, str], list[StoredMessage]], queue: tuple[str, str]) -> list[bytes]:
+def bodies(
+    recovered: dict[tuple[str, str], list[StoredMessage]], queue: tuple[str, str]
+) -> list[bytes]:
     return [m.body for m in recovered.get(queue, [])]
 
 
@@ -52,7 +56,9 @@ def record_offsets(path: Path) -> list[int]:
 def test_messages_come_back_per_queue_in_order_without_the_acked(directory: Path) -> None:
     with MessageStore.open(directory) as store:
         assert store.recover() == {}
-        ids = [store.append(Q1 if i % 3 else Q2, "ex", f"k{i}", HEADER, b"%d" % i) for i in range(30)]
+        ids = [
+            store.append(Q1 if i % 3 else Q2, "ex", f"k{i}", HEADER, b"%d" % i) for i in range(30)
+        ]
         assert ids == list(range(1, 31))
         assert store.sync() == 30
         for msg_id in ids[:10]:
@@ -260,7 +266,9 @@ def test_rewrite_keeps_unacked_messages_in_order(directory: Path) -> None:
     store.close()
 
 
-def test_acks_during_a_rewrite_are_not_lost(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_acks_during_a_rewrite_are_not_lost(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = MessageStore.open(directory, segment_size=2000)
     ids = fill(store, 40)
     store.sync()
@@ -334,7 +342,7 @@ while True:
     ids = [store.append(("/", "q"), "", "k", b"h", b"%d" % i) for i in range(50)]
     durable = store.sync()
     for msg_id in ids:
-        if msg_id % 3 == 0:
+        if msg_id % 3:  # two in three acked: segments get rewritten and deleted
             store.ack(("/", "q"), msg_id)
     print(durable, flush=True)
 """
@@ -358,9 +366,8 @@ def test_kill_9_loses_nothing_that_sync_confirmed(directory: Path, lines: int) -
     store, recovered = reopen(directory, segment_size=20_000)
     got = [m.msg_id for m in recovered.get(("/", "q"), [])]
     assert got == sorted(got)
-    assert set(range(1, confirmed + 1)) - set(got) <= {i for i in got if i % 3 == 0} | {
-        i for i in range(1, confirmed + 1) if i % 3 == 0
-    }
+    missing = set(range(1, confirmed + 1)) - set(got)
+    assert all(i % 3 for i in missing)  # acked ones may come back, or not
     assert all(m.body == b"%d" % ((m.msg_id - 1) % 50) for m in recovered[("/", "q")])
     store.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -42,6 +43,15 @@ def arguments_of(event: Event) -> Any:
     return None
 
 
+def without_arguments(event: Event) -> Event:
+    """The event with empty arguments (compared separately, with NaN equal to itself)."""
+    for attr in ("exchange", "queue", "binding"):
+        if hasattr(event, attr):
+            inner = dataclasses.replace(getattr(event, attr), arguments={})
+            return dataclasses.replace(event, **{attr: inner})  # type: ignore[type-var]
+    return event
+
+
 @given(field_values)
 def test_field_values_round_trip_with_their_types(value: Any) -> None:
     tagged = json.loads(json.dumps(encode_value(value)))
@@ -53,7 +63,7 @@ def test_events_round_trip(vhost: str, event: Event) -> None:
     got_vhost, got = decode(encode(vhost, event))
     assert got_vhost == vhost
     assert type(got) is type(event)
-    assert got == event
+    assert without_arguments(got) == without_arguments(event)
     assert same(arguments_of(got), arguments_of(event))
 
 
@@ -97,7 +107,7 @@ def test_a_newer_record_version_is_a_format_error() -> None:
         b'\x01["Q","/","q",true,false,false,{"a":["i","1"]}]',
         b'\x01["Q","/","q",true,false,false,[]]',
         b'\x01["Q","/","q",true,false,false,{"a":["T","yesterday"]}]',
-        "\x01[\"q\",\"/\",\"\u00e9\"]".encode(),
+        '\x01["q","/","\u00e9"]'.encode(),
     ],
 )
 def test_undecodable_payloads_raise_corrupt_record(payload: bytes) -> None:
