@@ -18,7 +18,7 @@ deliveries are kept in tag order so ``multiple`` acks and requeues keep message 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -95,6 +95,10 @@ class Channel:
         self.publish_seq = 0
         self.confirmed_upto = 0
         self.nacks: list[int] = []  # sequence numbers to nack at the next flush
+        # (seq, generation): persistent publishes whose confirm waits for an fsync.
+        self.waiting: deque[tuple[int, int]] = deque()
+        # tx.commit-oks waiting for an fsync, by generation, in order.
+        self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, Record]] = []
         self.last_queue: str | None = None
@@ -197,12 +201,9 @@ class Channel:
             return
         message = Message(publish.exchange, publish.routing_key, payload, frame.body)
         self.conn.published = True
-        rejected = self._route(message, publish.mandatory)
+        rejected, sync_gen = self._route(message, publish.mandatory)
         if self.confirm:
-            self.publish_seq += 1
-            if rejected:
-                self.nacks.append(self.publish_seq)
-            self.conn.confirm_pending(self)
+            self._confirm(rejected, sync_gen)
 
     def _on_header(self, header: codec.Header, body: bytes | None = None) -> None:
         if header.class_id != BASIC_CLASS:
@@ -274,12 +275,39 @@ class Channel:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
             return
-        rejected = self._route(message, publish.mandatory)
+        rejected, sync_gen = self._route(message, publish.mandatory)
         if self.confirm:
-            self.publish_seq += 1
-            if rejected:
-                self.nacks.append(self.publish_seq)
-            self.conn.confirm_pending(self)
+            self._confirm(rejected, sync_gen)
+
+    def _confirm(self, rejected: bool, sync_gen: int) -> None:
+        """Number a publish in confirm mode; its ack waits for ``sync_gen``'s fsync."""
+        self.publish_seq += 1
+        if rejected:
+            self.nacks.append(self.publish_seq)
+        if sync_gen:
+            self._wait_for_sync(self.publish_seq, sync_gen)
+        self.conn.confirm_pending(self)
+
+    def _wait_for_sync(self, seq: int, generation: int) -> None:
+        persistence = self.vhost.persistence
+        assert persistence is not None
+        if generation <= persistence.synced:
+            return
+        if not self.waiting and not self.pending_commits:
+            persistence.subscribe(self._on_synced)
+        self.waiting.append((seq, generation))
+
+    def _on_synced(self, generation: int) -> None:
+        """An fsync finished: confirm what it covered, send due ``tx.commit-ok``s."""
+        waiting = self.waiting
+        while waiting and waiting[0][1] <= generation:
+            waiting.popleft()
+        self.flush_confirms()
+        while self.pending_commits and self.pending_commits[0] <= generation:
+            self.pending_commits.popleft()
+            self.send(commands.Tx.CommitOk())
+        if not waiting and not self.pending_commits and self.vhost.persistence is not None:
+            self.vhost.persistence.unsubscribe(self._on_synced)
 
     def _checked(self, message: Message, method: tuple[int, int]) -> Message:
         """rabbit_channel:check_user_id_header/2, check_expiration_header/1 and the direct
@@ -311,8 +339,9 @@ class Channel:
             message = message.with_properties(props)
         return message
 
-    def _route(self, message: Message, mandatory: bool) -> bool:
-        """Route and enqueue ``message``; True when a queue refused it (overflow)."""
+    def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
+        """Route and enqueue ``message``. Returns whether a queue refused it (overflow)
+        and the group-commit generation that makes it durable (0 if nothing to wait for)."""
         payload = message.header
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
@@ -321,7 +350,7 @@ class Channel:
         if vhost.projection_uses_headers or b"CC" in payload:
             headers = message.headers
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
-            return self._reply(message, mandatory)
+            return self._reply(message, mandatory), 0
         names = route(vhost.projection, message.exchange, message.routing_key, headers)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
@@ -340,7 +369,7 @@ class Channel:
                         rejected = True
         if not routed and mandatory:
             self._return(message)
-        return rejected
+        return rejected, message.sync_gen
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
         """A reply to a direct reply-to requester: straight to its consumer, at most once
@@ -365,16 +394,18 @@ class Channel:
         if not self.open:
             return
         start = self.confirmed_upto
-        for nack in self.nacks:
+        # Persistent publishes not yet on disk hold back every later confirm.
+        upto = self.waiting[0][0] - 1 if self.waiting else self.publish_seq
+        nacks = self.nacks
+        while nacks and nacks[0] <= upto:
+            nack = nacks.pop(0)
             if nack - 1 > start:
                 self.send(B.Ack(nack - 1, nack - 1 - start > 1))
             self.send(B.Nack(nack, False, False))
             start = nack
-        self.nacks.clear()
-        upto = self.publish_seq
         if upto > start:
             self.send(B.Ack(upto, upto - start > 1))
-        self.confirmed_upto = upto
+        self.confirmed_upto = max(upto, start)
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -387,6 +418,10 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (consumer.queue, entry, consumer)
             consumer.unacked += 1
+            if message.store_ids is not None:
+                consumer.queue.delivered(message)
+        elif message.store_ids is not None:
+            consumer.queue.forget(message)
         self.conn.write(
             codec.deliver_frames(
                 self.id,
@@ -495,6 +530,10 @@ class Channel:
         self.next_tag = tag + 1
         if not m.no_ack:
             self.unacked[tag] = (queue, entry, None)
+            if message.store_ids is not None:
+                queue.delivered(message)
+        elif message.store_ids is not None:
+            queue.forget(message)
         self.conn.write(
             codec.get_ok_method(
                 self.id,
@@ -543,8 +582,8 @@ class Channel:
                 touched.add(consumer.queue)
             if requeue:
                 requeued.setdefault(queue, []).append(entry)
-            elif requeue is False:
-                queue.reject(entry[0])
+            else:
+                queue.settle(entry[0], requeue is False)
         for queue, entries in requeued.items():
             queue.requeue(entries)
         if self.global_prefetch:
@@ -557,6 +596,8 @@ class Channel:
             # The common case inline: one tag, settled at once.
             record = self.unacked.pop(m.delivery_tag, None)
             if record is not None:
+                if record[1][0].store_ids is not None:
+                    record[0].settle(record[1][0], False)
                 consumer = record[2]
                 if consumer is not None:
                     consumer.unacked -= 1
@@ -618,6 +659,8 @@ class Channel:
         consumers = list(self.consumers.values())
         self.consumers.clear()
         self._drop_reply_consumer()
+        if self.vhost.persistence is not None:
+            self.vhost.persistence.unsubscribe(self._on_synced)
         # Requeue first, then detach consumers: an auto-delete queue deleted by the
         # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
         taken = sorted(self.unacked.items())
@@ -653,8 +696,18 @@ class Channel:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         actions, self.tx = self.tx, []
         self.tx_acks = []
+        generation = 0
         for action in actions:
-            action()
+            result = action()
+            if isinstance(result, tuple):
+                generation = max(generation, result[1])
+        persistence = self.vhost.persistence
+        if self.pending_commits or (persistence is not None and generation > persistence.synced):
+            # Committed persistent messages must be on disk before commit-ok.
+            if persistence is not None and not self.waiting and not self.pending_commits:
+                persistence.subscribe(self._on_synced)
+            self.pending_commits.append(generation)
+            return
         self.send(commands.Tx.CommitOk())
 
     def _on_tx_rollback(self, _m: commands.Tx.Rollback) -> None:

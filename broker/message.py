@@ -17,6 +17,7 @@ _HEADER_FIXED = struct.Struct(">HHQ")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
 FLAG_HEADERS = 0x2000
+FLAG_DELIVERY_MODE = 0x1000
 FLAG_PRIORITY = 0x0800
 FLAG_REPLY_TO = 0x0200
 FLAG_EXPIRATION = 0x0100
@@ -49,7 +50,17 @@ class Message:
     """A published message. Shared by every queue it was routed to; never mutated
     after routing except through :meth:`with_properties`, which makes a copy."""
 
-    __slots__ = ("_properties", "body", "body_size", "exchange", "header", "routing_key", "ttl")
+    __slots__ = (
+        "_properties",
+        "body",
+        "body_size",
+        "exchange",
+        "header",
+        "routing_key",
+        "store_ids",
+        "sync_gen",
+        "ttl",
+    )
 
     def __init__(self, exchange: str, routing_key: str, header_payload: bytes, body: bytes) -> None:
         self.exchange = exchange
@@ -60,6 +71,27 @@ class Message:
         self._properties: commands.Basic.Properties | None = None
         # Per-message TTL in ms from a valid ``expiration`` property (set at publish).
         self.ttl: int | None = None
+        # Persistent copies: durable queue name -> message store id; and the group-commit
+        # generation whose fsync covers them (0: nothing to wait for).
+        self.store_ids: dict[str, int] | None = None
+        self.sync_gen = 0
+
+    @property
+    def persistent(self) -> bool:
+        """delivery_mode == 2, read from the raw header without decoding the properties."""
+        flags = self.flags
+        if not flags & FLAG_DELIVERY_MODE:
+            return False
+        data = self.header
+        offset = 14
+        # delivery_mode follows content_type, content_encoding and headers (spec order).
+        if flags & 0x8000:
+            offset += 1 + data[offset]
+        if flags & 0x4000:
+            offset += 1 + data[offset]
+        if flags & FLAG_HEADERS:
+            offset += 4 + int.from_bytes(data[offset : offset + 4], "big")
+        return offset < len(data) and data[offset] == 2
 
     @property
     def flags(self) -> int:

@@ -18,6 +18,7 @@ skips every check.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from broker.deadletter import dead_letter
 from broker.message import Message
 from broker.prioritydeque import PriorityDeque, insert_by_seq
+from storage.messages import MessageStore
+from storage.segments import StoredMessage
 
 if TYPE_CHECKING:
     from broker.channel import Channel
@@ -133,6 +136,7 @@ class Queue:
         "ready_bytes",
         "seq",
         "single_active",
+        "store",
         "vhost",
     )
 
@@ -147,6 +151,10 @@ class Queue:
     ) -> None:
         self.vhost = vhost
         self.memory = vhost.memory
+        persistence = vhost.persistence
+        self.store: MessageStore | None = (
+            persistence.store if persistence is not None and durable else None
+        )
         self.name = name
         self.durable = durable
         self.owner = owner  # the exclusive owner's connection, or None
@@ -192,7 +200,7 @@ class Queue:
     def publish(self, message: Message) -> bool:
         """Enqueue ``message``, delivering it at once when a consumer can take it.
         Returns False when the queue refuses it (``x-overflow: reject-publish[-dlx]``)."""
-        if self.plain and message.ttl is None:
+        if self.plain and message.ttl is None and self.store is None:
             if not self.messages and self.consumers:
                 consumer = self._next_consumer()
                 if consumer is not None:
@@ -220,9 +228,12 @@ class Queue:
         if expires:
             self.expiring = True
         self._expire_head()
+        persist = self.store is not None and message.persistent
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is not None:
+                if persist:
+                    self._persist(message, ttl)
                 self.seq += 1
                 consumer.channel.deliver(consumer, (message, False, expires, self.seq))
                 return True
@@ -235,6 +246,8 @@ class Queue:
             if self.overflow == "reject-publish-dlx":
                 dead_letter(self, message, "maxlen")
             return False
+        if persist:
+            self._persist(message, ttl)
         self.seq += 1
         self._push((message, False, expires, self.seq))
         self._enforce_drop_head()
@@ -255,7 +268,7 @@ class Queue:
             (self.max_length is not None and len(messages) > self.max_length)
             or (self.max_length_bytes is not None and self.ready_bytes > self.max_length_bytes)
         ):
-            dead_letter(self, self._pop()[0], "maxlen")
+            self._drop(self._pop()[0], "maxlen")
 
     def _push(self, entry: Entry) -> None:
         self.messages.append(entry)
@@ -284,7 +297,7 @@ class Queue:
                 return
             entry = self._pop()
             if entry[2] and entry[2] <= asyncio.get_running_loop().time():
-                dead_letter(self, entry[0], "expired")
+                self._drop(entry[0], "expired")
                 continue
             consumer.channel.deliver(consumer, entry)
 
@@ -296,7 +309,7 @@ class Queue:
             return
         now = asyncio.get_running_loop().time()
         while messages and messages[0][2] and messages[0][2] <= now:
-            dead_letter(self, self._pop()[0], "expired")
+            self._drop(self._pop()[0], "expired")
 
     def _schedule_ttl(self) -> None:
         # One timer for the head's expiry, so an idle queue still expires its messages.
@@ -372,14 +385,76 @@ class Queue:
             self._schedule_ttl()
         self.drain()
 
-    def reject(self, message: Message) -> None:
-        """A consumer rejected ``message`` without requeue: dead-letter it."""
-        if self.dlx is not None and not self.deleted:
+    def settle(self, message: Message, rejected: bool) -> None:
+        """A delivery was acked, or rejected without requeue (dead-lettered): it is gone."""
+        if rejected and self.dlx is not None and not self.deleted:
             dead_letter(self, message, "rejected")
+        if message.store_ids is not None:
+            self.forget(message)
+
+    def _drop(self, message: Message, reason: str) -> None:
+        dead_letter(self, message, reason)
+        if message.store_ids is not None:
+            self.forget(message)
+
+    # -- persistence ------------------------------------------------------------------
+
+    def _persist(self, message: Message, ttl: int | None) -> None:
+        """Write a persistent message of this durable queue to the message store."""
+        store = self.store
+        assert store is not None
+        expires = int(time.time() * 1000) + ttl if ttl is not None else 0
+        msg_id = store.append(
+            (self.vhost.name, self.name),
+            message.exchange,
+            message.routing_key,
+            message.header,
+            message.body,
+            expires=expires,
+        )
+        if message.store_ids is None:
+            message.store_ids = {}
+        message.store_ids[self.name] = msg_id
+        persistence = self.vhost.persistence
+        assert persistence is not None
+        message.sync_gen = persistence.appended()
+
+    def forget(self, message: Message) -> None:
+        """The message left this queue for good: drop it from the store."""
+        ids = message.store_ids
+        msg_id = ids.pop(self.name, None) if ids is not None else None
+        if msg_id is not None and self.store is not None and not self.deleted:
+            self.store.ack((self.vhost.name, self.name), msg_id)
+
+    def delivered(self, message: Message) -> None:
+        """A stored message went to a consumer: after a restart it comes back redelivered."""
+        ids = message.store_ids
+        msg_id = ids.get(self.name) if ids is not None else None
+        if msg_id is not None and self.store is not None:
+            self.store.delivered((self.vhost.name, self.name), msg_id)
+
+    def restore(self, stored: list[StoredMessage]) -> None:
+        """Put messages recovered from the store back, in order (start-up)."""
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        for item in stored:
+            message = Message(item.exchange, item.routing_key, item.header, item.body)
+            message.store_ids = {self.name: item.msg_id}
+            expires = 0.0
+            if item.expires:
+                expires = loop.time() + (item.expires / 1000 - now)
+                self.expiring = True
+            self.seq += 1
+            self._push((message, item.redelivered, expires, self.seq))
+        if self.expiring:
+            self._schedule_ttl()
 
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
         count = len(self.messages)
+        if self.store is not None:
+            for entry in self.messages:
+                self.forget(entry[0])
         self.messages.clear()
         self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
@@ -392,8 +467,11 @@ class Queue:
 
     def discard(self) -> None:
         """The queue is being deleted: release its messages and timers."""
-        self.deleted = True
         self.purge()
+        self.deleted = True
+        if self.store is not None:
+            # Unacked deliveries of a deleted queue are gone too.
+            self.store.drop_queue((self.vhost.name, self.name))
         for timer in (self._ttl_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()

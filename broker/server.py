@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from pathlib import Path
 
 from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
+from broker.persistence import Persistence
 from broker.vhost import VHost
 
 log = logging.getLogger(__name__)
@@ -25,10 +28,14 @@ class Server:
         self.memory = MemoryMonitor(
             config.memory_high_watermark or default_watermark(), self._on_memory_alarm
         )
-        self.vhosts: dict[str, VHost] = {name: VHost(name, self.memory) for name in config.vhosts}
+        self.persistence: Persistence | None = None
+        self.vhosts: dict[str, VHost] = {}
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
         self.port = config.port
+        if config.data_dir is None:
+            for name in config.vhosts:
+                self.vhost(name)
 
     def _on_memory_alarm(self, alarm: bool) -> None:
         log.warning(
@@ -40,11 +47,46 @@ class Server:
         for connection in list(self.connections):
             connection.memory_alarm(alarm)
 
+    def vhost(self, name: str) -> VHost:
+        """The vhost ``name``, created if needed."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
+        return vhost
+
+    def _recover(self, data_dir: Path) -> None:
+        """Open the data directory, replay the definitions log, restore messages."""
+        started = time.monotonic()
+        persistence = self.persistence = Persistence(data_dir)
+        for name in self.config.vhosts:
+            self.vhost(name)
+        records = persistence.log.replay()
+        for vhost_name, event in records:
+            self.vhost(vhost_name).replay(event)
+        persistence.compact()
+        restored = 0
+        for (vhost_name, queue_name), stored in persistence.store.recover().items():
+            queue = self.vhosts.get(vhost_name, None)
+            target = queue.queues.get(queue_name) if queue is not None else None
+            if target is None:
+                persistence.store.drop_queue((vhost_name, queue_name))
+                continue
+            target.restore(stored)
+            restored += len(stored)
+        log.info(
+            "recovered %d definitions and %d messages in %.3fs",
+            len(records),
+            restored,
+            time.monotonic() - started,
+        )
+
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""
         loop = asyncio.get_running_loop()
         if self.config.data_dir is not None:
-            self.config.data_dir.mkdir(parents=True, exist_ok=True)
+            self._recover(self.config.data_dir)
+        for name in self.config.vhosts:
+            self.vhost(name)
         self._listener = await loop.create_server(
             lambda: Connection(self),
             self.config.host,
@@ -71,3 +113,6 @@ class Server:
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
+        if self.persistence is not None:
+            self.persistence.close()
+            self.persistence = None

@@ -44,6 +44,7 @@ from exchanges.routing import route, validate_binding
 
 if TYPE_CHECKING:
     from broker.connection import Connection
+    from broker.persistence import Persistence
 
 # rabbit_vhost:declare_default_exchanges/2: all durable.
 DEFAULT_EXCHANGES = (
@@ -126,8 +127,14 @@ def _arg_mismatch(key: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> s
 class VHost:
     """The topology and queues of one virtual host."""
 
-    def __init__(self, name: str, memory: MemoryMonitor | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        memory: MemoryMonitor | None = None,
+        persistence: Persistence | None = None,
+    ) -> None:
         self.name = name
+        self.persistence = persistence
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}
@@ -136,7 +143,8 @@ class VHost:
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
         for exchange in DEFAULT_EXCHANGES:
-            self._apply(ExchangeDeclared(exchange))
+            # Predeclared on every start: never written to the definitions log.
+            self._apply(ExchangeDeclared(exchange), replaying=True)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -144,8 +152,12 @@ class VHost:
         """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``."""
         return f"{kind} '{name}' in vhost '{self.name}'"
 
-    def _apply(self, event: Event) -> None:
-        # The single mutation point of the topology (the durable log hooks in here).
+    def _apply(self, event: Event, replaying: bool = False) -> None:
+        # The single mutation point of the topology, for live commands and for replay of
+        # the definitions log alike. A durable change is on disk (fsynced) before it is
+        # applied, and so before the client gets its *-Ok.
+        if self.persistence is not None and not replaying:
+            self.persistence.record(self, event)
         self.projection.apply(event)
         if isinstance(event, ExchangeDeclared) and event.exchange.type is ExchangeType.HEADERS:
             self._headers_exchanges.add(event.exchange.name)
@@ -418,6 +430,33 @@ class VHost:
             queue.owner.exclusive_queues.discard(queue)
         queue.discard()
         return count
+
+    def replay(self, event: Event) -> None:
+        """Apply an event from the definitions log at start-up (through the same
+        ``_apply`` as live commands), creating the queue objects durable queues need."""
+        if isinstance(event, ExchangeDeclared):
+            if event.exchange.name not in self.projection.exchanges:
+                self._apply(event, replaying=True)
+        elif isinstance(event, QueueDeclared):
+            definition = event.queue
+            if definition.exclusive or definition.name in self.queues:
+                return
+            self.queues[definition.name] = Queue(
+                self,
+                definition.name,
+                True,
+                None,
+                definition.auto_delete,
+                copy_args(definition.arguments),
+            )
+            self._apply(event, replaying=True)
+        elif isinstance(event, QueueDeleted):
+            queue = self.queues.pop(event.name, None)
+            if queue is not None:
+                queue.deleted = True
+            self._apply(event, replaying=True)
+        else:
+            self._apply(event, replaying=True)
 
     # -- routing ----------------------------------------------------------------------
 
