@@ -109,6 +109,7 @@ class Queue:
     __slots__ = (
         "_expiry_timer",
         "_last_used",
+        "_loop",
         "_prioritised_consumers",
         "_rr",
         "_ttl_timer",
@@ -150,6 +151,7 @@ class Queue:
         arguments: dict[str, Any],
     ) -> None:
         self.vhost = vhost
+        self._loop = asyncio.get_running_loop()
         self.memory = vhost.memory
         persistence = vhost.persistence
         self.store: MessageStore | None = (
@@ -223,11 +225,12 @@ class Queue:
         ttl = self.message_ttl
         if message.ttl is not None and (ttl is None or message.ttl < ttl):
             ttl = message.ttl
-        loop = asyncio.get_running_loop()
-        expires = loop.time() + ttl / 1000 if ttl is not None else 0.0
+        now = self._loop.time()
+        expires = now + ttl / 1000 if ttl is not None else 0.0
         if expires:
             self.expiring = True
-        self._expire_head()
+        if self.expiring and self.messages:
+            self._expire_head(now)
         persist = self.store is not None and message.persistent
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
@@ -289,25 +292,28 @@ class Queue:
     def drain(self) -> None:
         """Deliver ready messages while some consumer has capacity."""
         messages = self.messages
+        now = 0.0
         if self.expiring:
-            self._expire_head()
+            now = self._loop.time()
+            self._expire_head(now)
         while messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is None:
                 return
             entry = self._pop()
-            if entry[2] and entry[2] <= asyncio.get_running_loop().time():
+            if entry[2] and entry[2] <= now:
                 self._drop(entry[0], "expired")
                 continue
             consumer.channel.deliver(consumer, entry)
 
-    def _expire_head(self) -> None:
+    def _expire_head(self, now: float | None = None) -> None:
         """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
         only when they reach the head of the queue."""
         messages = self.messages
         if not messages:
             return
-        now = asyncio.get_running_loop().time()
+        if now is None:
+            now = self._loop.time()
         while messages and messages[0][2] and messages[0][2] <= now:
             self._drop(self._pop()[0], "expired")
 
@@ -318,7 +324,7 @@ class Queue:
         head_expires = self.messages[0][2]
         if not head_expires:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._ttl_timer = loop.call_at(head_expires, self._on_ttl_timer)
 
     def _on_ttl_timer(self) -> None:
@@ -435,7 +441,7 @@ class Queue:
 
     def restore(self, stored: list[StoredMessage]) -> None:
         """Put messages recovered from the store back, in order (start-up)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         now = time.time()
         for item in stored:
             message = Message(item.exchange, item.routing_key, item.header, item.body)
@@ -482,7 +488,7 @@ class Queue:
         """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
         if self.expires is None or self.deleted:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._last_used = loop.time()
         if self._expiry_timer is None:
             self._expiry_timer = loop.call_later(self.expires / 1000, self._on_expiry_timer)
@@ -493,7 +499,7 @@ class Queue:
             return
         if self.consumers:
             return  # in use; the last consumer to leave restarts the clock
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         remaining = self._last_used + self.expires / 1000 - loop.time()
         if remaining > 0:
             self._expiry_timer = loop.call_later(remaining, self._on_expiry_timer)

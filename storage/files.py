@@ -57,19 +57,24 @@ def create_atomically(path: Path, data: bytes) -> None:
 
 
 def truncate_tail(path: Path, offset: int, tail: bytes, reason: str, *, torn: bool) -> None:
-    """Cut ``path`` back to ``offset``, saving the removed ``tail`` aside unless it is a plain
-    torn write (see :data:`TORN_TAIL_KEEP`), and say so in the log."""
+    """Cut ``path`` back to ``offset`` and say so in the log.
+
+    The removed ``tail`` is first copied to ``PATH.corrupt-OFFSET`` unless it is a plain torn
+    write no larger than :data:`TORN_TAIL_KEEP` (a large "torn" tail may be a corrupt length
+    field hiding good records, so it is kept, with a warning rather than an error).
+    """
     if torn and len(tail) <= TORN_TAIL_KEEP:
         log.warning(
-            "%s: torn tail at offset %d (%s), %d bytes truncated", path, offset, reason, len(tail)
+            "%s: torn tail at offset %d (%s), %d bytes cut", path, offset, reason, len(tail)
         )
     else:
         aside = path.with_name(f"{path.name}.corrupt-{offset}")
         create_atomically(aside, tail)  # durable before the truncation below
-        log.error(
-            "%s: corrupt record at offset %d (%s): %d bytes from there on are not replayed; "
-            "they were saved to %s",
+        log.log(
+            logging.WARNING if torn else logging.ERROR,
+            "%s: %s at offset %d (%s): the %d bytes from there on are not used; saved to %s",
             path,
+            "torn tail" if torn else "corrupt record",
             offset,
             reason,
             len(tail),

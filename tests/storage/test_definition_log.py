@@ -69,7 +69,8 @@ def record_offsets(path: Path) -> list[int]:
     return offsets
 
 
-def test_a_new_log_is_a_header(path: Path) -> None:
+def test_a_new_log_is_a_header(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "definitions.log"  # the directory is created too
     with DefinitionLog.open(path) as log:
         assert log.replay() == []
     assert path.read_bytes() == MAGIC + FORMAT_VERSION.to_bytes(4, "big")

@@ -35,7 +35,7 @@ def test_live_events_is_equivalent_to_the_whole_stream(raw: Ops) -> None:
     assert live_events(live) == live  # already minimal
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["/", "v"]), events), max_size=30))
 def test_live_events_never_raises_and_never_grows(stream: list[tuple[str, Event]]) -> None:
     live = live_events(stream)

@@ -137,6 +137,23 @@ def test_torn_tail_at_every_offset_of_the_last_record(directory: Path) -> None:
     assert not list(directory.glob("*.corrupt-*"))
 
 
+def test_a_large_torn_record_is_kept_aside_with_a_warning(
+    directory: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with MessageStore.open(directory) as store:
+        fill(store, 2)
+        store.append(Q1, "ex", "big", HEADER, bytes(200_000))
+    path = segment_path(directory, 1)
+    last = record_offsets(path)[-1]
+    path.write_bytes(path.read_bytes()[:-1000])
+    with caplog.at_level(logging.WARNING, "leveret.storage"):
+        store, recovered = reopen(directory)
+    assert bodies(recovered, Q1) == [b"body-0", b"body-1"]
+    assert {r.levelno for r in caplog.records} == {logging.WARNING}
+    assert (directory / f"msgs.00000001.corrupt-{last}").stat().st_size > 190_000
+    store.close()
+
+
 def test_torn_marks_are_cut_at_a_whole_mark(directory: Path) -> None:
     with MessageStore.open(directory) as store:
         ids = fill(store, 3)

@@ -48,7 +48,7 @@ def without_arguments(event: Event) -> Event:
     for attr in ("exchange", "queue", "binding"):
         if hasattr(event, attr):
             inner = dataclasses.replace(getattr(event, attr), arguments={})
-            return dataclasses.replace(event, **{attr: inner})  # type: ignore[type-var]
+            return dataclasses.replace(event, **{attr: inner})
     return event
 
 

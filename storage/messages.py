@@ -1,0 +1,455 @@
+"""The message store: persistent messages of durable queues, in append-only segments.
+
+Theory of operation
+-------------------
+The file format is in :mod:`storage.segments`. The store keeps in memory only what it needs
+to account for liveness: for each queue, ``msg_id -> segment number << 1 | delivered bit``
+of its unacked messages, and per segment the counts of records and live messages. The
+messages themselves live in the broker's queues; the store hands them back once, at start-up
+(:meth:`MessageStore.recover`).
+
+Durability contract:
+
+* :meth:`~MessageStore.append` returns an id at once and writes nothing: the record waits in
+  memory. :meth:`~MessageStore.sync` writes everything appended so far and fsyncs it (group
+  commit), then returns the highest id it covers. A publisher confirm for a message may go
+  out once a ``sync()`` that returned an id >= the message's id has returned.
+* :meth:`~MessageStore.ack`, :meth:`~MessageStore.delivered` and
+  :meth:`~MessageStore.drop_queue` add marks that the next ``sync()`` writes but does not
+  fsync (they are fsynced by :meth:`~MessageStore.compact` and
+  :meth:`~MessageStore.close`). A kill -9 loses none of them (they are in the page cache); a
+  power cut may lose recent ones, which means redeliveries, never losses.
+* A message acked before it was synced is still written (and its ack with it).
+
+Reclaiming (:meth:`~MessageStore.compact`, meant for a worker thread every few seconds):
+a segment other than the one being appended to, whose messages are all acked, is deleted
+(``msgs.N``, then the directory is fsynced, then ``acks.N``: a crash in between leaves an
+orphan mark file, which the next open deletes). At most one segment whose live messages are
+fewer than ``rewrite_ratio`` of its records is rewritten per call: its live records are copied
+to ``msgs.N.tmp``, fsynced and renamed over ``msgs.N``. Its mark file stays as it is (marks of
+messages no longer in the segment are ignored), so acks arriving during the rewrite are never
+lost. Rewriting is bounded to one segment, and holds the lock only in short slices, so
+publishers never wait for it.
+
+Threads: every method may be called from any thread. ``append``, ``ack``, ``delivered`` and
+``drop_queue`` take one short lock and do no I/O: call them from the event loop. ``sync`` and
+``compact`` do the I/O and belong in worker threads; concurrent ``sync`` calls serialize
+(each still covers everything appended before it started). If a write or fsync fails the
+store refuses every later call with :class:`~storage.errors.StoreClosedError`: after a failed
+fsync nothing about the page cache can be trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from storage.errors import StoreClosedError
+from storage.files import datasync, fsync_dir, gc_paused, write_all
+from storage.segments import (
+    ACKED,
+    DELIVERED,
+    HEADER_LEN,
+    MARKS_HEADER,
+    SEGMENT_HEADER,
+    SEGMENT_MAGIC,
+    QueueKey,
+    StoredMessage,
+    check_headers,
+    iter_numbers,
+    iter_records,
+    load_segment,
+    mark_record,
+    marks_path,
+    message_record,
+    queue_prefix,
+    read_header,
+    read_marks,
+    replace_segment,
+    segment_path,
+)
+
+log = logging.getLogger("leveret.storage")
+
+DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
+DEFAULT_REWRITE_RATIO = 0.5
+_LIVENESS_SLICE = 4096  # records checked per lock hold while rewriting
+
+
+class _Segment:
+    """Bookkeeping for one ``msgs.N`` / ``acks.N`` pair."""
+
+    __slots__ = (
+        "fd",
+        "live",
+        "marks",
+        "marks_fd",
+        "marks_unsynced",
+        "number",
+        "on_disk",
+        "pending",
+        "records",
+        "size",
+    )
+
+    def __init__(self, number: int, *, on_disk: bool = False) -> None:
+        self.number = number
+        self.records = 0  # message records, written or pending
+        self.live = 0  # of which not acked
+        self.size = HEADER_LEN  # bytes, written or pending
+        self.on_disk = on_disk  # the file exists with its header
+        self.pending: list[bytes] = []  # records appended, not yet written
+        self.marks = bytearray()  # marks not yet written
+        self.fd = -1  # msgs.N, open while it has writes to come
+        self.marks_fd = -1
+        self.marks_unsynced = False  # marks written since the last fsync of acks.N
+
+    @property
+    def idle(self) -> bool:
+        """No write to msgs.N pending or in progress (it may be rewritten or deleted)."""
+        return not self.pending and self.fd < 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What one :meth:`MessageStore.compact` call did."""
+
+    deleted: int  # segments deleted
+    rewritten: int  # segments rewritten
+    reclaimed: int  # bytes freed
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """A snapshot of the store's size."""
+
+    segments: int
+    bytes: int
+    records: int  # message records in the segments
+    live: int  # unacked messages
+
+
+class MessageStore:
+    """Persistent messages of durable queues (see the module doc). Create with :meth:`open`."""
+
+    def __init__(self, directory: Path, segment_size: int, rewrite_ratio: float) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.rewrite_ratio = rewrite_ratio
+        self._lock = threading.Lock()  # in-memory state; held briefly, never across I/O
+        self._io_lock = threading.Lock()  # file writes; taken before _lock, never after
+        self._compact_lock = threading.Lock()
+        self._segments: dict[int, _Segment] = {}  # by number, ascending
+        self._head = _Segment(1)
+        self._live: dict[QueueKey, dict[int, int]] = {}
+        self._prefixes: dict[QueueKey, tuple[int, int, bytes]] = {}
+        self._recovered: dict[QueueKey, list[StoredMessage]] | None = {}
+        self._next_id = 1
+        self._failed: str | None = None
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        rewrite_ratio: float = DEFAULT_REWRITE_RATIO,
+    ) -> MessageStore:
+        """Open (or create) the store in ``directory`` and recover its messages, repairing
+        torn tails. Raises :class:`~storage.errors.LogFormatError` before repairing
+        anything if a file is not ours or is from a newer format version."""
+        self = cls(Path(directory), segment_size, rewrite_ratio)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        numbers = sorted(iter_numbers(self.directory, "msgs."))
+        check_headers(self.directory)  # refuse a newer format before repairing anything
+        for stale in self.directory.glob("msgs.*.tmp"):
+            log.warning("%s: removing %s left by an interrupted rewrite", directory, stale.name)
+            stale.unlink()
+        for number in set(iter_numbers(self.directory, "acks.")) - set(numbers):
+            marks_path(self.directory, number).unlink()  # its segment's deletion was cut short
+        with gc_paused():
+            for number in numbers:
+                self._load(number)
+        last = self._segments[max(self._segments)] if self._segments else None
+        if last is not None and last.size < segment_size:
+            self._head = last
+        else:
+            self._head = _Segment(numbers[-1] + 1 if numbers else 1)
+            self._segments[self._head.number] = self._head
+        return self
+
+    def _load(self, number: int) -> None:
+        path = segment_path(self.directory, number)
+        data = path.read_bytes()
+        if not read_header(path, data, SEGMENT_MAGIC):
+            log.warning("%s: partial header (crash while creating it); removed", path)
+            path.unlink()
+            marks_path(self.directory, number).unlink(missing_ok=True)
+            return
+        acked, delivered, top = read_marks(marks_path(self.directory, number))
+        assert self._recovered is not None
+        loaded = load_segment(path, data, number, acked, delivered, self._recovered, self._live)
+        segment = self._segments[number] = _Segment(number, on_disk=True)
+        segment.records, segment.live, segment.size = loaded.records, loaded.live, loaded.end
+        self._next_id = max(self._next_id, loaded.top + 1, top + 1)
+
+    def recover(self) -> dict[QueueKey, list[StoredMessage]]:
+        """The unacked messages found by :meth:`open`, per queue in publish order, each with
+        ``redelivered`` set if it had been delivered. Call once; it hands the memory over.
+
+        Queues that no longer exist should be given to :meth:`drop_queue`.
+        """
+        recovered, self._recovered = self._recovered, None
+        if recovered is None:
+            raise RuntimeError("MessageStore.recover() may only be called once")
+        return recovered
+
+    # -- the event loop's calls (no I/O) ---------------------------------------------------
+
+    def append(
+        self,
+        queue: QueueKey,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        *,
+        expires: int = 0,
+    ) -> int:
+        """Store a message for ``queue`` (``(vhost, name)``) and return its id.
+
+        ``header`` is the content header frame payload, kept as is. Nothing is durable until
+        the next :meth:`sync` returns. ``expires`` (ms since the epoch, 0 for never) is
+        stored for the broker and otherwise ignored.
+        """
+        prefix = self._prefixes.get(queue)
+        if prefix is None:
+            prefix = self._prefixes[queue] = queue_prefix(queue)
+        exchange_raw, key_raw = exchange.encode(), routing_key.encode()
+        with self._lock:
+            if self._failed is not None:
+                raise StoreClosedError(f"{self.directory}: {self._failed}")
+            msg_id = self._next_id
+            record = message_record(msg_id, expires, prefix, exchange_raw, key_raw, header, body)
+            self._next_id = msg_id + 1
+            segment = self._head
+            if segment.records and segment.size + len(record) > self.segment_size:
+                segment = _Segment(segment.number + 1)  # rotate
+                self._head = self._segments[segment.number] = segment
+            segment.pending.append(record)
+            segment.size += len(record)
+            segment.records += 1
+            segment.live += 1
+            ids = self._live.get(queue)
+            if ids is None:
+                ids = self._live[queue] = {}
+            ids[msg_id] = segment.number << 1
+        return msg_id
+
+    def ack(self, queue: QueueKey, msg_id: int) -> bool:
+        """Forget a message (acked, expired, dead-lettered...). False if it was not live."""
+        with self._lock:
+            ids = self._live.get(queue)
+            tag = ids.pop(msg_id, None) if ids is not None else None
+            if tag is None:
+                return False
+            segment = self._segments[tag >> 1]
+            segment.live -= 1
+            segment.marks += mark_record(ACKED, msg_id)
+        return True
+
+    def delivered(self, queue: QueueKey, msg_id: int) -> None:
+        """Note that a message went to a consumer, so that after a restart it comes back
+        with ``redelivered`` set. Only the first call per message writes anything."""
+        with self._lock:
+            ids = self._live.get(queue)
+            tag = None if ids is None else ids.get(msg_id)
+            if ids is None or tag is None or tag & 1:
+                return
+            ids[msg_id] = tag | 1
+            self._segments[tag >> 1].marks += mark_record(DELIVERED, msg_id)
+
+    def drop_queue(self, queue: QueueKey) -> int:
+        """Ack every message of ``queue`` (deleted or purged); returns how many.
+
+        Like acks, the marks are durable after the next :meth:`sync`: call it before replying
+        ``Purge-Ok`` / ``Delete-Ok`` if a queue of the same name may be declared again soon.
+        """
+        with self._lock:
+            ids = self._live.pop(queue, None) or {}
+            self._prefixes.pop(queue, None)
+            segments = self._segments
+            for msg_id, tag in ids.items():
+                segment = segments[tag >> 1]
+                segment.live -= 1
+                segment.marks += mark_record(ACKED, msg_id)
+        return len(ids)
+
+    # -- I/O: worker threads ----------------------------------------------------------------
+
+    def sync(self) -> int:
+        """Write and fsync every message appended so far (and write pending marks).
+
+        Returns the highest message id now durable: every ``append`` that returned an id up
+        to it, and before this call started, is on disk.
+        """
+        with self._io_lock:
+            with self._lock:
+                self._check_usable()
+                watermark = self._next_id - 1
+                work = [
+                    (s, s.pending, s.marks) for s in self._segments.values() if s.pending or s.marks
+                ]
+                for segment, _, _ in work:
+                    segment.pending, segment.marks = [], bytearray()
+                head = self._head
+                segments = list(self._segments.values())
+            try:
+                self._write(work)
+                for segment in segments:
+                    if segment.fd >= 0 and segment is not head and not segment.pending:
+                        os.close(segment.fd)  # rotated away from: no more writes to come
+                        segment.fd = -1
+            except OSError as exc:
+                self._failed = f"sync failed, refusing further use: {exc}"
+                raise
+        return watermark
+
+    def _write(self, work: list[tuple[_Segment, list[bytes], bytearray]]) -> None:
+        created = False
+        for segment, records, marks in work:
+            if records:
+                if segment.fd < 0:
+                    path = segment_path(self.directory, segment.number)
+                    segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                if not segment.on_disk:
+                    records.insert(0, SEGMENT_HEADER)
+                    segment.on_disk = created = True
+                write_all(segment.fd, b"".join(records))
+                datasync(segment.fd)
+            if marks:
+                if segment.marks_fd < 0:
+                    path = marks_path(self.directory, segment.number)
+                    segment.marks_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    if os.fstat(segment.marks_fd).st_size == 0:
+                        marks[:0] = MARKS_HEADER
+                write_all(segment.marks_fd, marks)
+                segment.marks_unsynced = True
+        if created:
+            fsync_dir(self.directory)  # a new segment's name must survive too
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise StoreClosedError(f"{self.directory}: {self._failed}")
+
+    def needs_compaction(self) -> bool:
+        """Whether :meth:`compact` has anything to delete or rewrite."""
+        with self._lock:
+            return any(self._reclaimable(s) for s in self._segments.values())
+
+    def _reclaimable(self, segment: _Segment) -> bool:
+        return (
+            segment is not self._head
+            and segment.idle
+            and (not segment.live or segment.live < segment.records * self.rewrite_ratio)
+        )
+
+    def compact(self) -> CompactResult:
+        """Delete fully acked segments, rewrite at most one mostly acked one, and fsync the
+        marks written since the last call (see the module doc)."""
+        with self._compact_lock:
+            with self._io_lock, self._lock:
+                self._check_usable()
+                dead = [s for s in self._segments.values() if self._reclaimable(s) and not s.live]
+                for segment in dead:
+                    del self._segments[segment.number]
+                    if segment.marks_fd >= 0:
+                        os.close(segment.marks_fd)
+                reclaimed = sum(s.size for s in dead)
+            for segment in dead:
+                segment_path(self.directory, segment.number).unlink(missing_ok=True)
+            if dead:
+                fsync_dir(self.directory)  # segments gone before their marks (module doc)
+                for segment in dead:
+                    marks_path(self.directory, segment.number).unlink(missing_ok=True)
+            self._fsync_marks()
+            with self._lock:
+                partly = [s for s in self._segments.values() if self._reclaimable(s)]
+                victim = min(partly, key=lambda s: s.live / s.records, default=None)
+            if victim is not None:
+                reclaimed += self._rewrite(victim)
+            return CompactResult(len(dead), int(victim is not None), reclaimed)
+
+    def _fsync_marks(self) -> None:
+        with self._io_lock:
+            with self._lock:
+                segments = list(self._segments.values())
+            for segment in segments:
+                if segment.marks_unsynced:
+                    os.fsync(segment.marks_fd)
+                    segment.marks_unsynced = False
+                if segment.marks_fd >= 0 and segment is not self._head:
+                    os.close(segment.marks_fd)  # reopened on the next mark, if any
+                    segment.marks_fd = -1
+
+    def _rewrite(self, segment: _Segment) -> int:
+        """Copy the live records of an idle segment to a new file and swap it in."""
+        path = segment_path(self.directory, segment.number)
+        data = path.read_bytes()  # idle: nothing writes to this file any more
+        records = list(iter_records(data))
+        keep: list[memoryview] = []
+        view = memoryview(data)
+        for start in range(0, len(records), _LIVENESS_SLICE):
+            with self._lock:  # short holds: the event loop keeps appending meanwhile
+                for queue, msg_id, begin, end in records[start : start + _LIVENESS_SLICE]:
+                    ids = self._live.get(queue)
+                    if ids is not None and msg_id in ids:
+                        keep.append(view[begin:end])
+        size = replace_segment(path, keep)
+        with self._lock:
+            # Records acked meanwhile were copied too; their marks are still in acks.N.
+            segment.records, old_size, segment.size = len(keep), segment.size, size
+        return old_size - size
+
+    # -- inspection and lifecycle -----------------------------------------------------------
+
+    def stats(self) -> StoreStats:
+        """Segments, bytes, records and live messages, counted now."""
+        with self._lock:
+            segments = list(self._segments.values())
+            return StoreStats(
+                segments=len(segments),
+                bytes=sum(s.size for s in segments),
+                records=sum(s.records for s in segments),
+                live=sum(s.live for s in segments),
+            )
+
+    def close(self) -> None:
+        """Sync everything, fsync the marks and close the files. Later calls raise."""
+        try:
+            if self._failed is None:
+                self.sync()
+                self._fsync_marks()
+        finally:
+            with self._io_lock, self._lock:
+                for segment in self._segments.values():
+                    for fd in (segment.fd, segment.marks_fd):
+                        if fd >= 0:
+                            os.close(fd)
+                    segment.fd = segment.marks_fd = -1
+                self._failed = self._failed or "closed"
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

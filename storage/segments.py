@@ -1,0 +1,368 @@
+"""On-disk format of the message store: segment files and their mark files.
+
+The directory (``DATA/msgs/``) holds numbered pairs::
+
+    msgs.00000001   the segment: messages, in the order they were appended
+    acks.00000001   marks (acked, delivered) for the messages *of that segment only*
+    msgs.00000002   ...
+
+Keeping each segment's marks beside it, rather than in one stream, is what makes reclaiming
+simple and safe: deleting a fully acked segment deletes its marks with it, and no mark ever
+has to be carried over to another file (LavinMQ's ``msgs.N`` / ``acks.N`` layout).
+
+Segment file (integers big-endian)::
+
+    header   8s magic b"LVRTMSGS" | u32 format version (1)                          12 bytes
+    record   u32 length | u32 crc32(body) | body                                      8 + length
+    body     u8 flags (0, reserved) | u64 msg_id | u64 expires (ms since the epoch, 0: never)
+             | u8 exchange_len | u8 routing_key_len | u32 header_len | u8 vhost_len | u8 queue_len
+             | vhost | queue | exchange | routing_key
+             | content header payload (header_len bytes, as received) | content body (the rest)
+
+(``vhost_len`` and ``queue_len`` come right before the names, so recovery can look the
+queue up by one byte slice, lengths included, and decode each queue's name only once.)
+
+Names are AMQP short strings (at most 255 UTF-8 bytes). ``msg_id`` grows by one per append,
+store-wide, so file order is publish order and every id is unique across segments.
+
+Mark file::
+
+    header   8s magic b"LVRTACKS" | u32 format version (1)                          12 bytes
+    mark     u8 kind (1 acked, 2 delivered) | u64 msg_id | u32 crc32(kind, msg_id)   13 bytes
+
+Marks have a fixed size, so a torn tail is cut at a multiple of 13 and a mark with a bad CRC
+is skipped without losing the marks after it. Losing a mark can only cause a redelivery
+(at-least-once), never a loss. Marks are written at every sync but fsynced only when the
+store is compacted or closed, for the same reason.
+
+Repair on open: a torn tail of a segment is truncated (a warning). A record with a bad CRC is
+skipped when the record after it verifies (one flipped bit costs one message); otherwise the
+rest of the segment is copied to ``msgs.N.corrupt-OFFSET`` and truncated (an error). A
+segment or mark file with a newer format version raises
+:class:`~storage.errors.LogFormatError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from storage.errors import LogFormatError
+from storage.files import fsync_dir, truncate_tail, write_all
+
+log = logging.getLogger("leveret.storage")
+
+FORMAT_VERSION = 1
+SEGMENT_MAGIC = b"LVRTMSGS"
+MARKS_MAGIC = b"LVRTACKS"
+HEADER = struct.Struct(">8sI")
+HEADER_LEN = 12
+FRAME = struct.Struct(">II")
+FRAME_LEN = 8
+# The fixed part of a message body, after the frame.
+MSG_FIXED = struct.Struct(">BQQBBIBB")
+MSG_FIXED_LEN = 25
+# Frame and fixed body in one unpack: the recovery loop's only struct call per message.
+MSG_HEAD = struct.Struct(">IIBQQBBIBB")
+MSG_HEAD_LEN = FRAME_LEN + MSG_FIXED_LEN
+QUEUE_KEY_OFFSET = MSG_HEAD_LEN - 2  # vhost_len, queue_len, vhost, queue start here
+MARK_BODY = struct.Struct(">BQ")
+MARK = struct.Struct(">BQI")
+MARK_LEN = 13
+assert HEADER.size == HEADER_LEN
+assert FRAME.size == FRAME_LEN
+assert MSG_FIXED.size == MSG_FIXED_LEN
+assert MSG_HEAD.size == MSG_HEAD_LEN
+assert MARK.size == MARK_LEN == MARK_BODY.size + 4
+
+ACKED = 1
+DELIVERED = 2
+MAX_RECORD = 1 << 31  # larger than any message a broker accepts; more is a bad length field
+SEGMENT_HEADER = HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION)
+MARKS_HEADER = HEADER.pack(MARKS_MAGIC, FORMAT_VERSION)
+
+QueueKey = tuple[str, str]  # (vhost, queue name)
+
+
+class StoredMessage(NamedTuple):
+    """A recovered message, as :meth:`MessageStore.recover` returns it."""
+
+    msg_id: int
+    exchange: str
+    routing_key: str
+    header: bytes  # the content header frame payload, as the publisher sent it
+    body: bytes
+    redelivered: bool  # it had been delivered before the restart
+    expires: int  # as given to append: ms since the epoch, 0 for never
+
+
+def segment_path(directory: Path, number: int) -> Path:
+    """``msgs.NNNNNNNN``."""
+    return directory / f"msgs.{number:08d}"
+
+
+def marks_path(directory: Path, number: int) -> Path:
+    """``acks.NNNNNNNN``."""
+    return directory / f"acks.{number:08d}"
+
+
+def iter_numbers(directory: Path, prefix: str) -> Iterator[int]:
+    """Numbers of the files named ``prefix`` + 8 digits in ``directory``."""
+    for entry in os.scandir(directory):
+        digits = entry.name[len(prefix) :]
+        if entry.name.startswith(prefix) and len(digits) == 8 and digits.isdigit():
+            yield int(digits)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def queue_prefix(queue: QueueKey) -> tuple[int, int, bytes]:
+    """``(vhost_len, queue_len, vhost + queue)`` of a queue key, lengths checked."""
+    vhost, name = queue[0].encode(), queue[1].encode()
+    if len(vhost) > 255 or len(name) > 255:
+        raise ValueError(f"vhost and queue names are short strings (255 bytes): {queue!r}")
+    return len(vhost), len(name), vhost + name
+
+
+def message_record(
+    msg_id: int,
+    expires: int,
+    prefix: tuple[int, int, bytes],
+    exchange: bytes,
+    routing_key: bytes,
+    header: bytes,
+    body: bytes,
+) -> bytes:
+    """One framed message record (see the module doc)."""
+    if len(exchange) > 255 or len(routing_key) > 255:
+        raise ValueError("exchange names and routing keys are short strings (255 bytes)")
+    vlen, qlen, names = prefix
+    fixed = MSG_FIXED.pack(
+        0, msg_id, expires, len(exchange), len(routing_key), len(header), vlen, qlen
+    )
+    rest = b"".join((fixed, names, exchange, routing_key, header, body))
+    return FRAME.pack(len(rest), zlib.crc32(rest)) + rest
+
+
+def replace_segment(path: Path, records: list[memoryview]) -> int:
+    """Atomically replace a segment with one holding ``records`` (tmp, fsync, rename,
+    fsync dir); returns the new file's size."""
+    tmp = path.with_name(path.name + ".tmp")
+    data = b"".join([SEGMENT_HEADER, *records])
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return len(data)
+
+
+def mark_record(kind: int, msg_id: int) -> bytes:
+    """One 13-byte mark."""
+    body = MARK_BODY.pack(kind, msg_id)
+    return body + zlib.crc32(body).to_bytes(4, "big")
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def read_header(path: Path, data: bytes, magic: bytes) -> bool:
+    """Whether ``data`` starts with a complete header of ours (False: cut short by a crash)."""
+    if len(data) < HEADER_LEN:
+        if data[: len(magic)] == magic[: len(data)]:
+            return False
+        raise LogFormatError(f"{path} is not a Leveret message store file")
+    found, version = HEADER.unpack_from(data)
+    if found != magic:
+        raise LogFormatError(f"{path} is not a Leveret message store file (magic {found!r})")
+    if version > FORMAT_VERSION or version < 1:
+        raise LogFormatError(
+            f"{path} has format version {version}; this Leveret reads version "
+            f"{FORMAT_VERSION}. Refusing to start rather than lose messages"
+        )
+    return True
+
+
+def check_headers(directory: Path) -> None:
+    """Raise :class:`LogFormatError` if any segment or mark file is not ours or is newer."""
+    for prefix, magic in (("msgs.", SEGMENT_MAGIC), ("acks.", MARKS_MAGIC)):
+        for number in iter_numbers(directory, prefix):
+            path = directory / f"{prefix}{number:08d}"
+            with path.open("rb") as f:
+                read_header(path, f.read(HEADER_LEN), magic)
+
+
+def read_marks(path: Path) -> tuple[set[int], set[int], int]:
+    """``(acked ids, delivered ids, largest id)`` of a mark file, its tail repaired."""
+    acked: set[int] = set()
+    delivered: set[int] = set()
+    if not path.exists():
+        return acked, delivered, 0
+    data = path.read_bytes()
+    if not read_header(path, data, MARKS_MAGIC):
+        path.unlink()  # created but never written to: nothing to lose
+        return acked, delivered, 0
+    end = HEADER_LEN + (len(data) - HEADER_LEN) // MARK_LEN * MARK_LEN
+    if end != len(data):
+        truncate_tail(path, end, data[end:], "incomplete mark", torn=True)
+    crc32 = zlib.crc32
+    view = memoryview(data)
+    top = bad = 0
+    pos = HEADER_LEN
+    for kind, msg_id, crc in MARK.iter_unpack(view[HEADER_LEN:end]):
+        if crc32(view[pos : pos + 9]) != crc or kind not in (ACKED, DELIVERED):
+            bad += 1
+        else:
+            (acked if kind == ACKED else delivered).add(msg_id)
+            top = max(top, msg_id)
+        pos += MARK_LEN
+    if bad:
+        log.error("%s: %d bad marks skipped (their messages may be redelivered)", path, bad)
+    return acked, delivered, top
+
+
+def check_record(data: bytes, pos: int) -> tuple[str | None, bool]:
+    """``(None, False)`` if a sound message record starts at ``pos``, else ``(why, torn)``."""
+    size = len(data)
+    if size - pos < MSG_HEAD_LEN:
+        return "incomplete record", True
+    length, crc, _, _, _, xlen, rlen, hlen, vlen, qlen = MSG_HEAD.unpack_from(data, pos)
+    if length > MAX_RECORD or MSG_FIXED_LEN + vlen + qlen + xlen + rlen + hlen > length:
+        return f"impossible record length {length}", False
+    end = pos + FRAME_LEN + length
+    if end > size:
+        return f"record of {length} bytes runs past the end of the file", True
+    if zlib.crc32(memoryview(data)[pos + FRAME_LEN : end]) != crc:
+        return "CRC mismatch", False
+    return None, False
+
+
+def skip_or_truncate(path: Path, data: bytes, pos: int) -> int | None:
+    """Handle a bad record at ``pos``: the offset to resume at when the record can be skipped
+    (a good record follows it), else None after truncating the file at ``pos``."""
+    problem, torn = check_record(data, pos)
+    assert problem is not None
+    size = len(data)
+    after = pos + FRAME_LEN + FRAME.unpack_from(data, pos)[0] if size - pos >= FRAME_LEN else size
+    if not torn and after < size and check_record(data, after)[0] is None:
+        log.error("%s: message record at offset %d skipped: %s", path, pos, problem)
+        return after
+    torn = torn or not data[pos:].strip(b"\0")  # zeros: size grew, data never came
+    truncate_tail(path, pos, data[pos:], problem, torn=torn)
+    return None
+
+
+class Loaded(NamedTuple):
+    """What :func:`load_segment` found in one segment."""
+
+    records: int  # message records
+    live: int  # of which not acked
+    end: int  # file size after repair
+    top: int  # largest msg_id
+
+
+def load_segment(
+    path: Path,
+    data: bytes,
+    number: int,
+    acked: set[int],
+    delivered: set[int],
+    recovered: dict[QueueKey, list[StoredMessage]],
+    live: dict[QueueKey, dict[int, int]],
+) -> Loaded:
+    """Recovery of one segment: for each unacked message, append a :class:`StoredMessage` to
+    ``recovered[queue]`` and set ``live[queue][msg_id] = number << 1 | delivered``.
+
+    The loop is the start-up cost of a store with a million messages, so the sound record is
+    handled inline with one struct call; anything odd goes to :func:`skip_or_truncate`.
+    """
+    size = len(data)
+    view = memoryview(data)
+    unpack = MSG_HEAD.unpack_from
+    crc32 = zlib.crc32
+    new = tuple.__new__
+    seg_tag = number << 1
+    # Per queue key bytes (lengths included): (list to append to, live dict). Per exchange
+    # bytes: the decoded name. Both spare a decode and a dict lookup per message.
+    queues: dict[bytes, tuple[list[StoredMessage], dict[int, int]]] = {}
+    exchanges: dict[bytes, str] = {}
+    count = n_live = top = 0
+    pos = HEADER_LEN
+    while pos < size:
+        if size - pos >= MSG_HEAD_LEN:
+            length, crc, _, msg_id, expires, xlen, rlen, hlen, vlen, qlen = unpack(data, pos)
+            end = pos + FRAME_LEN + length
+            p = pos + MSG_HEAD_LEN + vlen + qlen  # the exchange name
+            h = p + xlen + rlen  # the content header
+            if end <= size and h + hlen <= end and crc32(view[pos + FRAME_LEN : end]) == crc:
+                count += 1
+                top = msg_id if msg_id > top else top
+                if msg_id not in acked:
+                    key = data[pos + QUEUE_KEY_OFFSET : p]
+                    slot = queues.get(key)
+                    if slot is None:
+                        name = (key[2 : 2 + vlen].decode(), key[2 + vlen :].decode())
+                        slot = queues[key] = (
+                            recovered.setdefault(name, []),
+                            live.setdefault(name, {}),
+                        )
+                    xkey = data[p : p + xlen]
+                    exchange = exchanges.get(xkey)
+                    if exchange is None:
+                        exchange = exchanges[xkey] = xkey.decode()
+                    was_delivered = msg_id in delivered
+                    slot[0].append(
+                        new(
+                            StoredMessage,
+                            (
+                                msg_id,
+                                exchange,
+                                data[p + xlen : h].decode(),
+                                data[h : h + hlen],
+                                data[h + hlen : end],
+                                was_delivered,
+                                expires,
+                            ),
+                        )
+                    )
+                    slot[1][msg_id] = seg_tag | was_delivered
+                    n_live += 1
+                pos = end
+                continue
+        resume = skip_or_truncate(path, data, pos)
+        if resume is None:
+            return Loaded(count, n_live, pos, top)
+        pos = resume
+    return Loaded(count, n_live, pos, top)
+
+
+def iter_records(data: bytes) -> Iterator[tuple[QueueKey, int, int, int]]:
+    """``(queue, msg_id, start, end)`` of every sound record of a segment held in ``data``,
+    skipping bad records the way :func:`load_segment` does (for rewriting a segment)."""
+    pos = HEADER_LEN
+    size = len(data)
+    names: dict[bytes, QueueKey] = {}
+    while pos < size:
+        length = FRAME.unpack_from(data, pos)[0] if size - pos >= FRAME_LEN else 0
+        end = pos + FRAME_LEN + length
+        if check_record(data, pos)[0] is not None:
+            if end < size and check_record(data, end)[0] is None:
+                pos = end
+                continue
+            return
+        _, _, _, msg_id, _, _, _, _, vlen, qlen = MSG_HEAD.unpack_from(data, pos)
+        key = data[pos + QUEUE_KEY_OFFSET : pos + MSG_HEAD_LEN + vlen + qlen]
+        queue = names.get(key)
+        if queue is None:
+            queue = names[key] = (key[2 : 2 + vlen].decode(), key[2 + vlen :].decode())
+        yield queue, msg_id, pos, end
+        pos = end
