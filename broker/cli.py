@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker.config import MAX_MESSAGE_SIZE, Config
 from broker.memory import total_memory
 from broker.server import Server
+from storage.logtools import check, read_log
+from storage.records import event_to_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +56,33 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="logging level",
     )
+    logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
+    log_commands = logs.add_subparsers(dest="log_command", required=True)
+    for name, text in (
+        ("dump", "print the log as JSON lines, one event per line"),
+        ("check", "verify the log (framing, CRCs, payloads); exit 1 if it is damaged"),
+    ):
+        sub = log_commands.add_parser(name, help=text)
+        sub.add_argument("--data-dir", type=Path, required=True, help="the broker's data dir")
     return parser
+
+
+def log_command(command: str, data_dir: Path) -> int:
+    """``leveret log dump|check --data-dir DIR`` (read-only: nothing is repaired)."""
+    path = data_dir / "definitions.log"
+    if not path.exists():
+        print(f"{path}: no definitions log", file=sys.stderr)
+        return 1
+    if command == "dump":
+        try:
+            for vhost, event in read_log(path):
+                print(json.dumps(event_to_json(vhost, event), sort_keys=True))
+        except BrokenPipeError:  # `leveret log dump | head`
+            sys.stderr.close()
+        return 0
+    report = check(path)
+    print(report)
+    return 0 if report.ok else 1
 
 
 def watermark_bytes(value: float) -> int:
@@ -78,6 +108,9 @@ async def serve(config: Config) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``leveret`` console script."""
     args = build_parser().parse_args(argv)
+    if args.command == "log":
+        logging.basicConfig(level="WARNING")
+        return log_command(args.log_command, args.data_dir)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -87,6 +87,24 @@ class Persistence:
         """Append a durable topology change and fsync it (before the client's ``*-Ok``)."""
         if self.is_durable(vhost, event):
             self.log.append(vhost.name, event)
+            if self.log.needs_compaction():
+                # Dead records outnumber live ones: rewrite (temp file, fsync, rename).
+                self.log.compact()
+
+    def sync_now(self) -> None:
+        """Make the store's pending acks durable before a purge-ok or delete-ok, so a
+        re-declared queue of the same name cannot get old messages back after a crash."""
+        self.store.sync()
+
+    async def reclaim(self, interval: float = 5.0) -> None:
+        """Background task: compact or delete message segments whose messages were acked,
+        in a worker thread (bounded work per call), so publishers never wait for it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            if self.store.needs_compaction():
+                result = await loop.run_in_executor(None, self.store.compact)
+                log.debug("message store compaction: %s", result)
 
     # -- messages and group commit ----------------------------------------------------
 

@@ -458,9 +458,11 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
         count = len(self.messages)
-        if self.store is not None:
+        if self.store is not None and count:
             for entry in self.messages:
                 self.forget(entry[0])
+            if not self.deleted and self.vhost.persistence is not None:
+                self.vhost.persistence.sync_now()
         self.messages.clear()
         self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
@@ -475,9 +477,10 @@ class Queue:
         """The queue is being deleted: release its messages and timers."""
         self.purge()
         self.deleted = True
-        if self.store is not None:
-            # Unacked deliveries of a deleted queue are gone too.
-            self.store.drop_queue((self.vhost.name, self.name))
+        # Unacked deliveries of a deleted queue are gone too.
+        if self.store is not None and self.store.drop_queue((self.vhost.name, self.name)):
+            assert self.vhost.persistence is not None
+            self.vhost.persistence.sync_now()
         for timer in (self._ttl_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()

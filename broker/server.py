@@ -16,6 +16,7 @@ from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
 from broker.persistence import Persistence
 from broker.vhost import VHost
+from storage.files import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class Server:
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
+        self._reclaimer: asyncio.Task[None] | None = None
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -61,8 +63,11 @@ class Server:
         for name in self.config.vhosts:
             self.vhost(name)
         records = persistence.log.replay()
-        for vhost_name, event in records:
-            self.vhost(vhost_name).replay(event)
+        # Replay builds many long-lived objects and no cycles: the cyclic GC would only
+        # rescan them again and again.
+        with gc_paused():
+            for vhost_name, event in records:
+                self.vhost(vhost_name).replay(event)
         persistence.compact()
         restored = 0
         for (vhost_name, queue_name), stored in persistence.store.recover().items():
@@ -95,6 +100,8 @@ class Server:
             backlog=1024,
         )
         self.port = self._listener.sockets[0].getsockname()[1]
+        if self.persistence is not None:
+            self._reclaimer = loop.create_task(self.persistence.reclaim())
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
 
     async def stop(self) -> None:
@@ -113,6 +120,9 @@ class Server:
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
+        if self._reclaimer is not None:
+            self._reclaimer.cancel()
+            self._reclaimer = None
         if self.persistence is not None:
             self.persistence.close()
             self.persistence = None

@@ -52,6 +52,8 @@ def freeze(value: Any) -> Any:
         return tuple(sorted((k, freeze(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return tuple(freeze(v) for v in value)
+    if isinstance(value, bytearray):  # pamqp decodes byte arrays ('x') as bytearray
+        return ("bytes", bytes(value))
     # The type is part of the identity: 1, 1.0 and True are different AMQP values.
     return (type(value).__name__, value)
 
