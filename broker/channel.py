@@ -367,6 +367,16 @@ class Channel:
                     routed = True
                     if not queue.publish(message):
                         rejected = True
+        tracer = vhost.tracer
+        if tracer is not None:
+            tracer.record(
+                vhost.name,
+                message.exchange,
+                message.routing_key,
+                payload,
+                message.body_size,
+                tuple(n for n in names if n in vhost.queues),
+            )
         if not routed and mandatory:
             self._return(message)
         return rejected, message.sync_gen

@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"largest message body in bytes (default {MAX_MESSAGE_SIZE}, as RabbitMQ 3.13)",
     )
     serve.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=None,
+        help="record one JSON line per published message here (schema: broker/trace.py)",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -122,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_high_watermark=watermark_bytes(args.memory_high_watermark),
         max_connections=args.max_connections,
         max_message_size=args.max_message_size,
+        trace_dir=args.trace_dir,
     )
     if config.use_uvloop:
         try:

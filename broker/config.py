@@ -34,6 +34,8 @@ class Config:
     memory_high_watermark: int = 0
     # Open connections allowed at once; 0: no limit (RabbitMQ's connection_max).
     max_connections: int = 0
+    # Directory for the traffic trace (one JSON line per publish); None: no trace.
+    trace_dir: Path | None = None
     # user -> password. guest may only connect from loopback, as in RabbitMQ.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     # Users that may only connect from loopback (RabbitMQ's ``loopback_users``, default

@@ -15,6 +15,7 @@ from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
 from broker.persistence import Persistence
+from broker.trace import TraceWriter
 from broker.vhost import VHost
 from storage.files import gc_paused
 
@@ -30,6 +31,9 @@ class Server:
             config.memory_high_watermark or default_watermark(), self._on_memory_alarm
         )
         self.persistence: Persistence | None = None
+        self.tracer: TraceWriter | None = (
+            TraceWriter(config.trace_dir) if config.trace_dir else None
+        )
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
@@ -54,7 +58,18 @@ class Server:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
+            vhost.tracer = self.tracer
         return vhost
+
+    def set_trace(self, directory: Path | None) -> None:
+        """Start (or, with None, stop) recording the traffic trace into ``directory``."""
+        if self.tracer is not None:
+            self.tracer.close()
+            self.tracer = None
+        if directory is not None:
+            self.tracer = TraceWriter(directory)
+        for vhost in self.vhosts.values():
+            vhost.tracer = self.tracer
 
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""
@@ -126,3 +141,4 @@ class Server:
         if self.persistence is not None:
             self.persistence.close()
             self.persistence = None
+        self.set_trace(None)

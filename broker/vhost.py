@@ -45,6 +45,7 @@ from exchanges.routing import route, validate_binding
 if TYPE_CHECKING:
     from broker.connection import Connection
     from broker.persistence import Persistence
+    from broker.trace import TraceWriter
 
 # rabbit_vhost:declare_default_exchanges/2: all durable.
 DEFAULT_EXCHANGES = (
@@ -135,6 +136,7 @@ class VHost:
     ) -> None:
         self.name = name
         self.persistence = persistence
+        self.tracer: TraceWriter | None = None
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}
