@@ -79,6 +79,11 @@ class Channel:
         self.conn = connection
         self.id = channel_id
         self.vhost = connection.vhost
+        self.access = connection.server.access
+        # Exchanges this channel may publish to, checked once (the publish hot path);
+        # forgotten when the broker's permissions change (see AccessControl.version).
+        self._writable: set[str] = set()
+        self._writable_version = -1
         self.open = True
         self.content = Content.IDLE
         self._publish: codec.Publish | None = None
@@ -166,6 +171,10 @@ class Channel:
                 (BASIC_CLASS, 40),
             )
 
+    def _permit(self, kind: str, resource: str, name: str) -> None:
+        """403 unless the user may ``kind`` (configure/write/read) the resource."""
+        self.access.check(self.conn.user, self.vhost.name, kind, resource, name)
+
     def send(self, method: Any) -> None:
         """Send a pamqp method on this channel."""
         self.conn.write(codec.method_frame(self.id, method))
@@ -188,7 +197,9 @@ class Channel:
         payload = header.payload
         exchange = self.vhost.projection.exchanges.get(publish.exchange)
         if (
-            header.class_id != BASIC_CLASS
+            publish.exchange not in self._writable
+            or self._writable_version != self.access.version
+            or header.class_id != BASIC_CLASS
             or header.body_size > self.conn.config.max_message_size
             or publish.immediate
             or exchange is None
@@ -255,6 +266,16 @@ class Channel:
         if publish.immediate:
             raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", method)
         vhost = self.vhost
+        if self._writable_version != self.access.version:
+            self._writable.clear()
+            self._writable_version = self.access.version
+        if publish.exchange not in self._writable:
+            try:
+                self._permit("write", "exchange", publish.exchange)
+            except AMQPChannelError as exc:
+                exc.method = method
+                raise
+            self._writable.add(publish.exchange)
         exchange = vhost.projection.exchanges.get(publish.exchange)
         if exchange is None:
             raise AMQPChannelError(
@@ -475,7 +496,9 @@ class Channel:
         if m.queue == REPLY_TO:
             self._consume_replies(m)
             return
-        queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        queue_name = self._queue_name(m.queue)
+        self._permit("read", "queue", queue_name)
+        queue = self.vhost.queue(queue_name, self.conn)
         invalid = argument_error(m.arguments or {}, CONSUME_VALIDATORS)
         if invalid is not None:
             key, reason = invalid
@@ -529,7 +552,9 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
 
     def _on_basic_get(self, m: commands.Basic.Get) -> None:
-        queue = self.vhost.queue(self._queue_name(m.queue), self.conn)
+        queue_name = self._queue_name(m.queue)
+        self._permit("read", "queue", queue_name)
+        queue = self.vhost.queue(queue_name, self.conn)
         entry = queue.get()
         if entry is None:
             self.send(B.GetEmpty())
@@ -733,6 +758,8 @@ class Channel:
     # -- exchanges and queues ---------------------------------------------------------
 
     def _on_exchange_declare(self, m: commands.Exchange.Declare) -> None:
+        if not m.passive and m.exchange:
+            self._permit("configure", "exchange", m.exchange)
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -746,11 +773,14 @@ class Channel:
             self.send(commands.Exchange.DeclareOk())
 
     def _on_exchange_delete(self, m: commands.Exchange.Delete) -> None:
+        if m.exchange and not m.exchange.startswith("amq."):
+            self._permit("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.send(commands.Exchange.DeleteOk())
 
     def _on_exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        self._permit_binding("exchange", m.destination, m.source)
         self.vhost.bind(
             m.source,
             DestKind.EXCHANGE,
@@ -764,6 +794,7 @@ class Channel:
             self.send(commands.Exchange.BindOk())
 
     def _on_exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
+        self._permit_binding("exchange", m.destination, m.source)
         self.vhost.bind(
             m.source,
             DestKind.EXCHANGE,
@@ -799,6 +830,8 @@ class Channel:
                     )
                 )
             return
+        if not m.passive:
+            self._permit("configure", "queue", name)
         queue = self.vhost.declare_queue(
             name,
             m.passive,
@@ -821,12 +854,20 @@ class Channel:
                 )
             )
 
+    def _permit_binding(self, kind: str, destination: str, source: str) -> None:
+        # rabbit_channel:binding_action/10: write on the destination, read on the source
+        # (the default exchange refuses binding first, with its own 403).
+        if destination and source:
+            self._permit("write", kind, destination)
+            self._permit("read", "exchange", source)
+
     def _bind_queue(self, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
         name = self._queue_name(m.queue)
         routing_key = m.routing_key
         if not m.queue and not routing_key:
             # rabbit_channel:expand_routing_key_shortcut/3
             routing_key = name
+        self._permit_binding("queue", name, m.exchange)
         self.vhost.bind(
             m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, self.conn, add
         )
@@ -841,12 +882,15 @@ class Channel:
         self.send(commands.Queue.UnbindOk())
 
     def _on_queue_purge(self, m: commands.Queue.Purge) -> None:
-        count = self.vhost.queue(self._queue_name(m.queue), self.conn).purge()
+        name = self._queue_name(m.queue)
+        self._permit("read", "queue", name)
+        count = self.vhost.queue(name, self.conn).purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))
 
     def _on_queue_delete(self, m: commands.Queue.Delete) -> None:
         name = self._queue_name(m.queue)
+        self._permit("configure", "queue", name)
         queue = self.vhost.queues.get(name)
         count = 0
         if queue is not None:

@@ -453,12 +453,9 @@ class Connection(asyncio.Protocol):
         self.client_properties = dict(frame.client_properties or {})
         mechanism = frame.mechanism or ""
         user, password = self._credentials(mechanism, frame.response)
-        expected = self.config.users.get(user)
         loopback = bool(self.peer) and str(self.peer[0]) in ("127.0.0.1", "::1", "localhost")
-        if (
-            expected is None
-            or expected != password
-            or (user in self.config.loopback_users and not loopback)
+        if self.server.access.authenticate(user, password) is None or (
+            user in self.config.loopback_users and not loopback
         ):
             # rabbit_reader:auth_fail/5: a Close only for clients that advertise
             # authentication_failure_close; others just see the socket close.
@@ -529,6 +526,13 @@ class Connection(asyncio.Protocol):
             raise AMQPConnectionError(
                 NOT_ALLOWED,
                 f"vhost {frame.virtual_host} not found",
+                (10, 40),
+            )
+        if not self.server.access.can_access_vhost(self.user, vhost.name):
+            # rabbit_access_control:check_vhost_access/4
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"access to vhost '{vhost.name}' refused for user '{self.user}'",
                 (10, 40),
             )
         limit = self.config.max_connections

@@ -11,6 +11,7 @@ import logging
 import time
 from pathlib import Path
 
+from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
@@ -31,6 +32,7 @@ class Server:
             config.memory_high_watermark or default_watermark(), self._on_memory_alarm
         )
         self.persistence: Persistence | None = None
+        self.access = AccessControl.with_users(config.users, config.vhosts)
         self.tracer: TraceWriter | None = (
             TraceWriter(config.trace_dir) if config.trace_dir else None
         )

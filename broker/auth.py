@@ -1,0 +1,151 @@
+"""Users, password hashes, tags, vhost permissions: RabbitMQ's internal auth backend.
+
+- Passwords are stored as RabbitMQ's ``rabbit_password_hashing_sha256`` hashes:
+  ``base64(salt ++ sha256(salt ++ utf8(password)))`` with a 4-byte random salt, so
+  ``password_hash`` values from a RabbitMQ definitions export log in unchanged.
+- Permissions are three regular expressions per (user, vhost): configure, write, read.
+  RabbitMQ matches them with ``re:run`` (a search, not a full match); an empty pattern
+  grants nothing. The default exchange is checked under the name ``amq.default``
+  (rabbit_access_control, docs/access-control.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass, field
+
+from broker.errors import ACCESS_REFUSED, AMQPChannelError
+
+SALT_BYTES = 4
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    """RabbitMQ's SHA-256 password hash (base64 of salt + digest)."""
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    return base64.b64encode(salt + digest).decode("ascii")
+
+
+def check_password(password: str, password_hash: str) -> bool:
+    """Whether ``password`` matches a RabbitMQ SHA-256 ``password_hash``."""
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        return False
+    if len(raw) != SALT_BYTES + hashlib.sha256().digest_size:
+        return False
+    expected = hash_password(password, raw[:SALT_BYTES])
+    return hmac.compare_digest(expected, password_hash)
+
+
+@dataclass
+class User:
+    """A user of the internal database."""
+
+    name: str
+    password_hash: str
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Permission:
+    """configure/write/read regular expressions of a user on a vhost."""
+
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def allows(self, kind: str, name: str) -> bool:
+        """Whether the ``kind`` ("configure", "write", "read") pattern covers ``name``."""
+        pattern: str = getattr(self, kind)
+        return bool(pattern) and _compiled(pattern).search(name) is not None
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        compiled = _PATTERNS[pattern] = re.compile(pattern)
+    return compiled
+
+
+class AccessControl:
+    """The user database and permission checks of a broker."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, User] = {}
+        self.permissions: dict[tuple[str, str], Permission] = {}
+        # Bumped on every permission change, so channels can cache successful checks.
+        self.version = 0
+
+    @classmethod
+    def with_users(cls, users: dict[str, str], vhosts: tuple[str, ...]) -> AccessControl:
+        """Users from ``name -> password`` with full permissions on ``vhosts``; guest is
+        tagged administrator, as RabbitMQ's default user."""
+        access = cls()
+        for name, password in users.items():
+            tags = ["administrator"] if name == "guest" else []
+            access.add_user(name, password=password, tags=tags)
+            for vhost in vhosts:
+                access.set_permissions(name, vhost, Permission())
+        return access
+
+    def add_user(
+        self,
+        name: str,
+        password: str | None = None,
+        password_hash: str | None = None,
+        tags: list[str] | None = None,
+    ) -> User:
+        """Create or replace a user (from a password, or a RabbitMQ hash)."""
+        if password_hash is None:
+            password_hash = hash_password(password or "") if password is not None else ""
+        user = User(name, password_hash, list(tags or []))
+        self.users[name] = user
+        return user
+
+    def delete_user(self, name: str) -> bool:
+        """Remove a user and its permissions."""
+        for key in [k for k in self.permissions if k[0] == name]:
+            del self.permissions[key]
+        self.version += 1
+        return self.users.pop(name, None) is not None
+
+    def set_permissions(self, user: str, vhost: str, permission: Permission) -> None:
+        """Grant ``permission`` to ``user`` on ``vhost``."""
+        self.permissions[(user, vhost)] = permission
+        self.version += 1
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        """Revoke ``user``'s access to ``vhost``."""
+        self.version += 1
+        return self.permissions.pop((user, vhost), None) is not None
+
+    def authenticate(self, name: str, password: str) -> User | None:
+        """The user when ``password`` is right (a user without a hash cannot log in)."""
+        user = self.users.get(name)
+        if user is None or not user.password_hash:
+            return None
+        return user if check_password(password, user.password_hash) else None
+
+    def can_access_vhost(self, user: str, vhost: str) -> bool:
+        """Whether ``user`` has any permissions on ``vhost``."""
+        return (user, vhost) in self.permissions
+
+    def check(self, user: str, vhost: str, kind: str, resource: str, name: str) -> None:
+        """Raise 403 unless ``user`` may ``kind`` (configure/write/read) the ``resource``
+        (``exchange`` or ``queue``) ``name`` in ``vhost`` (rabbit_access_control)."""
+        permission = self.permissions.get((user, vhost))
+        checked = "amq.default" if resource == "exchange" and name == "" else name
+        if permission is None or not permission.allows(kind, checked):
+            raise AMQPChannelError(
+                ACCESS_REFUSED,
+                f"{kind} access to {resource} '{checked}' in vhost '{vhost}' refused for user "
+                f"'{user}'",
+            )
