@@ -50,7 +50,6 @@ from broker.message import (
 from broker.queue import Consumer, Entry, Queue
 from broker.vhost import generated_name
 from exchanges.model import DestKind
-from exchanges.routing import route
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -361,46 +360,15 @@ class Channel:
         return message
 
     def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
-        """Route and enqueue ``message``. Returns whether a queue refused it (overflow)
-        and the group-commit generation that makes it durable (0 if nothing to wait for)."""
-        payload = message.header
-        headers = None
-        # Decode the headers table only when routing can use it: a headers exchange
-        # somewhere in the vhost, or sender-selected CC/BCC keys.
-        vhost = self.vhost
-        if vhost.projection_uses_headers or b"CC" in payload:
-            headers = message.headers
+        """Route and enqueue ``message``; return it when mandatory and unroutable.
+        Returns whether a queue refused it (overflow) and the group-commit generation
+        that makes it durable (0 if nothing to wait for)."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message, mandatory), 0
-        names = route(vhost.projection, message.exchange, message.routing_key, headers)
-        if headers is not None and "BCC" in headers:
-            # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
-            props = message.copy_properties()
-            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
-            message = message.with_properties(props)
-        rejected = False
-        routed = False
-        if names:
-            queues = vhost.queues
-            for name in names:
-                queue = queues.get(name)
-                if queue is not None:
-                    routed = True
-                    if not queue.publish(message):
-                        rejected = True
-        tracer = vhost.tracer
-        if tracer is not None:
-            tracer.record(
-                vhost.name,
-                message.exchange,
-                message.routing_key,
-                payload,
-                message.body_size,
-                tuple(n for n in names if n in vhost.queues),
-            )
+        routed, rejected, sync_gen = self.vhost.publish(message)
         if not routed and mandatory:
             self._return(message)
-        return rejected, message.sync_gen
+        return rejected, sync_gen
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
         """A reply to a direct reply-to requester: straight to its consumer, at most once
@@ -446,11 +414,14 @@ class Channel:
         redelivered = entry[1]
         tag = self.next_tag
         self.next_tag = tag + 1
+        queue = consumer.queue
+        queue.delivered_total += 1
         if not consumer.no_ack:
-            self.unacked[tag] = (consumer.queue, entry, consumer)
+            self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
+            queue.unacked += 1
             if message.store_ids is not None:
-                consumer.queue.delivered(message)
+                queue.delivered(message)
         elif message.store_ids is not None:
             consumer.queue.forget(message)
         self.conn.write(
@@ -563,7 +534,9 @@ class Channel:
         redelivered = entry[1]
         tag = self.next_tag
         self.next_tag = tag + 1
+        queue.delivered_total += 1
         if not m.no_ack:
+            queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)
             if message.store_ids is not None:
                 queue.delivered(message)
@@ -612,9 +585,12 @@ class Channel:
         touched: set[Queue] = set()
         requeued: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, consumer) in taken:
+            queue.unacked -= 1
             if consumer is not None:
                 consumer.unacked -= 1
                 touched.add(consumer.queue)
+            if requeue is None:
+                queue.acked_total += 1
             if requeue:
                 requeued.setdefault(queue, []).append(entry)
             else:
@@ -631,8 +607,11 @@ class Channel:
             # The common case inline: one tag, settled at once.
             record = self.unacked.pop(m.delivery_tag, None)
             if record is not None:
+                queue = record[0]
+                queue.unacked -= 1
+                queue.acked_total += 1
                 if record[1][0].store_ids is not None:
-                    record[0].settle(record[1][0], False)
+                    queue.settle(record[1][0], False)
                 consumer = record[2]
                 if consumer is not None:
                     consumer.unacked -= 1
@@ -702,6 +681,7 @@ class Channel:
         self.unacked.clear()
         requeued: dict[Queue, list[Entry]] = {}
         for _tag, (queue, entry, _consumer) in taken:
+            queue.unacked -= 1
             requeued.setdefault(queue, []).append(entry)
         for consumer in consumers:
             consumer.queue.detach(consumer)

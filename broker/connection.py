@@ -610,16 +610,11 @@ class Connection(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """Broker shutdown: Connection.Close 320 CONNECTION_FORCED to the client."""
-        self.close(
-            C.Close(
-                CONNECTION_FORCED,
-                reply_text(
-                    CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'"
-                ),
-                0,
-                0,
-            )
-        )
+        self.force_close("broker forced connection closure with reason 'shutdown'")
+
+    def force_close(self, explanation: str) -> None:
+        """Close the connection from the broker's side with 320 CONNECTION_FORCED."""
+        self.close(C.Close(CONNECTION_FORCED, reply_text(CONNECTION_FORCED, explanation), 0, 0))
         self._flush()
 
     def _release(self) -> None:

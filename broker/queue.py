@@ -113,10 +113,12 @@ class Queue:
         "_prioritised_consumers",
         "_rr",
         "_ttl_timer",
+        "acked_total",
         "arguments",
         "auto_delete",
         "consumers",
         "deleted",
+        "delivered_total",
         "dlrk",
         "dlx",
         "durable",
@@ -134,10 +136,12 @@ class Queue:
         "overflow",
         "owner",
         "plain",
+        "published_total",
         "ready_bytes",
         "seq",
         "single_active",
         "store",
+        "unacked",
         "vhost",
     )
 
@@ -169,6 +173,11 @@ class Queue:
         self._rr = 0
         self.ready_bytes = 0
         self.seq = 0
+        # Counters for the management API, metrics and the pytest inspection API.
+        self.unacked = 0  # delivered, not yet acked (all channels)
+        self.published_total = 0
+        self.delivered_total = 0
+        self.acked_total = 0
         self.message_ttl = _int_arg(arguments, "x-message-ttl")
         self.expires = _int_arg(arguments, "x-expires")
         self.max_length = _int_arg(arguments, "x-max-length")
@@ -202,6 +211,7 @@ class Queue:
     def publish(self, message: Message) -> bool:
         """Enqueue ``message``, delivering it at once when a consumer can take it.
         Returns False when the queue refuses it (``x-overflow: reject-publish[-dlx]``)."""
+        self.published_total += 1
         if self.plain and message.ttl is None and self.store is None:
             if not self.messages and self.consumers:
                 consumer = self._next_consumer()

@@ -63,6 +63,26 @@ class Server:
             vhost.tracer = self.tracer
         return vhost
 
+    def add_vhost(self, name: str) -> VHost:
+        """Create the vhost ``name`` (idempotent)."""
+        return self.vhost(name)
+
+    def delete_vhost(self, name: str) -> bool:
+        """Delete a vhost: its connections are closed (320), its queues and their stored
+        messages deleted, permissions on it revoked."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return False
+        for connection in list(self.connections):
+            if connection.vhost is vhost:
+                connection.force_close(f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.delete_queue(queue)
+        for user, vhost_name in list(self.access.permissions):
+            if vhost_name == name:
+                self.access.clear_permissions(user, vhost_name)
+        return True
+
     def set_trace(self, directory: Path | None) -> None:
         """Start (or, with None, stop) recording the traffic trace into ``directory``."""
         if self.tracer is not None:

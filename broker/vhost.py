@@ -24,6 +24,7 @@ from broker.errors import (
     AMQPChannelError,
 )
 from broker.memory import MemoryMonitor, default_watermark
+from broker.message import Message
 from broker.queue import Consumer, Queue
 from exchanges.model import (
     Binding,
@@ -459,6 +460,48 @@ class VHost:
             self._apply(event, replaying=True)
         else:
             self._apply(event, replaying=True)
+
+    # -- publishing -------------------------------------------------------------------
+
+    def publish(self, message: Message) -> tuple[bool, bool, int]:
+        """Route ``message`` and enqueue it in every queue it reaches.
+
+        Returns (routed, rejected by an overflowing queue, group-commit generation that
+        makes it durable or 0). Used by channels and by the management API alike.
+        """
+        payload = message.header
+        headers = None
+        # Decode the headers table only when routing can use it: a headers exchange
+        # somewhere in the vhost, or sender-selected CC/BCC keys.
+        if self.projection_uses_headers or b"CC" in payload:
+            headers = message.headers
+        names = route(self.projection, message.exchange, message.routing_key, headers)
+        if headers is not None and "BCC" in headers:
+            # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
+            props = message.copy_properties()
+            props.headers = {k: v for k, v in headers.items() if k != "BCC"}
+            message = message.with_properties(props)
+        rejected = False
+        routed = False
+        if names:
+            queues = self.queues
+            for name in names:
+                queue = queues.get(name)
+                if queue is not None:
+                    routed = True
+                    if not queue.publish(message):
+                        rejected = True
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.record(
+                self.name,
+                message.exchange,
+                message.routing_key,
+                payload,
+                message.body_size,
+                tuple(n for n in names if n in self.queues),
+            )
+        return routed, rejected, message.sync_gen
 
     # -- routing ----------------------------------------------------------------------
 
