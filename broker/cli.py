@@ -11,9 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.config import MAX_MESSAGE_SIZE, Config
+from broker.auth import AccessControl, Permission
+from broker.config import Config
 from broker.memory import total_memory
 from broker.server import Server
+from broker.settings import Settings, add_arguments, resolve
 from storage.logtools import check, read_log
 from storage.records import event_to_json
 
@@ -22,46 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``leveret`` argument parser."""
     parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the broker")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=5672, help="AMQP port (0: any free port)")
-    serve.add_argument(
-        "--data-dir", type=Path, default=None, help="directory for durable data (none: memory only)"
+    serve = commands.add_parser(
+        "serve",
+        help="run the broker",
+        description="Run the broker. Each setting comes from a flag, else the LEVERET_* "
+        "environment variable, else the --config TOML file, else the default.",
     )
-    serve.add_argument(
-        "--loopback-users",
-        default="guest",
-        help="comma-separated users allowed to connect only from loopback, as RabbitMQ's "
-        "loopback_users (default: guest; '' lets guest connect from anywhere)",
-    )
-    serve.add_argument(
-        "--memory-high-watermark",
-        type=float,
-        default=0.0,
-        help="bytes of queued messages above which publishers are blocked; a value below 1 "
-        "is a fraction of RAM (default 0.4 of RAM, as RabbitMQ)",
-    )
-    serve.add_argument(
-        "--max-connections", type=int, default=0, help="open connections allowed (0: no limit)"
-    )
-    serve.add_argument(
-        "--max-message-size",
-        type=int,
-        default=MAX_MESSAGE_SIZE,
-        help=f"largest message body in bytes (default {MAX_MESSAGE_SIZE}, as RabbitMQ 3.13)",
-    )
-    serve.add_argument(
-        "--trace-dir",
-        type=Path,
-        default=None,
-        help="record one JSON line per published message here (schema: broker/trace.py)",
-    )
-    serve.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="logging level",
-    )
+    add_arguments(serve)
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
     log_commands = logs.add_subparsers(dest="log_command", required=True)
     for name, text in (
@@ -98,6 +67,59 @@ def watermark_bytes(value: float) -> int:
     return int(value)
 
 
+def build_access(settings: Settings) -> AccessControl:
+    """The user database from the settings' ``[users]`` and ``[permissions]`` tables
+    (guest/guest with full permissions when the file has no users, as RabbitMQ)."""
+    if not settings.users:
+        return AccessControl.with_users({"guest": "guest"}, settings.vhosts)
+    access = AccessControl()
+    for name, user in settings.users.items():
+        access.add_user(
+            name,
+            password=user.get("password"),
+            password_hash=user.get("password_hash"),
+            tags=list(user.get("tags", [])),
+        )
+    for user_name, per_vhost in settings.permissions.items():
+        for vhost, perms in per_vhost.items():
+            access.set_permissions(
+                user_name,
+                vhost,
+                Permission(
+                    perms.get("configure", ""), perms.get("write", ""), perms.get("read", "")
+                ),
+            )
+    return access
+
+
+def config_from(settings: Settings) -> Config:
+    """A :class:`Config` from merged settings."""
+    v = settings.values
+    management_port = v["management_port"]
+    return Config(
+        host=v["host"],
+        port=v["port"],
+        data_dir=v["data_dir"],
+        frame_max=v["frame_max"],
+        channel_max=v["channel_max"],
+        heartbeat=v["heartbeat"],
+        max_message_size=v["max_message_size"],
+        memory_high_watermark=watermark_bytes(v["memory_high_watermark"]),
+        max_connections=v["max_connections"],
+        loopback_users=tuple(v["loopback_users"]),
+        vhosts=settings.vhosts,
+        trace_dir=v["trace_dir"],
+        tls_port=v["tls_port"],
+        tls_cert=v["tls_cert"],
+        tls_key=v["tls_key"],
+        tls_ca=v["tls_ca"],
+        management_host=v["management_host"],
+        management_port=management_port if management_port >= 0 else None,
+        load_definitions=v["load_definitions"],
+        access=build_access(settings),
+    )
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully."""
     server = Server(config)
@@ -117,19 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)
+    settings = resolve(args)
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=str(settings.values["log_level"]).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    config = Config(
-        host=args.host,
-        port=args.port,
-        data_dir=args.data_dir,
-        loopback_users=tuple(u for u in args.loopback_users.split(",") if u),
-        memory_high_watermark=watermark_bytes(args.memory_high_watermark),
-        max_connections=args.max_connections,
-        max_message_size=args.max_message_size,
-        trace_dir=args.trace_dir,
-    )
+    config = config_from(settings)
     if config.use_uvloop:
         try:
             import uvloop

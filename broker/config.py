@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.auth import AccessControl
 
 # RabbitMQ's defaults (deps/rabbit/Makefile app env): frame_max 131072, channel_max 2047,
 # heartbeat 60 s, handshake_timeout 10 s.
@@ -36,6 +40,19 @@ class Config:
     max_connections: int = 0
     # Directory for the traffic trace (one JSON line per publish); None: no trace.
     trace_dir: Path | None = None
+    # AMQPS listener: on when both cert and key are set; tls_ca requires client certs.
+    tls_port: int = 5671
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    # Management HTTP API (None: off; `leveret serve` turns it on at 15672).
+    management_host: str = "127.0.0.1"
+    management_port: int | None = None
+    # RabbitMQ definitions.json loaded at start-up.
+    load_definitions: Path | None = None
+    # A prepared user database (users with hashes and tags, permissions); None: built from
+    # ``users`` with full permissions on ``vhosts``.
+    access: AccessControl | None = None
     # user -> password. guest may only connect from loopback, as in RabbitMQ.
     users: dict[str, str] = field(default_factory=lambda: {"guest": "guest"})
     # Users that may only connect from loopback (RabbitMQ's ``loopback_users``, default

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from pathlib import Path
 
@@ -32,7 +33,7 @@ class Server:
             config.memory_high_watermark or default_watermark(), self._on_memory_alarm
         )
         self.persistence: Persistence | None = None
-        self.access = AccessControl.with_users(config.users, config.vhosts)
+        self.access = config.access or AccessControl.with_users(config.users, config.vhosts)
         self.tracer: TraceWriter | None = (
             TraceWriter(config.trace_dir) if config.trace_dir else None
         )
@@ -40,6 +41,8 @@ class Server:
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
+        self._tls_listener: asyncio.Server | None = None
+        self.tls_port = config.tls_port
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -137,12 +140,40 @@ class Server:
             backlog=1024,
         )
         self.port = self._listener.sockets[0].getsockname()[1]
+        context = self._tls_context()
+        if context is not None:
+            self._tls_listener = await loop.create_server(
+                lambda: Connection(self),
+                self.config.host,
+                self.config.tls_port,
+                ssl=context,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self.tls_port = self._tls_listener.sockets[0].getsockname()[1]
+            log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The AMQPS server context, when a certificate and key are configured."""
+        config = self.config
+        if config.tls_cert is None or config.tls_key is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_ca is not None:
+            # Mutual TLS: only clients with a certificate signed by this CA get in.
+            context.load_verify_locations(cafile=config.tls_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        if self._tls_listener is not None:
+            self._tls_listener.close()
+            self._tls_listener = None
         if self._listener is not None:
             self._listener.close()
         for connection in list(self.connections):
