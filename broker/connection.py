@@ -147,6 +147,7 @@ class Connection(asyncio.Protocol):
         self._last_send = 0.0
         self.peer: tuple[Any, ...] = ()
         self.closed = asyncio.Event()
+        self._close_reason = ""
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
@@ -162,6 +163,14 @@ class Connection(asyncio.Protocol):
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is not State.AWAIT_HEADER:
+            log.info(
+                "connection closed peer=%s user=%s vhost=%s reason=%s",
+                self._peer_text(),
+                self.user or "-",
+                self.vhost.name if self.vhost is not None else "-",
+                self._close_reason or (exc.__class__.__name__ if exc else "client closed"),
+            )
         self.state = State.CLOSED
         for timer in (self._handshake_timer, self._heartbeat_timer, self._close_timer):
             if timer is not None:
@@ -270,6 +279,16 @@ class Connection(asyncio.Protocol):
             self._to_drain.add(queue)
         else:
             queue.drain()
+
+    def _peer_text(self) -> str:
+        return ":".join(str(p) for p in self.peer[:2]) if self.peer else "-"
+
+    def _client_text(self) -> str:
+        props = self.client_properties
+        parts = [str(props.get(k, "")) for k in ("product", "version")]
+        name = props.get("connection_name")
+        text = "/".join(p for p in parts if p) or "-"
+        return f"{text} ({name})" if name else text
 
     def client_capability(self, name: str) -> bool:
         """Whether the client advertised capability ``name`` in Start-Ok."""
@@ -544,6 +563,13 @@ class Connection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
+        log.info(
+            "connection opened peer=%s user=%s vhost=%s client=%s",
+            self._peer_text(),
+            self.user,
+            vhost.name,
+            self._client_text(),
+        )
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
         self.send_method(0, C.OpenOk())
@@ -585,6 +611,16 @@ class Connection(asyncio.Protocol):
     def _fail(self, exc: AMQPError, channel_id: int) -> None:
         """Convert ``exc`` into the Close it calls for (the one conversion point)."""
         close = close_method(exc)
+        log.info(
+            "%s error peer=%s user=%s channel=%d code=%d method=%s text=%r",
+            "channel" if isinstance(close, commands.Channel.Close) else "connection",
+            self._peer_text(),
+            self.user or "-",
+            channel_id,
+            exc.code,
+            "{}.{}".format(*(exc.method or (0, 0))),
+            exc.text,
+        )
         if isinstance(close, commands.Channel.Close) and channel_id != 0:
             channel = self.channels.get(channel_id)
             if channel is not None:
@@ -596,13 +632,13 @@ class Connection(asyncio.Protocol):
             close = commands.Connection.Close(
                 close.reply_code, close.reply_text, close.class_id, close.method_id
             )
-        log.info("closing connection %s: %s", self.peer, close.reply_text)
         self.close(close)
 
     def close(self, close: commands.Connection.Close) -> None:
         """Send ``Connection.Close``, release resources, and wait for Close-Ok."""
         if self.state in (State.CLOSING, State.CLOSED):
             return
+        self._close_reason = close.reply_text
         self.state = State.CLOSING
         self._release()
         self.write(codec.method_frame(0, close))
