@@ -11,6 +11,7 @@ is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary 
   .venv/bin/python bench/run.py --quick            # smoke run: 1 rep, small -n
   .venv/bin/python bench/run.py                    # 3 reps of the core workloads
   .venv/bin/python bench/run.py --extended         # + latency and aio-pika workloads
+  .venv/bin/python bench/run.py --features         # + queue TTL / dead-lettering workloads
   .venv/bin/python bench/run.py --no-rabbitmq      # Leveret only
   .venv/bin/python bench/run.py --rabbitmq amqp://guest:guest@127.0.0.1:5691/ --rabbitmq-pid N
 """
@@ -20,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +46,7 @@ from workloads import (
     default_python,
     free_port,
     run_script,
+    workloads_in,
 )
 
 LEVERET = "leveret"
@@ -75,16 +79,20 @@ class LeveretProcess:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: TextIO | None = None
+        # A fresh --data-dir per start (durable workloads need one), removed in stop().
+        self.data_dir: Path | None = None
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
     def start(self) -> None:
-        """Launch ``python -m broker serve`` and wait until the port accepts TCP."""
+        """Launch ``python -m broker serve`` with a temporary ``--data-dir`` and wait until
+        the port accepts TCP."""
         self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
+        self.data_dir = Path(tempfile.mkdtemp(prefix="leveret-bench-"))
         cmd = [self.python, "-m", "broker", "serve", "--port", str(self.port)]
-        cmd += ["--log-level", "warning"]
+        cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         self.proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -109,7 +117,7 @@ class LeveretProcess:
         return True
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s."""
+        """SIGTERM, then SIGKILL after 10 s; remove the data dir."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -120,6 +128,9 @@ class LeveretProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
 
     @property
     def pid(self) -> int | None:
@@ -296,7 +307,7 @@ def run_matrix(
                 out.flush()
                 records.append(record)
                 log(
-                    f"[rep {rep}/{args.reps}] {workload.key:<14} {broker.name:<9} "
+                    f"[rep {rep}/{args.reps}] {workload.key:<17} {broker.name:<9} "
                     + brief(workload, record)
                 )
     return records
@@ -439,6 +450,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--extended", action="store_true", help="also run latency, aiopika-noack, aiopika-ack"
     )
     parser.add_argument(
+        "--features",
+        action="store_true",
+        help="also run " + ", ".join(workloads_in({"features"})) + " (queue TTL, dead-lettering)",
+    )
+    parser.add_argument(
         "--workloads",
         nargs="+",
         choices=list(WORKLOADS),
@@ -471,8 +487,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def selected_workloads(args: argparse.Namespace) -> list[Workload]:
-    """--workloads if given, else the core workloads (all of them with --extended)."""
-    keys = args.workloads or (list(WORKLOADS) if args.extended else CORE_WORKLOADS)
+    """--workloads if given, else the core workloads (+ --extended, + --features groups)."""
+    groups = {"core"} | {g for g in ("extended", "features") if getattr(args, g)}
+    keys = args.workloads or workloads_in(groups)
     return [WORKLOADS[k] for k in keys]
 
 

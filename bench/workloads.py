@@ -32,7 +32,12 @@ class Metric:
 
 @dataclass(frozen=True)
 class Workload:
-    """An amqpbench script with fixed arguments, in a full and a ``--quick`` size."""
+    """An amqpbench script with fixed arguments, in a full and a ``--quick`` size.
+
+    ``script`` is relative to the amqpbench directory (the scripts' working directory) or
+    absolute. ``group``: ``core`` (run by default), ``extended`` (``run.py --extended``) or
+    ``features`` (``run.py --features``).
+    """
 
     key: str
     script: str
@@ -42,7 +47,7 @@ class Workload:
     metrics: tuple[Metric, ...]
     description: str
     timeout_s: float = 120.0
-    optional: bool = False
+    group: str = "core"
 
     def command(
         self, python: str, url: str, *, quick: bool, label: str = "", broker_pid: int | None = None
@@ -58,6 +63,9 @@ class Workload:
 
 
 MSGS = Metric("msgs_per_s", "msgs/s")
+# Not an amqpbench script: lives here, imports amqpwire from the amqpbench directory.
+QUEUE_FEATURES = str(BENCH_DIR / "queue_features.py")
+PERSISTENT_CONFIRMS = str(BENCH_DIR / "persistent.py")
 WORKLOADS: dict[str, Workload] = {
     w.key: w
     for w in [
@@ -80,6 +88,36 @@ WORKLOADS: dict[str, Workload] = {
             "as pubsub-noack, manual Basic.Ack per delivery, prefetch 1000",
         ),
         Workload(
+            "queue-ttl-dlx",
+            QUEUE_FEATURES,
+            ("--mode", "ttl-dlx", "--prefetch", "1000"),
+            ("-n", "200000"),
+            ("-n", "20000"),
+            (MSGS,),
+            "as pubsub-ack, queue with x-message-ttl 60 s + fanout DLX -> DLQ (never triggered)",
+            group="features",
+        ),
+        Workload(
+            "queue-dead-letter",
+            QUEUE_FEATURES,
+            ("--mode", "dead-letter", "--prefetch", "1000"),
+            ("-n", "100000"),
+            ("-n", "10000"),
+            (Metric("dead_lettered_per_s", "dead-lettered msgs/s"),),
+            "consumer rejects all (requeue=false) -> fanout DLX -> DLQ, no-ack DLQ consumer",
+            group="features",
+        ),
+        Workload(
+            "queue-expire",
+            QUEUE_FEATURES,
+            ("--mode", "expire"),
+            ("-n", "100000"),
+            ("-n", "10000"),
+            (Metric("expired_dead_lettered_per_s", "expired+dead-lettered msgs/s"),),
+            "queue x-message-ttl 1 ms, no consumer -> fanout DLX -> DLQ, no-ack DLQ consumer",
+            group="features",
+        ),
+        Workload(
             "confirms",
             "confirms.py",
             ("--window", "1000"),
@@ -87,6 +125,15 @@ WORKLOADS: dict[str, Workload] = {
             ("-n", "20000"),
             (Metric("confirmed_msgs_per_s", "confirmed msgs/s"),),
             "publisher confirms, <= 1000 unconfirmed, into a queue without consumer",
+        ),
+        Workload(
+            "confirms-persistent",
+            PERSISTENT_CONFIRMS,
+            ("--window", "1000"),
+            ("-n", "50000"),
+            ("-n", "5000"),
+            (Metric("confirmed_msgs_per_s", "confirmed msgs/s"),),
+            "as confirms, persistent (delivery_mode 2) into a durable queue: confirm after fsync",
         ),
         Workload(
             "fanout",
@@ -108,7 +155,7 @@ WORKLOADS: dict[str, Workload] = {
                 Metric("p99_us", "p99 latency us (lower is better)", higher_is_better=False),
             ),
             "5000 msgs/s paced publisher, publish-write -> delivery latency, no-ack",
-            optional=True,
+            group="extended",
         ),
         Workload(
             "aiopika-noack",
@@ -119,7 +166,7 @@ WORKLOADS: dict[str, Workload] = {
             (MSGS,),
             "pubsub as an aio-pika user writes it (one await per publish), no-ack",
             timeout_s=200.0,
-            optional=True,
+            group="extended",
         ),
         Workload(
             "aiopika-ack",
@@ -130,11 +177,16 @@ WORKLOADS: dict[str, Workload] = {
             (MSGS,),
             "as aiopika-noack with manual acks",
             timeout_s=200.0,
-            optional=True,
+            group="extended",
         ),
     ]
 }
-CORE_WORKLOADS = [k for k, w in WORKLOADS.items() if not w.optional]
+CORE_WORKLOADS = [k for k, w in WORKLOADS.items() if w.group == "core"]
+
+
+def workloads_in(groups: set[str]) -> list[str]:
+    """Keys of the workloads in ``groups``, in table order."""
+    return [k for k, w in WORKLOADS.items() if w.group in groups]
 
 
 def default_python() -> str:

@@ -29,6 +29,7 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
+from storage.files import gc_paused
 from storage.log import DefinitionLog
 from storage.messages import MessageStore
 
@@ -44,8 +45,9 @@ class Persistence:
     def __init__(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self.log = DefinitionLog.open(data_dir / "definitions.log")
-        self.store = MessageStore.open(data_dir / "msgs")
+        with gc_paused():
+            self.log = DefinitionLog.open(data_dir / "definitions.log")
+            self.store = MessageStore.open(data_dir / "msgs")
         log.info("opened %s in %.3fs", data_dir, time.monotonic() - started)
         # Group commit: ``appended`` counts sync generations with unsynced messages;
         # ``synced`` is the last generation known to be on disk.
@@ -118,6 +120,13 @@ class Persistence:
             asyncio.get_running_loop().call_soon(self._start_sync)
         self._dirty = True
         return self.generation + 1
+
+    def marks_changed(self) -> None:
+        """An ack or a "delivered" mark was recorded: write it soon (the next sync), so a
+        ``kill -9`` neither resurrects acked messages nor forgets ``redelivered``."""
+        if not self._dirty and not self._syncing:
+            asyncio.get_running_loop().call_soon(self._start_sync)
+        self._dirty = True
 
     def subscribe(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(synced_generation)`` after each completed sync."""

@@ -441,6 +441,8 @@ class Queue:
         msg_id = ids.pop(self.name, None) if ids is not None else None
         if msg_id is not None and self.store is not None and not self.deleted:
             self.store.ack((self.vhost.name, self.name), msg_id)
+            assert self.vhost.persistence is not None
+            self.vhost.persistence.marks_changed()
 
     def delivered(self, message: Message) -> None:
         """A stored message went to a consumer: after a restart it comes back redelivered."""
@@ -448,6 +450,8 @@ class Queue:
         msg_id = ids.get(self.name) if ids is not None else None
         if msg_id is not None and self.store is not None:
             self.store.delivered((self.vhost.name, self.name), msg_id)
+            assert self.vhost.persistence is not None
+            self.vhost.persistence.marks_changed()
 
     def restore(self, stored: list[StoredMessage]) -> None:
         """Put messages recovered from the store back, in order (start-up)."""

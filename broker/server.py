@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import ssl
 import time
@@ -103,21 +104,22 @@ class Server:
         for name in self.config.vhosts:
             self.vhost(name)
         records = persistence.log.replay()
-        # Replay builds many long-lived objects and no cycles: the cyclic GC would only
-        # rescan them again and again.
+        # Recovery builds many long-lived objects and no cycles: the cyclic GC would only
+        # rescan them again and again. Afterwards they are frozen out of its generations.
         with gc_paused():
             for vhost_name, event in records:
                 self.vhost(vhost_name).replay(event)
-        persistence.compact()
-        restored = 0
-        for (vhost_name, queue_name), stored in persistence.store.recover().items():
-            queue = self.vhosts.get(vhost_name, None)
-            target = queue.queues.get(queue_name) if queue is not None else None
-            if target is None:
-                persistence.store.drop_queue((vhost_name, queue_name))
-                continue
-            target.restore(stored)
-            restored += len(stored)
+            persistence.compact()
+            restored = 0
+            for (vhost_name, queue_name), stored in persistence.store.recover().items():
+                queue = self.vhosts.get(vhost_name, None)
+                target = queue.queues.get(queue_name) if queue is not None else None
+                if target is None:
+                    persistence.store.drop_queue((vhost_name, queue_name))
+                    continue
+                target.restore(stored)
+                restored += len(stored)
+            gc.freeze()
         log.info(
             "recovered %d definitions and %d messages in %.3fs",
             len(records),

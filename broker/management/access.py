@@ -1,0 +1,129 @@
+"""Who may use the management API, and what they may see: RabbitMQ's rules.
+
+Source: ``deps/rabbitmq_web_dispatch/src/rabbit_web_dispatch_access_control.erl``.
+
+- HTTP basic auth against the broker's user database; loopback-only users (``guest``) only
+  from loopback addresses.
+- Only users tagged ``administrator``, ``monitoring``, ``policymaker`` or ``management`` may
+  log in (is_mgmt_user); otherwise 401 "Not management user".
+- Users, permissions, vhost changes and definitions need ``administrator``
+  (is_authorized_admin). Everything scoped to a vhost needs access to it (permissions on it)
+  unless the user is an administrator (is_authorized_vhost). Lists show only the vhosts a
+  user may see: every vhost for ``monitoring``/``administrator``, else the vhosts the user
+  has permissions on (list_visible_vhosts). Connections and channels of other users are
+  visible to monitors only (rabbit_mgmt_util:filter_conn_ch_list/3).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from broker.auth import User
+from broker.management.errors import not_authenticated, not_authorised
+
+if TYPE_CHECKING:
+    from broker.server import Server
+
+MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost", "::ffff:127.0.0.1"})
+# Where the auth middleware keeps the logged-in user on the request.
+USER_KEY = "leveret.management.user"
+SERVER_KEY: web.AppKey[Server] = web.AppKey("server")
+
+
+def is_admin(user: User) -> bool:
+    """rabbit_web_dispatch_access_control:is_admin/1."""
+    return "administrator" in user.tags
+
+
+def is_monitor(user: User) -> bool:
+    """is_monitor/1: administrators are monitors too."""
+    return bool({"administrator", "monitoring"} & set(user.tags))
+
+
+def credentials(request: web.Request) -> tuple[str, str] | None:
+    """The (user, password) of a Basic ``Authorization`` header, or None."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    name, sep, password = decoded.partition(":")
+    return (name, password) if sep else None
+
+
+def authenticate(server: Server, request: web.Request) -> User:
+    """The logged-in management user, or raise the 401 RabbitMQ sends."""
+    given = credentials(request)
+    if given is None:
+        raise not_authenticated()
+    user = server.access.authenticate(*given)
+    if user is None:
+        raise not_authenticated()
+    if user.name in server.config.loopback_users and request.remote not in LOOPBACK:
+        raise not_authorised("User can only log in via localhost")
+    if not MANAGEMENT_TAGS & set(user.tags):
+        raise not_authorised("Not management user")
+    return user
+
+
+def current_user(request: web.Request) -> User:
+    """The user the auth middleware stored on the request."""
+    user: User = request[USER_KEY]
+    return user
+
+
+def require_admin(request: web.Request) -> User:
+    """is_authorized_admin: 401 "Not administrator user" for others."""
+    user = current_user(request)
+    if not is_admin(user):
+        raise not_authorised("Not administrator user")
+    return user
+
+
+def require_monitor(request: web.Request) -> User:
+    """is_authorized_monitor: 401 "Not monitor user" for others."""
+    user = current_user(request)
+    if not is_monitor(user):
+        raise not_authorised("Not monitor user")
+    return user
+
+
+def can_login_vhost(server: Server, user: User, vhost: str) -> bool:
+    """list_login_vhosts: the user has permissions on ``vhost``."""
+    return server.access.can_access_vhost(user.name, vhost)
+
+
+def require_vhost(request: web.Request, server: Server, vhost: str) -> User:
+    """is_authorized_vhost: administrators, or users with access to ``vhost``."""
+    user = current_user(request)
+    if not is_admin(user) and not can_login_vhost(server, user, vhost):
+        raise not_authorised("User not authorised to access virtual host")
+    return user
+
+
+def visible_vhosts(server: Server, user: User) -> list[str]:
+    """list_visible_vhosts: every vhost for monitors, else the user's login vhosts."""
+    names = sorted(server.vhosts)
+    if is_monitor(user):
+        return names
+    return [name for name in names if can_login_vhost(server, user, name)]
+
+
+def sees_user(viewer: User, owner: str) -> bool:
+    """filter_conn_ch_list: monitors see every connection, others only their own."""
+    return is_monitor(viewer) or viewer.name == owner
+
+
+def permit(request: web.Request, vhost: str, kind: str, resource: str, name: str) -> None:
+    """The AMQP permission check the operation would get on a channel (403 on refusal,
+    mapped to HTTP by the caller): management operations run as the logged-in user."""
+    server: Server = request.app[SERVER_KEY]
+    server.access.check(current_user(request).name, vhost, kind, resource, name)

@@ -1,0 +1,298 @@
+"""RabbitMQ definitions (``definitions.json``): export and import.
+
+The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
+(``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
+``exchanges``, ``queues``, ``bindings``, plus ``topic_permissions``, ``parameters``,
+``global_parameters`` and ``policies``, which Leveret has no use for: they are exported
+empty and ignored (with a log line) on import.
+
+Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, exchanges,
+then queues and bindings; definitions are merged into what exists, an object that exists
+with different properties is an error (immutable objects) or is overwritten (users,
+permissions), the default exchange and ``amq.*`` exchanges and queues are skipped, and an
+error leaves what was already applied in place. Export follows list_exchanges/0,
+list_queues/0 and list_bindings/0: no default or ``amq.*`` exchanges, no internal
+exchanges, no exclusive queues, no implicit default-exchange bindings.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from broker.auth import Permission
+from broker.errors import AMQPError
+from broker.management import ops, views
+from broker.management.errors import ApiError
+from broker.management.state import state_of
+from exchanges.model import DestKind
+
+if TYPE_CHECKING:
+    from broker.server import Server
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
+IGNORED_SECTIONS = ("topic_permissions", "parameters", "global_parameters", "policies")
+
+
+class DefinitionsError(ValueError):
+    """Definitions that cannot be applied; the text is RabbitMQ's where it has one."""
+
+
+# -- export -----------------------------------------------------------------------------
+
+
+def export_definitions(server: Server, vhost: str | None = None) -> dict[str, Any]:
+    """The broker's definitions (all of them, or one vhost's as
+    GET /api/definitions/vhost gives them: no users, vhosts or permissions, and objects
+    without their ``vhost`` key)."""
+    state = state_of(server)
+    names = sorted(server.vhosts) if vhost is None else [vhost]
+    exchanges, queues, bindings = [], [], []
+    for name in names:
+        host = server.vhosts[name]
+        for exchange in host.projection.exchanges.values():
+            if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
+                continue
+            item = views.exchange_view(name, exchange)
+            del item["user_who_performed_action"]
+            exchanges.append(item)
+        for queue in host.queues.values():
+            if queue.owner is not None:
+                continue
+            queues.append(
+                {
+                    "name": queue.name,
+                    "vhost": name,
+                    "type": "classic",
+                    "durable": queue.durable,
+                    "auto_delete": queue.auto_delete,
+                    "arguments": views.amqp_json(queue.arguments),
+                }
+            )
+        for binding in host.projection.bindings():
+            item = views.binding_view(name, binding)
+            del item["properties_key"]
+            bindings.append(item)
+    if vhost is not None:
+        for item in (*exchanges, *queues, *bindings):
+            del item["vhost"]
+        return {
+            "rabbit_version": views.RABBITMQ_VERSION,
+            "rabbitmq_version": views.RABBITMQ_VERSION,
+            "parameters": [],
+            "policies": [],
+            "queues": queues,
+            "exchanges": exchanges,
+            "bindings": bindings,
+        }
+    vhosts = []
+    for name in names:
+        meta = state.vhost_meta(name)
+        vhosts.append(
+            {
+                "name": name,
+                "description": meta.description,
+                "tags": list(meta.tags),
+                "default_queue_type": meta.default_queue_type,
+                "limits": [],
+                "metadata": {"description": meta.description, "tags": list(meta.tags)},
+            }
+        )
+    access = server.access
+    return {
+        "rabbit_version": views.RABBITMQ_VERSION,
+        "rabbitmq_version": views.RABBITMQ_VERSION,
+        "product_name": views.PRODUCT_NAME,
+        "product_version": views.PRODUCT_VERSION,
+        "users": [views.user_view(user) for user in access.users.values()],
+        "vhosts": vhosts,
+        "permissions": [
+            views.permission_view(user, host, permission)
+            for (user, host), permission in sorted(access.permissions.items())
+        ],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    }
+
+
+# -- import -----------------------------------------------------------------------------
+
+
+def _items(data: dict[str, Any], section: str) -> list[dict[str, Any]]:
+    value = data.get(section)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DefinitionsError(f"'{section}' must be a list")
+    return [item for item in value if isinstance(item, dict)]
+
+
+def _tags(value: Any) -> list[str]:
+    # 3.x exports tags as a list; before 3.9 (and in hand-written files) a comma-separated
+    # string (rabbit_auth_backend_internal:put_user/3).
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    if isinstance(value, list):
+        return [str(t) for t in value]
+    raise DefinitionsError(f"invalid tags {value!r}")
+
+
+def _version(data: dict[str, Any]) -> tuple[int, ...]:
+    text = str(data.get("rabbitmq_version") or data.get("rabbit_version") or "")
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _add_user(server: Server, item: dict[str, Any], version: tuple[int, ...]) -> None:
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise DefinitionsError("user without a name")
+    tags = _tags(item.get("tags"))
+    if "password" in item and "password_hash" not in item:
+        server.access.add_user(name, password=str(item["password"]), tags=tags)
+        return
+    algorithm = item.get("hashing_algorithm")
+    if algorithm is None:
+        # Files from before 3.6 carry MD5 hashes without saying so (put_user/3).
+        algorithm = (
+            "rabbit_password_hashing_md5"
+            if version and version < (3, 6)
+            else views.HASHING_ALGORITHM
+        )
+    if algorithm not in SUPPORTED_HASHING:
+        raise DefinitionsError(
+            f"user '{name}': hashing algorithm {algorithm} is not supported "
+            f"(only {', '.join(SUPPORTED_HASHING)})"
+        )
+    password_hash = item.get("password_hash") or ""
+    server.access.add_user(name, password_hash=str(password_hash), tags=tags)
+
+
+def _add_vhost(server: Server, item: dict[str, Any]) -> None:
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise DefinitionsError("vhost without a name")
+    metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+    assert isinstance(metadata, dict)
+    server.add_vhost(name)
+    meta = state_of(server).vhost_meta(name)
+    meta.description = str(item.get("description", metadata.get("description", meta.description)))
+    meta.tags = _tags(item.get("tags", metadata.get("tags", meta.tags)))
+    if item.get("default_queue_type"):
+        meta.default_queue_type = str(item["default_queue_type"])
+
+
+def _vhost_name(server: Server, item: dict[str, Any], only: str | None) -> str:
+    name = only if only is not None else item.get("vhost")
+    if not isinstance(name, str) or name not in server.vhosts:
+        if name is None:
+            raise DefinitionsError(
+                "Virtual host does not exist and is not specified in definitions file."
+            )
+        raise DefinitionsError(
+            f'Please create virtual host "{name}" prior to importing definitions.'
+        )
+    return name
+
+
+def _amqp_failure(exc: AMQPError) -> DefinitionsError:
+    # rabbit_definitions:format/1: "~s: ~s" of the error name and explanation.
+    from broker.errors import NAMES
+
+    return DefinitionsError(f"{NAMES.get(exc.code, 'error').lower()}: {exc.explanation}")
+
+
+def _add_topology(server: Server, data: dict[str, Any], only: str | None) -> None:
+    for item in _items(data, "exchanges"):
+        host = server.vhosts[_vhost_name(server, item, only)]
+        name = str(item.get("name", ""))
+        if name == "" or name.startswith("amq."):
+            log.warning("definitions: not importing exchange %r", name)
+            continue
+        ops.declare_exchange(
+            host,
+            name,
+            str(item.get("type", "")),
+            bool(item.get("durable", True)),
+            bool(item.get("auto_delete", False)),
+            bool(item.get("internal", False)),
+            ops.json_arguments(item.get("arguments")),
+        )
+    for item in _items(data, "queues"):
+        host = server.vhosts[_vhost_name(server, item, only)]
+        name = str(item.get("name", ""))
+        if name.startswith("amq."):
+            log.warning("definitions: not importing queue %r", name)
+            continue
+        arguments = ops.json_arguments(item.get("arguments"))
+        ops.declare_queue(
+            host,
+            name,
+            bool(item.get("durable", True)),
+            bool(item.get("auto_delete", False)),
+            arguments,
+        )
+    for item in _items(data, "bindings"):
+        host = server.vhosts[_vhost_name(server, item, only)]
+        kind = DestKind.EXCHANGE if item.get("destination_type") == "exchange" else DestKind.QUEUE
+        ops.bind(
+            host,
+            str(item.get("source", "")),
+            kind,
+            str(item.get("destination", "")),
+            str(item.get("routing_key", "")),
+            ops.json_arguments(item.get("arguments")),
+        )
+
+
+def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = None) -> None:
+    """Apply RabbitMQ definitions to ``server`` (all of them, or, with ``vhost``, the
+    exchanges, queues and bindings of a single-vhost file into that vhost). Must run on the
+    broker's event loop (queues are created on it). Raises :class:`DefinitionsError`."""
+    if not isinstance(data, dict):
+        raise DefinitionsError("definitions must be a JSON object")
+    for section in IGNORED_SECTIONS:
+        if _items(data, section):
+            log.warning("definitions: ignoring %s (not supported by Leveret)", section)
+    try:
+        if vhost is None:
+            version = _version(data)
+            for item in _items(data, "users"):
+                _add_user(server, item, version)
+            for item in _items(data, "vhosts"):
+                _add_vhost(server, item)
+            for item in _items(data, "permissions"):
+                user, host = item.get("user"), item.get("vhost")
+                if not isinstance(user, str) or not isinstance(host, str):
+                    raise DefinitionsError("permission without user or vhost")
+                if user not in server.access.users:
+                    raise DefinitionsError(f"no_such_user: {user}")
+                _vhost_name(server, item, None)
+                server.access.set_permissions(
+                    user,
+                    host,
+                    Permission(
+                        str(item.get("configure", "")),
+                        str(item.get("write", "")),
+                        str(item.get("read", "")),
+                    ),
+                )
+        _add_topology(server, data, vhost)
+    except AMQPError as exc:
+        raise _amqp_failure(exc) from exc
+    except ApiError as exc:
+        raise DefinitionsError(exc.reason) from exc

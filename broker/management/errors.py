@@ -1,0 +1,98 @@
+"""HTTP errors of the management API, shaped as RabbitMQ's management plugin sends them.
+
+Every error body is ``{"error": TYPE, "reason": TEXT}`` (rabbit_web_dispatch_access_control:
+halt_response/5). The types and status codes used:
+
+- 404 ``{"error": "Object Not Found", "reason": "Not Found"}``: a path naming something that
+  does not exist (cowboy_rest's ``resource_exists`` returning false);
+- 400 ``bad_request``: a body that is not JSON, a missing mandatory key, a refused AMQP
+  operation (rabbit_mgmt_util:bad_request/3);
+- 401 ``not_authorised``: a user without the needed tag, permission or vhost access
+  (rabbit_web_dispatch_access_control:not_authorised/3, "consider changing to 403 in 4.0");
+- 401 ``not_authorized`` (with ``WWW-Authenticate``): missing or wrong credentials.
+
+AMQP errors raised by the broker are mapped as RabbitMQ maps them, in its two styles:
+``direct`` for operations it runs through ``rabbit_channel:handle_method`` without a channel
+(declare/delete/purge: rabbit_mgmt_util:direct_request/6) and ``channel`` for those it runs
+on a real AMQP channel (get, publish, bindings: rabbit_mgmt_util:with_channel/5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
+
+from broker.errors import ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, AMQPError
+
+AUTH_REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class ApiError(Exception):
+    """An error response: HTTP ``status`` with RabbitMQ's ``error`` and ``reason``."""
+
+    def __init__(self, status: int, error: str, reason: str, challenge: bool = False) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+        # Whether to send WWW-Authenticate (only for failed or missing credentials).
+        self.challenge = challenge
+
+    def response(self) -> web.Response:
+        """The JSON response for this error."""
+        headers = {"WWW-Authenticate": AUTH_REALM} if self.challenge else None
+        return web.Response(
+            status=self.status,
+            text=json.dumps({"error": self.error, "reason": self.reason}),
+            content_type="application/json",
+            headers=headers,
+        )
+
+
+def not_found() -> ApiError:
+    """The 404 of a path that names nothing."""
+    return ApiError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: str) -> ApiError:
+    """400 ``bad_request``."""
+    return ApiError(400, "bad_request", reason)
+
+
+def not_authorised(reason: str) -> ApiError:
+    """401 ``not_authorised``: authenticated, but not allowed."""
+    return ApiError(401, "not_authorised", reason)
+
+
+def not_authenticated() -> ApiError:
+    """401 ``not_authorized`` with a Basic challenge: no or wrong credentials."""
+    return ApiError(401, "not_authorized", "Not_Authorized", challenge=True)
+
+
+def from_amqp(exc: AMQPError, style: str = "direct") -> ApiError:
+    """The HTTP error for an AMQP error, in the ``direct`` or ``channel`` style."""
+    if style == "direct":
+        # rabbit_mgmt_util:direct_request/6
+        if exc.code == NOT_FOUND:
+            return ApiError(404, "not_found", exc.explanation)
+        if exc.code in (ACCESS_REFUSED, NOT_ALLOWED):
+            return not_authorised("Access refused.")
+        return bad_request(exc.explanation)
+    # rabbit_mgmt_util:with_channel/5 and bad_request_exception/4 ("~tp ~ts": code, text).
+    if exc.code == NOT_FOUND:
+        return ApiError(404, "not_found", exc.text)
+    if exc.code == ACCESS_REFUSED:
+        return not_authorised(exc.text)
+    return bad_request(f"{exc.code} {exc.text}")
+
+
+@contextmanager
+def amqp_errors(style: str = "direct") -> Iterator[None]:
+    """Turn AMQP errors raised inside the block into the HTTP error RabbitMQ sends."""
+    try:
+        yield
+    except AMQPError as exc:
+        raise from_amqp(exc, style) from exc

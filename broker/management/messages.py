@@ -1,0 +1,301 @@
+"""Messages through the management API: purge, get and publish.
+
+- DELETE /api/queues/vhost/name/contents: queue.purge (rabbit_mgmt_wm_queue_purge).
+- POST /api/queues/vhost/name/get ``{count, ackmode, encoding, truncate}``
+  (rabbit_mgmt_wm_queue_get): ``count`` basic.gets in a row, then the ``ackmode``: the
+  ``*_requeue_true`` modes put the messages back (redelivered, as RabbitMQ's closing
+  channel does), ``ack_requeue_false`` takes them for good, ``reject_requeue_false``
+  rejects them (dead-lettering where the queue has a DLX).
+- POST /api/exchanges/vhost/name/publish ``{properties, routing_key, payload,
+  payload_encoding}`` (rabbit_mgmt_wm_exchange_publish): a mandatory publish in confirm
+  mode, answered ``{"routed": bool}`` once durable copies are on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from pamqp import commands
+
+from broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, AMQPChannelError
+from broker.fieldtable import marshal_content_header
+from broker.management import views
+from broker.management.access import current_user, permit
+from broker.management.api import server_of, vhost_of
+from broker.management.errors import amqp_errors, bad_request, not_found
+from broker.management.query import json_response, read_json
+from broker.management.state import state_of
+from broker.management.topology import exchange_name, queue_of
+from broker.message import Message, expiration_error
+
+if TYPE_CHECKING:
+    from broker.persistence import Persistence
+    from broker.queue import Entry
+
+routes = web.RouteTableDef()
+
+ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
+
+
+def mandatory(body: dict[str, Any], *keys: str) -> list[Any]:
+    """The values of mandatory keys, or 400 listing the missing ones as RabbitMQ does."""
+    missing = [key for key in keys if body.get(key) is None]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{key}}}" for key in missing) + "]")
+    return [body[key] for key in keys]
+
+
+def parse_int(value: Any, name: str) -> int:
+    """rabbit_mgmt_util:parse_int/1: an integer, or a string of one."""
+    if isinstance(value, bool):
+        raise bad_request(f"{{not_int,{name}}}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise bad_request(f"{{not_int,{name}}}") from None
+
+
+@routes.delete("/api/queues/{vhost}/{name}/contents")
+async def purge(request: web.Request) -> web.Response:
+    """DELETE /api/queues/vhost/name/contents: 204."""
+    vhost, queue = queue_of(request)
+    with amqp_errors():
+        permit(request, vhost.name, "read", "queue", queue.name)
+        vhost.check_exclusive(queue, None)
+        queue.purge()
+    return web.Response(status=204)
+
+
+def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def message_item(entry: Entry, remaining: int, encoding: str, truncate: int | None) -> Any:
+    """One message of a get reply."""
+    message, redelivered = entry[0], entry[1]
+    payload = message.body if truncate is None else message.body[:truncate]
+    if encoding == "auto" and is_utf8(payload):
+        text, payload_encoding = payload.decode("utf-8"), "string"
+    else:
+        text, payload_encoding = base64.b64encode(payload).decode("ascii"), "base64"
+    return {
+        "payload_bytes": message.body_size,
+        "redelivered": redelivered,
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "message_count": remaining,
+        "properties": views.properties_view(message.properties),
+        "payload": text,
+        "payload_encoding": payload_encoding,
+    }
+
+
+@routes.post("/api/queues/{vhost}/{name}/get")
+async def get_messages(request: web.Request) -> web.Response:
+    """POST /api/queues/vhost/name/get."""
+    vhost, queue = queue_of(request)
+    body = await read_json(request)
+    if "ackmode" not in body and "requeue" in body:  # the pre-3.7 form of the request
+        body["ackmode"] = (
+            "ack_requeue_true" if body["requeue"] in (True, "true") else "ack_requeue_false"
+        )
+    ackmode, count_value, encoding = mandatory(body, "ackmode", "count", "encoding")
+    count = parse_int(count_value, "count")
+    if ackmode not in ACKMODES:
+        raise bad_request(f"invalid ackmode '{ackmode}'")
+    if encoding not in ("auto", "base64"):
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    truncate = None if body.get("truncate") is None else parse_int(body["truncate"], "truncate")
+    with amqp_errors("channel"):
+        permit(request, vhost.name, "read", "queue", queue.name)
+        vhost.queue(queue.name, None)
+    taken: list[tuple[Entry, int]] = []
+    while len(taken) < count:
+        entry = queue.get()
+        if entry is None:
+            break
+        queue.delivered_total += 1
+        taken.append((entry, queue.message_count))
+    items = [message_item(entry, left, encoding, truncate) for entry, left in taken]
+    settle(queue, [entry for entry, _ in taken], ackmode)
+    return json_response(items)
+
+
+def settle(queue: Any, entries: list[Entry], ackmode: str) -> None:
+    """Finish a get as the channel would: requeue, ack (no_ack get) or reject."""
+    if ackmode.endswith("requeue_true"):
+        for entry in entries:
+            if entry[0].store_ids is not None:
+                queue.delivered(entry[0])  # comes back redelivered after a restart too
+        if entries:
+            queue.requeue(entries)
+        return
+    for entry in entries:
+        message = entry[0]
+        if ackmode == "reject_requeue_false":
+            queue.settle(message, True)
+        elif message.store_ids is not None:
+            queue.forget(message)
+
+
+def basic_properties(value: Any) -> commands.Basic.Properties:
+    """rabbit_mgmt_format:to_basic_properties/1: a JSON object as Basic properties."""
+    if value in (None, []):
+        value = {}
+    if not isinstance(value, dict):
+        raise bad_request("properties must be an object")
+    fields: dict[str, Any] = {}
+    for json_name, attribute in (
+        (name, "message_type" if name == "type" else name)
+        for name in (
+            "content_type",
+            "content_encoding",
+            "headers",
+            "delivery_mode",
+            "priority",
+            "correlation_id",
+            "reply_to",
+            "expiration",
+            "message_id",
+            "timestamp",
+            "type",
+            "user_id",
+            "app_id",
+            "cluster_id",
+        )
+    ):
+        item = value.get(json_name)
+        if item is None:
+            continue
+        if json_name == "headers":
+            if not isinstance(item, dict):
+                raise bad_request("{not_table,headers}")
+            fields[attribute] = item
+        elif json_name in ("delivery_mode", "priority", "timestamp"):
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise bad_request(f"{{not_int,{json_name}}}")
+            if json_name == "timestamp":
+                fields[attribute] = datetime.datetime.fromtimestamp(item, datetime.UTC)
+            else:
+                fields[attribute] = item
+        elif isinstance(item, str):
+            fields[attribute] = item
+        else:
+            raise bad_request(f"{{not_string,{json_name}}}")
+    try:
+        return commands.Basic.Properties(**fields)
+    except (TypeError, ValueError) as exc:
+        raise bad_request(str(exc)) from None
+
+
+def decode_payload(payload: Any, encoding: Any) -> bytes:
+    """The body from ``payload`` and ``payload_encoding`` (``string`` or ``base64``)."""
+    if not isinstance(payload, str):
+        raise bad_request("payload_not_string")
+    if encoding == "string":
+        return payload.encode("utf-8")
+    if encoding == "base64":
+        try:
+            return base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise bad_request("Invalid base64 payload") from None
+    raise bad_request(f"{{unsupported_encoding,{encoding}}}")
+
+
+async def wait_synced(persistence: Persistence | None, generation: int) -> None:
+    """Wait until the group commit ``generation`` is on disk (a publisher confirm)."""
+    if not generation or persistence is None or generation <= persistence.synced:
+        return
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def listener(synced: int) -> None:
+        if synced >= generation and not done.done():
+            done.set_result(None)
+
+    persistence.subscribe(listener)
+    try:
+        await done
+    finally:
+        persistence.unsubscribe(listener)
+
+
+@routes.post("/api/exchanges/{vhost}/{name}/publish")
+async def publish(request: web.Request) -> web.Response:
+    """POST /api/exchanges/vhost/name/publish."""
+    vhost = vhost_of(request)
+    name = exchange_name(request)
+    exchange = vhost.projection.exchanges.get(name)
+    if exchange is None:
+        raise not_found()
+    body = await read_json(request)
+    props, routing_key, payload, encoding = mandatory(
+        body, "properties", "routing_key", "payload", "payload_encoding"
+    )
+    if not isinstance(routing_key, str):
+        raise bad_request("routing_key must be a string")
+    data = decode_payload(payload, encoding)
+    properties = basic_properties(props)
+    server = server_of(request)
+    user = current_user(request).name
+    with amqp_errors("channel"):
+        permit(request, vhost.name, "write", "exchange", name)
+        message = build_message(
+            server.config.max_message_size, user, name, routing_key, properties, data
+        )
+        if exchange.internal:
+            raise AMQPChannelError(
+                ACCESS_REFUSED, f"cannot publish to internal {vhost.rs('exchange', name)}"
+            )
+    routed, rejected, generation = vhost.publish(message)
+    sampler = state_of(server).sampler
+    sampler.api_received += 1
+    if not routed:
+        sampler.unroutable_returned += 1
+    if rejected:
+        raise bad_request("rejected Unable to publish message. Check queue limits.")
+    await wait_synced(vhost.persistence, generation)
+    return json_response({"routed": routed})
+
+
+def build_message(
+    max_size: int,
+    user: str,
+    exchange: str,
+    routing_key: str,
+    properties: commands.Basic.Properties,
+    body: bytes,
+) -> Message:
+    """A message as a channel would accept it: size limit, ``user_id`` and ``expiration``
+    checked (rabbit_channel:check_msg_size/3, check_user_id_header/2,
+    check_expiration_header/1)."""
+    if len(body) > max_size:
+        raise AMQPChannelError(
+            PRECONDITION_FAILED,
+            f"message size {len(body)} is larger than configured max size {max_size}",
+        )
+    if properties.user_id is not None and properties.user_id != user:
+        raise AMQPChannelError(
+            PRECONDITION_FAILED,
+            f"user_id property set to '{properties.user_id}' but authenticated user was '{user}'",
+        )
+    ttl = None
+    if properties.expiration is not None:
+        problem = expiration_error(properties.expiration)
+        if problem is not None:
+            raise AMQPChannelError(
+                PRECONDITION_FAILED, f"invalid expiration '{properties.expiration}': {problem}"
+            )
+        ttl = int(properties.expiration)
+    message = Message(exchange, routing_key, marshal_content_header(len(body), properties), body)
+    message.ttl = ttl
+    return message

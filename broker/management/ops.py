@@ -1,0 +1,100 @@
+"""Topology operations shared by the HTTP handlers and the definitions import.
+
+They call the same :class:`broker.vhost.VHost` methods as a channel does, without a
+connection (the management plugin's ``direct_request`` runs ``rabbit_channel:handle_method``
+the same way), so validation, equivalence checks, 403/404/406 texts and persistence are
+the broker's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.errors import PRECONDITION_FAILED, AMQPChannelError
+from broker.management.errors import bad_request
+from exchanges.model import DestKind
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+    from broker.queue import Queue
+    from broker.vhost import VHost
+
+# What a JSON value may be as an AMQP argument (rabbit_misc:to_amqp_table/1).
+JSON_ARG_TYPES = (str, bool, int, float, list, dict, type(None))
+
+
+def parse_bool(value: Any, name: str, default: bool = False) -> bool:
+    """rabbit_mgmt_format:parse_bool/1: ``true``/``false`` as JSON or as strings."""
+    if value is None:
+        return default
+    if value in (True, "true"):
+        return True
+    if value in (False, "false"):
+        return False
+    raise bad_request(f"{{not_boolean,{value!r}}} for {name}")
+
+
+def json_arguments(value: Any) -> dict[str, Any]:
+    """An ``arguments`` object from a request body as an AMQP table (``[]`` and null are
+    empty, as rabbit_mgmt_util:args/1 has them)."""
+    if value is None or value == []:
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request("arguments must be an object")
+    for key, item in value.items():
+        if not isinstance(item, JSON_ARG_TYPES):
+            raise bad_request(f"unsupported value for argument '{key}'")
+    return dict(value)
+
+
+def declare_exchange(
+    vhost: VHost,
+    name: str,
+    type_name: str,
+    durable: bool,
+    auto_delete: bool,
+    internal: bool,
+    arguments: Mapping[str, Any],
+) -> bool:
+    """exchange.declare; returns whether the exchange is new."""
+    created = name not in vhost.projection.exchanges
+    vhost.declare_exchange(name, type_name, False, durable, auto_delete, internal, arguments)
+    return created
+
+
+def declare_queue(
+    vhost: VHost, name: str, durable: bool, auto_delete: bool, arguments: Mapping[str, Any]
+) -> tuple[Queue, bool]:
+    """queue.declare of a non-exclusive queue; returns (queue, whether it is new)."""
+    if not name:
+        # A server-named queue makes no sense without a connection to own it.
+        raise AMQPChannelError(PRECONDITION_FAILED, "queue name must not be empty")
+    created = name not in vhost.queues
+    # Non-exclusive declares need no connection: VHost.declare_queue only uses it as the
+    # owner of an exclusive queue.
+    no_connection: Connection = None  # type: ignore[assignment]
+    queue = vhost.declare_queue(name, False, durable, False, auto_delete, arguments, no_connection)
+    return queue, created
+
+
+def dest_kind(text: str) -> DestKind:
+    """``q``/``queue`` or ``e``/``exchange`` as a binding destination kind."""
+    if text in ("q", "queue"):
+        return DestKind.QUEUE
+    if text in ("e", "exchange"):
+        return DestKind.EXCHANGE
+    raise bad_request(f"unknown destination type '{text}'")
+
+
+def bind(
+    vhost: VHost,
+    source: str,
+    kind: DestKind,
+    destination: str,
+    routing_key: str,
+    arguments: Mapping[str, Any],
+    add: bool = True,
+) -> None:
+    """queue.bind/exchange.bind (or their unbind twins, ``add=False``)."""
+    vhost.bind(source, kind, destination, routing_key, arguments, None, add)

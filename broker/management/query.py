@@ -1,0 +1,143 @@
+"""Query-string options of list endpoints: ``sort``, ``sort_reverse``, ``columns`` and
+pagination (``page``, ``page_size``, ``name``, ``use_regex``), as rabbit_mgmt_util does them
+(reply_list/5, extract_columns/2, pagination_params/1)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from broker.management.errors import bad_request
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+
+
+def _dotted(item: Any, path: list[str]) -> Any:
+    for key in path:
+        item = item.get(key, 0) if isinstance(item, Mapping) else 0
+    return item
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # Numbers before strings, so a mixed column still sorts.
+    if isinstance(value, bool | int | float):
+        return (0, value)
+    return (1, str(value))
+
+
+def sort_items(items: list[dict[str, Any]], query: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Apply ``sort`` (a dotted field) and ``sort_reverse``; default order: vhost, name."""
+    field = query.get("sort", "")
+    reverse = query.get("sort_reverse") == "true"
+    if field:
+        path = field.split(".")
+        return sorted(items, key=lambda i: _sort_key(_dotted(i, path)), reverse=reverse)
+    ordered = sorted(items, key=lambda i: (str(i.get("vhost", "")), str(i.get("name", ""))))
+    return list(reversed(ordered)) if reverse else ordered
+
+
+def _columns(item: Any, columns: list[list[str]]) -> Any:
+    if not isinstance(item, Mapping):
+        return item
+    picked: dict[str, Any] = {}
+    for key, value in item.items():
+        wanted = [c[1:] for c in columns if c[0] == key]
+        if not wanted:
+            continue
+        picked[key] = value if any(not rest for rest in wanted) else _columns(value, wanted)
+    return picked
+
+
+def select_columns(items: list[dict[str, Any]], query: Mapping[str, str]) -> list[Any]:
+    """Keep only the comma-separated, dotted ``columns``."""
+    spec = query.get("columns")
+    if not spec:
+        return list(items)
+    columns = [c.split(".") for c in spec.split(",") if c]
+    return [_columns(item, columns) for item in items]
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        value = int(query.get(name, default))
+    except ValueError:
+        raise bad_request("Pagination parameters are invalid") from None
+    if value < 1:
+        raise bad_request(f"{name} must be greater than 0")
+    return value
+
+
+def reply_list(items: list[dict[str, Any]], request: web.Request) -> web.Response:
+    """A list response with the query-string options applied."""
+    query = request.query
+    items = sort_items(items, query)
+    if "page" not in query:
+        return json_response(select_columns(items, query))
+    page = _int_param(query, "page", 1)
+    size = _int_param(query, "page_size", DEFAULT_PAGE_SIZE)
+    if size > MAX_PAGE_SIZE:
+        raise bad_request(f"page_size cannot be greater than {MAX_PAGE_SIZE}")
+    total = len(items)
+    name = query.get("name")
+    if name:
+        if query.get("use_regex") == "true":
+            try:
+                pattern = re.compile(name)
+            except re.error:
+                raise bad_request("invalid regular expression") from None
+            items = [i for i in items if pattern.search(str(i.get("name", "")))]
+        else:
+            items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
+    filtered = len(items)
+    page_count = max(1, math.ceil(filtered / size))
+    if page > page_count and filtered:
+        raise bad_request("page out of range")
+    chunk = items[(page - 1) * size : page * size]
+    return json_response(
+        {
+            "filtered_count": filtered,
+            "item_count": len(chunk),
+            "items": select_columns(chunk, query),
+            "page": page,
+            "page_count": page_count,
+            "page_size": size,
+            "total_count": total,
+        }
+    )
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """A JSON body with RabbitMQ's ``cache-control: no-cache`` (rabbit_mgmt_util:reply/3)."""
+    return web.Response(
+        status=status,
+        text=json.dumps(data),
+        content_type="application/json",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; empty or ``null`` is ``{}`` (rabbit_mgmt_util:
+    decode/1), anything else that is not an object is 400."""
+    raw = await request.read()
+    text = raw.decode("utf-8", "replace").strip()
+    if text in ("", "null", "undefined"):
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise bad_request("not_json") from None
+    if isinstance(value, str):
+        raise bad_request(
+            "invalid payload: the request body JSON-decoded to a string. "
+            "Is the input doubly-JSON-encoded?"
+        )
+    if not isinstance(value, dict):
+        raise bad_request("not_json")
+    return value

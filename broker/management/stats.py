@@ -1,0 +1,185 @@
+"""Message counters and rates for the management API and the metrics endpoint.
+
+The broker keeps plain per-queue counters (``Queue.published_total``, ``delivered_total``,
+``acked_total``); this module turns them into what RabbitMQ's management plugin shows:
+
+- totals over the whole broker that survive queue deletion: the sampler holds on to every
+  queue object it has seen, so when a queue disappears its final counters move into
+  ``retired``. A queue created and deleted between two refreshes is missed; refreshes run
+  every :data:`INTERVAL` seconds and on every API or metrics request.
+- rates (``*_details: {"rate": r}``): the change per second between the last two samples,
+  taken every :data:`INTERVAL` seconds, RabbitMQ's default ``collect_statistics_interval``
+  of 5000 ms (deps/rabbitmq_management_agent/Makefile).
+
+What the per-queue counters cannot give: messages received from publishers (a message
+routed to three queues counts three times in ``publish``) and unroutable messages (they
+reach no queue). ``unroutable_dropped`` and ``received`` below count only what the
+management API itself published; see the module's report for the broker hook that would
+count every publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from broker.queue import Queue
+    from broker.server import Server
+
+INTERVAL = 5.0
+# Counter names as RabbitMQ's message_stats keys.
+COUNTERS = ("publish", "deliver_get", "ack")
+# Gauges whose rate of change RabbitMQ also shows (queue_totals, per queue).
+GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
+
+
+class BrokerCounters(Protocol):
+    """Per-publish counters a broker hook may provide as ``Server.counters`` (see the
+    package docstring); used instead of what the per-queue counters can only estimate."""
+
+    received: int
+    routed: int
+    unroutable_dropped: int
+    unroutable_returned: int
+
+
+def broker_counters(server: Server) -> BrokerCounters | None:
+    """The broker's own publish counters, when it has them."""
+    counters: BrokerCounters | None = getattr(server, "counters", None)
+    return counters
+
+
+def queue_counters(queue: Queue) -> tuple[int, int, int]:
+    """(publish, deliver_get, ack) of one queue."""
+    return queue.published_total, queue.delivered_total, queue.acked_total
+
+
+def queue_gauges(queue: Queue) -> tuple[int, int, int]:
+    """(messages, messages_ready, messages_unacknowledged) of one queue."""
+    ready = queue.message_count
+    return ready + queue.unacked, ready, queue.unacked
+
+
+@dataclass
+class Sample:
+    """Counters and gauges at one moment."""
+
+    at: float
+    values: tuple[int, ...]
+
+
+class Sampler:
+    """Broker-wide counter totals and the rates of one server."""
+
+    def __init__(self, server: Server) -> None:
+        # Weak: the sampler lives in a WeakKeyDictionary keyed by the server.
+        self._server = weakref.ref(server)
+        self.retired = [0, 0, 0]
+        # Messages published through the management API, and those of them that reached
+        # no queue (returned, as the API publishes with mandatory set).
+        self.api_received = 0
+        self.unroutable_returned = 0
+        self.global_rates: dict[str, float] = {}
+        self.queue_rates: dict[int, dict[str, float]] = {}
+        self._seen: dict[int, Queue] = {}
+        self._last: Sample | None = None
+        self._last_queues: dict[int, Sample] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def live_queues(self) -> list[Queue]:
+        """Every queue of every vhost."""
+        server = self._server()
+        if server is None:
+            return []
+        return [q for vhost in server.vhosts.values() for q in vhost.queues.values()]
+
+    def refresh(self) -> list[Queue]:
+        """Remember new queues, retire the counters of deleted ones; returns the live ones."""
+        live = self.live_queues()
+        current = {id(queue): queue for queue in live}
+        for key, queue in list(self._seen.items()):
+            if key not in current:
+                for i, value in enumerate(queue_counters(queue)):
+                    self.retired[i] += value
+                del self._seen[key]
+                self._last_queues.pop(key, None)
+                self.queue_rates.pop(key, None)
+        self._seen.update(current)
+        return live
+
+    def totals(self) -> dict[str, int]:
+        """Broker-wide ``publish``, ``deliver_get`` and ``ack`` since start."""
+        sums = list(self.retired)
+        for queue in self.refresh():
+            for i, value in enumerate(queue_counters(queue)):
+                sums[i] += value
+        return dict(zip(COUNTERS, sums, strict=True))
+
+    def gauges(self) -> dict[str, int]:
+        """Broker-wide messages, ready and unacknowledged now."""
+        sums = [0, 0, 0]
+        for queue in self.live_queues():
+            for i, value in enumerate(queue_gauges(queue)):
+                sums[i] += value
+        return dict(zip(GAUGES, sums, strict=True))
+
+    def sample(self, now: float | None = None) -> None:
+        """Take a sample and compute the rates since the previous one."""
+        now = time.monotonic() if now is None else now
+        totals = self.totals()
+        gauges = self.gauges()
+        values = (*totals.values(), *gauges.values())
+        if self._last is not None:
+            self.global_rates = _rates(self._last, Sample(now, values))
+        self._last = Sample(now, values)
+        for key, queue in self._seen.items():
+            current = Sample(now, (*queue_counters(queue), *queue_gauges(queue)))
+            previous = self._last_queues.get(key)
+            if previous is not None:
+                self.queue_rates[key] = _rates(previous, current)
+            self._last_queues[key] = current
+
+    def rates_of(self, queue: Queue) -> dict[str, float]:
+        """The last computed rates of ``queue`` (zeros before two samples)."""
+        return self.queue_rates.get(id(queue), {})
+
+    def start(self, interval: float = INTERVAL) -> None:
+        """Sample every ``interval`` seconds on the running loop."""
+        if self._task is None:
+            self.sample()
+            self._task = asyncio.get_running_loop().create_task(self._run(interval))
+
+    async def stop(self) -> None:
+        """Stop sampling."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.sample()
+
+
+def _rates(previous: Sample, current: Sample) -> dict[str, float]:
+    elapsed = current.at - previous.at
+    names = COUNTERS + GAUGES
+    if elapsed <= 0:
+        return dict.fromkeys(names, 0.0)
+    return {
+        name: round((new - old) / elapsed, 1)
+        for name, new, old in zip(names, current.values, previous.values, strict=True)
+    }
+
+
+def details(rate: float | None) -> dict[str, float]:
+    """RabbitMQ's ``*_details`` object."""
+    return {"rate": rate or 0.0}

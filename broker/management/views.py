@@ -1,0 +1,369 @@
+"""JSON shapes of the management API, with RabbitMQ's field names.
+
+Shapes follow rabbit_mgmt_format.erl (queue/1, exchange/1, binding/1, basic_properties/1,
+internal_user/1, pack_binding_props/2) and what rabbit_mgmt_db adds to them (message
+counts, ``message_stats`` with ``*_details: {"rate": r}``, channel and connection
+details), in deps/rabbitmq_management of rabbitmq-server 3.13. Fields RabbitMQ fills from
+Erlang internals (pids, reductions, garbage collection, memory) are left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus
+
+from broker import __version__
+from broker.auth import Permission, User
+from broker.management.stats import COUNTERS, GAUGES, details
+from exchanges.model import Binding, DestKind, Exchange, freeze
+
+if TYPE_CHECKING:
+    from pamqp.commands import Basic
+
+    from broker.channel import Channel
+    from broker.connection import Connection
+    from broker.queue import Consumer, Queue
+
+# The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
+RABBITMQ_VERSION = "3.13.7"
+NODE = "leveret@localhost"
+CLUSTER_NAME = "leveret@localhost"
+PRODUCT_NAME = "Leveret"
+PRODUCT_VERSION = __version__
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+
+JSON = dict[str, Any]
+
+
+def amqp_json(value: Any) -> Any:
+    """An AMQP field value as JSON (rabbit_misc:amqp_table/1): strings and numbers as they
+    are, byte strings decoded, timestamps as seconds, tables and arrays recursively."""
+    if isinstance(value, Mapping):
+        return {str(k): amqp_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [amqp_json(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
+
+
+def message_stats(counters: Mapping[str, int], rates: Mapping[str, float]) -> JSON:
+    """``message_stats``: each counter with its ``*_details`` rate."""
+    stats: JSON = {}
+    for name in COUNTERS:
+        stats[name] = counters.get(name, 0)
+        stats[f"{name}_details"] = details(rates.get(name))
+    return stats
+
+
+def message_counts(gauges: Mapping[str, int], rates: Mapping[str, float]) -> JSON:
+    """``messages``, ``messages_ready``, ``messages_unacknowledged`` with their details."""
+    counts: JSON = {}
+    for name in GAUGES:
+        counts[name] = gauges.get(name, 0)
+        counts[f"{name}_details"] = details(rates.get(name))
+    return counts
+
+
+# -- vhosts, users, permissions ---------------------------------------------------------
+
+
+def vhost_view(name: str, description: str, tags: list[str], tracing: bool) -> JSON:
+    """A vhost (rabbit_vhost:info/1 as the management plugin shows it)."""
+    return {
+        "name": name,
+        "description": description,
+        "tags": list(tags),
+        "metadata": {"description": description, "tags": list(tags)},
+        "default_queue_type": "classic",
+        "tracing": tracing,
+        "cluster_state": {NODE: "running"},
+    }
+
+
+def user_view(user: User) -> JSON:
+    """rabbit_mgmt_format:internal_user/1."""
+    return {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": list(user.tags),
+        "limits": {},
+    }
+
+
+def permission_view(user: str, vhost: str, permission: Permission) -> JSON:
+    """A permission (rabbit_auth_backend_internal:list_permissions/0)."""
+    return {
+        "user": user,
+        "vhost": vhost,
+        "configure": permission.configure,
+        "write": permission.write,
+        "read": permission.read,
+    }
+
+
+# -- exchanges, queues, bindings --------------------------------------------------------
+
+
+def exchange_view(vhost: str, exchange: Exchange) -> JSON:
+    """rabbit_mgmt_format:exchange/1."""
+    return {
+        "name": exchange.name,
+        "vhost": vhost,
+        "type": exchange.type.value,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": amqp_json(exchange.arguments),
+        "user_who_performed_action": "rmq-internal",
+    }
+
+
+def queue_view(
+    vhost: str,
+    queue: Queue,
+    unacked_bytes: int,
+    rates: Mapping[str, float],
+) -> JSON:
+    """rabbit_mgmt_format:queue/1 with the statistics rabbit_mgmt_db adds."""
+    ready = queue.message_count
+    consumers = queue.consumers
+    view: JSON = {
+        "name": queue.name,
+        "vhost": vhost,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.owner is not None,
+        "arguments": amqp_json(queue.arguments),
+        "type": "classic",
+        "state": "running",
+        "node": NODE,
+        "policy": None,
+        "operator_policy": None,
+        "effective_policy_definition": {},
+        "consumers": len(consumers),
+        "exclusive_consumer_tag": consumers[0].tag if queue.exclusive_consumer else None,
+        "single_active_consumer_tag": (
+            consumers[0].tag if queue.single_active and consumers else None
+        ),
+        "message_bytes": queue.ready_bytes + unacked_bytes,
+        "message_bytes_ready": queue.ready_bytes,
+        "message_bytes_unacknowledged": unacked_bytes,
+        "messages_ram": ready + queue.unacked,
+        "messages_ready_ram": ready,
+        "messages_unacknowledged_ram": queue.unacked,
+    }
+    gauges = {
+        "messages": ready + queue.unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": queue.unacked,
+    }
+    view.update(message_counts(gauges, rates))
+    counters = {
+        "publish": queue.published_total,
+        "deliver_get": queue.delivered_total,
+        "ack": queue.acked_total,
+    }
+    view["message_stats"] = message_stats(counters, rates)
+    if queue.owner is not None:
+        view["owner_pid_details"] = connection_details(queue.owner)
+    return view
+
+
+def args_hash(arguments: Mapping[str, Any]) -> str:
+    """A short stable hash of binding arguments, base64url without padding. RabbitMQ uses
+    erlang:phash2/2 of the Erlang term (rabbit_mgmt_format:args_hash/1); the value is
+    opaque to clients, which copy ``properties_key`` from a listing."""
+    digest = zlib.crc32(repr(freeze(arguments)).encode("utf-8")).to_bytes(4, "big")
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def quote_binding(text: str) -> str:
+    """rabbit_mgmt_format:quote_binding/1: quote_plus, then ``~`` as %7E."""
+    return quote_plus(text, safe="").replace("~", "%7E")
+
+
+def properties_key(routing_key: str, arguments: Mapping[str, Any]) -> str:
+    """rabbit_mgmt_format:pack_binding_props/2: ``~`` for an empty key and no arguments,
+    the quoted key without arguments, else ``key~hash``."""
+    if not arguments:
+        return quote_binding(routing_key) if routing_key else "~"
+    return f"{quote_binding(routing_key)}~{args_hash(arguments)}"
+
+
+def binding_view(vhost: str, binding: Binding) -> JSON:
+    """rabbit_mgmt_format:binding/1."""
+    return {
+        "source": binding.source,
+        "vhost": vhost,
+        "destination": binding.destination,
+        "destination_type": binding.kind.value,
+        "routing_key": binding.routing_key,
+        "arguments": amqp_json(binding.arguments),
+        "properties_key": properties_key(binding.routing_key, binding.arguments),
+    }
+
+
+def default_binding(queue_name: str) -> Binding:
+    """The implicit binding of every queue to the default exchange, which RabbitMQ lists."""
+    return Binding("", queue_name, DestKind.QUEUE, queue_name, {})
+
+
+# -- connections, channels, consumers ---------------------------------------------------
+
+
+def _address(pair: Any) -> tuple[str, int]:
+    if isinstance(pair, tuple) and len(pair) >= 2:
+        return str(pair[0]), int(pair[1])
+    return "", 0
+
+
+def connection_endpoints(conn: Connection) -> tuple[str, int, str, int]:
+    """(peer host, peer port, local host, local port)."""
+    peer_host, peer_port = _address(conn.peer)
+    sockname = conn.transport.get_extra_info("sockname") if conn.transport else None
+    host, port = _address(sockname)
+    return peer_host, peer_port, host, port
+
+
+def connection_name(conn: Connection) -> str:
+    """RabbitMQ's connection name: ``peer_host:peer_port -> host:port``."""
+    peer_host, peer_port, host, port = connection_endpoints(conn)
+    return f"{peer_host}:{peer_port} -> {host}:{port}"
+
+
+def connection_details(conn: Connection) -> JSON:
+    """``connection_details`` / ``owner_pid_details``."""
+    peer_host, peer_port, _, _ = connection_endpoints(conn)
+    return {"name": connection_name(conn), "peer_host": peer_host, "peer_port": peer_port}
+
+
+def connection_view(conn: Connection, state: str) -> JSON:
+    """A connection (rabbit_reader:info_keys/0 as the management plugin shows them)."""
+    peer_host, peer_port, host, port = connection_endpoints(conn)
+    ssl = bool(conn.transport and conn.transport.get_extra_info("sslcontext"))
+    return {
+        "name": connection_name(conn),
+        "node": NODE,
+        "type": "network",
+        "protocol": "AMQP 0-9-1",
+        "state": state,
+        "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "vhost": conn.vhost.name if conn.vhost is not None else None,
+        "host": host,
+        "port": port,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "ssl": ssl,
+        "auth_mechanism": "PLAIN",
+        "channels": len(conn.channels),
+        "channel_max": conn.channel_max,
+        "frame_max": conn.frame_max,
+        "timeout": conn.heartbeat,
+        "client_properties": amqp_json(conn.client_properties),
+    }
+
+
+def channel_name(conn: Connection, channel: Channel) -> str:
+    """RabbitMQ's channel name: the connection name and `` (number)``."""
+    return f"{connection_name(conn)} ({channel.id})"
+
+
+def channel_view(conn: Connection, channel: Channel) -> JSON:
+    """A channel (rabbit_channel:info_keys/0 as the management plugin shows them)."""
+    return {
+        "name": channel_name(conn, channel),
+        "node": NODE,
+        "number": channel.id,
+        "user": conn.user,
+        "user_who_performed_action": conn.user,
+        "vhost": channel.vhost.name,
+        "connection_details": connection_details(conn),
+        "state": "running",
+        "consumer_count": len(channel.consumers),
+        "messages_unacknowledged": len(channel.unacked),
+        "messages_unconfirmed": 0,
+        "messages_uncommitted": 0,
+        "acks_uncommitted": len(channel.tx_acks),
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.global_prefetch,
+        "confirm": channel.confirm,
+        "transactional": channel.tx is not None,
+    }
+
+
+def consumer_view(conn: Connection, consumer: Consumer, vhost: str) -> JSON:
+    """A consumer (rabbit_mgmt_wm_consumers, with channel details)."""
+    peer_host, peer_port, _, _ = connection_endpoints(conn)
+    channel = consumer.channel
+    queue = consumer.queue
+    active = not queue.single_active or (bool(queue.consumers) and queue.consumers[0] is consumer)
+    return {
+        "consumer_tag": consumer.tag,
+        "queue": {"name": queue.name, "vhost": vhost},
+        "channel_details": {
+            "name": channel_name(conn, channel),
+            "connection_name": connection_name(conn),
+            "node": NODE,
+            "number": channel.id,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": conn.user,
+        },
+        "ack_required": not consumer.no_ack,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch,
+        "arguments": amqp_json(consumer.arguments),
+        "active": active,
+        "activity_status": "up" if active else "waiting",
+        "priority": consumer.priority,
+    }
+
+
+# -- messages ---------------------------------------------------------------------------
+
+_PROPERTY_NAMES = (
+    ("content_type", "content_type"),
+    ("content_encoding", "content_encoding"),
+    ("headers", "headers"),
+    ("delivery_mode", "delivery_mode"),
+    ("priority", "priority"),
+    ("correlation_id", "correlation_id"),
+    ("reply_to", "reply_to"),
+    ("expiration", "expiration"),
+    ("message_id", "message_id"),
+    ("timestamp", "timestamp"),
+    ("type", "message_type"),
+    ("user_id", "user_id"),
+    ("app_id", "app_id"),
+    ("cluster_id", "cluster_id"),
+)
+
+
+def properties_view(properties: Basic.Properties) -> JSON | list[Any]:
+    """rabbit_mgmt_format:basic_properties/1: the properties that are set. With none set
+    RabbitMQ encodes the empty proplist as ``[]``, and so does this."""
+    view: JSON = {}
+    for json_name, attribute in _PROPERTY_NAMES:
+        value = getattr(properties, attribute, None)
+        if value is not None and value != "":
+            view[json_name] = amqp_json(value)
+    return view or []
+
+
+def listing(items: Iterable[JSON]) -> list[JSON]:
+    """A list sorted as rabbit_mgmt_util:reply_list/3 sorts by default: vhost, then name."""
+    return sorted(items, key=lambda item: (str(item.get("vhost", "")), str(item.get("name", ""))))
