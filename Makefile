@@ -4,13 +4,19 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,pipeline]'
 	touch $(STAMP)
+
+# System packages the test suite drives: headless Chromium for the management page test
+# (Java for PySpark is on the machine). Installed once, only when missing (needs root).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
+	@command -v java >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q default-jre-headless)
 
 run: $(STAMP)
 	$(VENV)/bin/leveret serve --host 127.0.0.1 --port 5672 --data-dir ./data
@@ -22,7 +28,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) system-deps
 	$(PY) -m pytest -q
 
 test: lint typecheck unit

@@ -97,6 +97,7 @@ class BrokerProcess:
         self._log.write(f"--- start on port {self.port} ---\n")
         self._log.flush()
         cmd = [self.python, "-m", "broker", "serve", "--port", str(self.port)]
+        cmd += ["--management-port", "-1"]  # not needed here; never collide on 15672
         cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         started = time.monotonic()
         self.proc = subprocess.Popen(

@@ -1,30 +1,17 @@
 """The routing engine's benchmark: the seeds' experiments on ``exchanges/``, as PNG plots.
 
-    .venv/bin/python bench/routing_bench.py            # full: 1k to 1M bindings (~4 min)
+    .venv/bin/python bench/routing_bench.py            # full: 1k to 1M bindings (~2 min)
     .venv/bin/python bench/routing_bench.py --quick    # 1k to 100k, fewer points (<1 min),
                                                        # into a temp dir unless --out
 
-Seeds 000/001 measured RabbitMQ's ``rabbit_exchange_type_topic:route/2`` against the routing
-key length (bindings fixed) and against the number of bindings, with and without one ``#.#``
-binding; binding keys are 70% words, 20% ``*``, 10% ``#``, never ``##``, and a routing key
-of length n is a binding key of length n with its wildcards replaced by random strings.
-Seed 003 (x-rtopic) says the plugin degrades past ~1,000 bindings and that suffix patterns
-(``#.d0``) are "terribly slow". This script does the same experiments on Leveret's
-``exchanges.routing.route`` (pure Python, in process, no broker):
-
-* topic: time per route() against key length (1k, 10k, 100k bindings) and against the
-  number of bindings (1k .. 1M), with and without a ``#.#`` binding;
-* x-rtopic (literal binding keys, wildcard routing keys): the same two experiments for
-  prefix (``a.b.#``), suffix (``#.b.c``), mixed (a binding key with its words replaced 70/20/10
-  by word/``*``/``#``) and mixed with an extra ``#.#`` (x-rtopic's counterpart of the ``#.#``
-  binding), plus one-word anchors (``a.#``, ``#.z``) and unanchored infixes (``#.c.#``);
-* route() throughput at 100k bindings: cold (the route cache disabled, so every call walks
-  the trie) and warm (1,000 distinct keys repeated, so the route cache answers).
-
-Every per-route time is the best of a few passes over 50 keys (the seed's 50 measurements),
-with the route cache disabled. The garbage collector is off while a projection is built
-and frozen after (see ROUTING.md: with 1M bindings a full collection takes seconds).
-Results: ``bench/results/routing-*.png``, ``routing-results.json``, ``routing-results.md``.
+Seeds 000/001 timed RabbitMQ's topic routing against the routing key length and against the
+number of bindings, with and without a ``#.#`` binding (binding keys 70% words, 20% ``*``,
+10% ``#``, never ``##``; a routing key of length n is a binding key of length n with its
+wildcards replaced by random strings). Seed 003 says the x-rtopic plugin degrades past
+~1,000 bindings and that suffix patterns are "terribly slow". This script runs the same
+experiments on ``exchanges.routing.route`` in process, for topic and for x-rtopic (prefix,
+suffix, mixed patterns), plus route() throughput at 100k bindings with the route cache off
+(cold) and on (warm). Workload, results and their reading: ``bench/ROUTING.md``.
 """
 
 from __future__ import annotations
@@ -42,10 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from exchanges.model import (  # noqa: E402  (after the path set-up)
+from exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -56,10 +40,12 @@ from exchanges.model import (  # noqa: E402  (after the path set-up)
     Queue,
     QueueDeclared,
 )
-from exchanges.patterns import RouteCache  # noqa: E402
-from exchanges.projection import Projection  # noqa: E402
-from exchanges.routing import route  # noqa: E402
+from exchanges.patterns import RouteCache
+from exchanges.projection import Projection
+from exchanges.routing import route
 
+# The project is installed editable in the venv (make), so exchanges/ imports from anywhere.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 X = "x"
 QUEUES = 1000  # binding i goes to queue q{i % QUEUES}
@@ -330,12 +316,24 @@ def rtopic_experiments(cfg: dict[str, Any], rnd: random.Random, log: Callable[[s
 
 
 def plot(results: dict[str, Any], directory: Path) -> list[Path]:
+    """The four PNGs: topic and x-rtopic, against key length and against bindings."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
+    topic, rtopic = results["topic"], results["rtopic"]
+    us = "µs per route()"
+
+    def lines(ax: Any, curves: list[tuple[str, dict[Any, Any], str]], title: str) -> None:
+        for label, series, style in curves:
+            xs = sorted(series, key=int)
+            ax.plot([int(x) for x in xs], [series[x]["us"] for x in xs], style, label=label)
+        ax.set_title(title)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
 
     def save(fig: Any, name: str) -> None:
         path = directory / f"routing-{name}.png"
@@ -344,69 +342,45 @@ def plot(results: dict[str, Any], directory: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    topic, rtopic = results["topic"], results["rtopic"]
+    def hh(variant: str) -> str:
+        return " + '#.#'" if variant == HASH_HASH else ""
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    curves = []
     for label, series in topic["by_length"].items():
         size, variant = label.split("/")
-        xs = sorted(series, key=int)
-        ax.plot(
-            [int(x) for x in xs],
-            [series[x]["us"] for x in xs],
-            marker="o",
-            linestyle="--" if variant == HASH_HASH else "-",
-            label=f"{int(size):,} bindings" + (" + '#.#'" if variant == HASH_HASH else ""),
-        )
-    ax.set(xlabel="routing key length (words)", ylabel="µs per route()", yscale="log")
-    ax.set_title("topic: routing time vs routing key length")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+        style = "o--" if variant == HASH_HASH else "o-"
+        curves.append((f"{int(size):,} bindings{hh(variant)}", series, style))
+    lines(ax, curves, "topic: routing time vs routing key length")
+    ax.set(xlabel="routing key length (words)", ylabel=us)
     save(fig, "topic-length")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for variant, series in topic["by_bindings"].items():
-        xs = sorted(series, key=int)
-        ax.plot(
-            [int(x) for x in xs],
-            [series[x]["us"] for x in xs],
-            marker="o",
-            linestyle="--" if variant == HASH_HASH else "-",
-            label="with '#.#' binding" if variant == HASH_HASH else "without",
-        )
-    ax.set(xlabel="bindings", ylabel="µs per route()", xscale="log", yscale="log")
-    ax.set_title("topic: routing time vs bindings (5-word keys)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    curves = [
+        (f"5-word keys{hh(v)}", series, "o--" if v == HASH_HASH else "o-")
+        for v, series in topic["by_bindings"].items()
+    ]
+    lines(ax, curves, "topic: routing time vs bindings (dashed: with a '#.#' binding)")
+    ax.set(xlabel="bindings", ylabel=us, xscale="log")
     save(fig, "topic-bindings")
 
     sizes = sorted({label.split("/")[0] for label in rtopic["by_length"]}, key=int)
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), sharey=True)
-    for ax, size in zip(axes if len(sizes) > 1 else [axes], sizes, strict=True):
-        for kind in RTOPIC_KINDS:
-            series = rtopic["by_length"][f"{size}/{kind}"]
-            xs = sorted(series, key=int)
-            ax.plot([int(x) for x in xs], [series[x]["us"] for x in xs], marker="o", label=kind)
-        ax.set(xlabel="routing pattern length (words)", yscale="log")
-        ax.set_title(f"x-rtopic, {int(size):,} bindings")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes_list = axes if len(sizes) > 1 else [axes]
-    axes_list[0].set_ylabel("µs per route()")
+    axes = list(axes) if len(sizes) > 1 else [axes]
+    for ax, size in zip(axes, sizes, strict=True):
+        curves = [(kind, rtopic["by_length"][f"{size}/{kind}"], "o-") for kind in RTOPIC_KINDS]
+        lines(ax, curves, f"x-rtopic, {int(size):,} bindings")
+        ax.set(xlabel="routing pattern length (words)")
+    axes[0].set_ylabel(us)
     save(fig, "rtopic-length")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for kind, series in rtopic["by_bindings"].items():
-        xs = sorted(series, key=int)
-        ax.plot(
-            [int(x) for x in xs],
-            [series[x]["us"] for x in xs],
-            marker="o",
-            linestyle=":" if kind in RTOPIC_EXTRA else "-",
-            label=kind,
-        )
-    ax.set(xlabel="bindings", ylabel="µs per route()", xscale="log", yscale="log")
-    ax.set_title("x-rtopic: routing time vs bindings (4-word patterns; dotted: other shapes)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    curves = [
+        (kind, series, "o:" if kind in RTOPIC_EXTRA else "o-")
+        for kind, series in rtopic["by_bindings"].items()
+    ]
+    lines(ax, curves, "x-rtopic: routing time vs bindings (4-word patterns; dotted: others)")
+    ax.set(xlabel="bindings", ylabel=us, xscale="log")
     save(fig, "rtopic-bindings")
     return written
 
@@ -414,8 +388,8 @@ def plot(results: dict[str, Any], directory: Path) -> list[Path]:
 def table(results: dict[str, Any]) -> str:
     """The markdown tables of ROUTING.md."""
     topic, rtopic = results["topic"], results["rtopic"]
-    sizes = [int(s) for s in topic["builds"]]
-    lines = ["| bindings | " + " | ".join(f"{s:,}" for s in sizes) + " |"]
+    sizes = list(topic["builds"])  # ints, or strings when read back from the JSON
+    lines = ["| bindings | " + " | ".join(f"{int(s):,}" for s in sizes) + " |"]
     lines.append("|---|" + "---:|" * len(sizes))
 
     def row(label: str, cells: list[str]) -> None:
@@ -437,7 +411,7 @@ def table(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append("Mean results per route (names):")
     lines.append("")
-    lines.append("| shape | " + " | ".join(f"{s:,}" for s in sizes) + " |")
+    lines.append("| shape | " + " | ".join(f"{int(s):,}" for s in sizes) + " |")
     lines.append("|---|" + "---:|" * len(sizes))
     for label, series in [("topic", topic["by_bindings"]["plain"]), *rtopic["by_bindings"].items()]:
         cells = [f"{series[k]['results']:.1f}" for k in _keys(series, sizes)]
@@ -455,7 +429,7 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _keys(series: dict[Any, Any], sizes: list[int]) -> list[Any]:
+def _keys(series: dict[Any, Any], sizes: list[Any]) -> list[Any]:
     return [k for k in sizes if k in series]
 
 

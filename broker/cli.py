@@ -124,6 +124,8 @@ async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully."""
     server = Server(config)
     await server.start()
+    if server.management is not None:
+        logging.getLogger("broker").info("management API on %s", server.management.url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -35,9 +35,7 @@ import concurrent.futures
 import json
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
@@ -261,6 +259,8 @@ async def call_on_loop_async(loop: asyncio.AbstractEventLoop, fn: Callable[[], T
 def _schedule(loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
     if loop.is_closed():
         raise RuntimeError("the broker's event loop is closed (was the broker stopped?)")
+    if not loop.is_running():
+        raise RuntimeError("the broker's event loop is not running (was the broker started?)")
     result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
@@ -313,6 +313,10 @@ class ManagementAPI:
         self, method: str, path: str, body: Any = None, timeout: float | None = None
     ) -> Any:
         """Send one request; returns the decoded JSON answer (None when empty)."""
+        # Imported here: http.client and email cost ~3 ms, paid only with an external broker.
+        import urllib.error
+        import urllib.request
+
         url = self.base_url + path
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method)
@@ -474,9 +478,9 @@ class _LocalBackend:
             await asyncio.sleep(min(LOCAL_CHECK_INTERVAL, remaining))
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        if self.loop.is_closed():
+        if self.loop.is_closed() or not self.loop.is_running():
             coro.close()
-            raise RuntimeError("the broker's event loop is closed (was the broker stopped?)")
+            raise RuntimeError("the broker's event loop is not running (was it started? stopped?)")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def wait(

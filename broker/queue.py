@@ -171,13 +171,13 @@ class Queue:
         self.had_consumers = False
         self.deleted = False
         self._rr = 0
-        self.ready_bytes = 0
-        self.seq = 0
+        self.ready_bytes: int = 0
+        self.seq: int = 0
         # Counters for the management API, metrics and the pytest inspection API.
-        self.unacked = 0  # delivered, not yet acked (all channels)
-        self.published_total = 0
-        self.delivered_total = 0
-        self.acked_total = 0
+        self.unacked: int = 0  # delivered, not yet acked (all channels)
+        self.published_total: int = 0
+        self.delivered_total: int = 0
+        self.acked_total: int = 0
         self.message_ttl = _int_arg(arguments, "x-message-ttl")
         self.expires = _int_arg(arguments, "x-expires")
         self.max_length = _int_arg(arguments, "x-max-length")

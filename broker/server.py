@@ -12,6 +12,7 @@ import logging
 import ssl
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.auth import AccessControl
 from broker.config import Config
@@ -21,6 +22,9 @@ from broker.persistence import Persistence
 from broker.trace import TraceWriter
 from broker.vhost import VHost
 from storage.files import gc_paused
+
+if TYPE_CHECKING:
+    from broker.management import ManagementHandle
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,7 @@ class Server:
         self._reclaimer: asyncio.Task[None] | None = None
         self._tls_listener: asyncio.Server | None = None
         self.tls_port = config.tls_port
+        self.management: ManagementHandle | None = None
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -134,6 +139,11 @@ class Server:
             self._recover(self.config.data_dir)
         for name in self.config.vhosts:
             self.vhost(name)
+        if self.config.load_definitions is not None:
+            # Imported here: in-process starts (the pytest plugin) stay fast without it.
+            from broker.management import load_definitions_file
+
+            load_definitions_file(self, self.config.load_definitions)
         self._listener = await loop.create_server(
             lambda: Connection(self),
             self.config.host,
@@ -154,6 +164,12 @@ class Server:
             )
             self.tls_port = self._tls_listener.sockets[0].getsockname()[1]
             log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
+        if self.config.management_port is not None:
+            from broker.management import start_management
+
+            self.management = await start_management(
+                self, self.config.management_host, self.config.management_port
+            )
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
@@ -173,6 +189,9 @@ class Server:
 
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        if self.management is not None:
+            await self.management.close()
+            self.management = None
         if self._tls_listener is not None:
             self._tls_listener.close()
             self._tls_listener = None

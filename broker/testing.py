@@ -298,7 +298,7 @@ def leveret_config() -> Config:
     shutdown so a leaked client connection cannot hold up the end of the session."""
     from broker.config import Config
 
-    return Config(host="127.0.0.1", port=0, shutdown_timeout=1.0)
+    return Config(host="127.0.0.1", port=0, shutdown_timeout=0.5)
 
 
 @pytest.fixture(scope="session")
@@ -337,7 +337,10 @@ def leveret_vhost(request: pytest.FixtureRequest, leveret_broker: LeveretBroker)
 
 @pytest.fixture
 def amqp_url(leveret_broker: LeveretBroker, leveret_vhost: str) -> str:
-    """``amqp://guest:guest@127.0.0.1:PORT/<vhost>``: the test's own vhost."""
+    """``amqp://guest:guest@127.0.0.1:PORT/<vhost>``: the test's own vhost (the
+    ``--leveret-url`` as it is on an external broker without a management API)."""
+    if isinstance(leveret_broker, ExternalBroker) and not leveret_broker.isolated:
+        return leveret_broker.url
     return leveret_broker.vhost_url(leveret_vhost)
 
 

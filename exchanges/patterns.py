@@ -26,17 +26,18 @@ from exchanges.trie import TopicTrie
 class RouteCache(OrderedDict[str, frozenset[str]]):
     """Results of one index by routing key, bounded, evicting the oldest first.
 
-    Two bounds: ``max_entries`` keys, and ``max_weight`` names held over all results, so
-    that a cache of ``#`` results over 100k bindings cannot hold gigabytes. A single result
-    heavier than ``max_weight`` is returned without being kept. FIFO rather than LRU: a hit
-    stays one C-level dict lookup (an LRU would move the entry on every hit), and eviction is
-    O(1) (``popitem(last=False)``; evicting from the front of a plain dict is not).
+    Two bounds: ``max_entries`` keys, and ``max_weight`` names held over all results (a
+    frozenset costs about 45 bytes per name, so at most ~45 MB per index), so that caching
+    ``#`` over 100k bindings cannot hold gigabytes. A single result heavier than
+    ``max_weight`` is returned without being kept. FIFO rather than LRU: a hit stays one
+    C-level dict lookup (an LRU would move the entry on every hit), and eviction is O(1)
+    (``popitem(last=False)``; evicting from the front of a plain dict is not).
     """
 
     __slots__ = ("weight",)
 
     max_entries = 4096
-    max_weight = 1 << 18
+    max_weight = 1 << 20
 
     def __init__(self) -> None:
         super().__init__()

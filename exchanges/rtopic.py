@@ -12,15 +12,25 @@ least one word, ``#.#`` every key, ``#.*.c`` every key whose last word is ``c`` 
 at least two words. The plugin compares the word after ``#`` with edge labels, so those
 three match nothing there (research/peers.md section 4.5); that is a bug, not a contract.
 
-Indexes. Binding keys are kept twice: in a forward trie, and in a trie of the reversed
+Indexes. Binding keys are kept twice, in a forward trie and in a trie of the reversed
 words, so a suffix query (``#.d0``) is a prefix query there. Each node counts the bindings
-below it. A query walks both tries up to the first ``#`` (a cheap, level-by-level walk:
-before a ``#`` a node is reached at most once) and then searches from whichever frontier
-has fewer bindings below it, so ``a0.#``, ``#.d0`` and ``a0.#.d0`` only visit the smaller
-anchored subtree. The search after the first ``#`` visits each ``(node, pattern position)``
-state once, so its cost is at most nodes x pattern length: never exponential, whatever the
-number of ``#``. A pattern anchored at neither end (``#.c0.#``) has to visit the whole trie:
-that is the one case no prefix index helps, and the route cache is what amortises it.
+below it, and each trie maps ``(word, depth)`` to the nodes reached by that word at that
+depth. A pattern is first normalised (``#.#`` is ``#``, ``#.*`` is ``*.#``), then one of
+three plans runs, chosen by estimates that cost a few dict lookups:
+
+* prefix: descend the forward trie along the literal words before the first wildcard and
+  search below (``a0.#``, ``a0.*.c0``);
+* suffix: the same in the reversed trie with the literal words after the last wildcard
+  (``#.d0``, ``*.c0.d0``);
+* infix: start from the nodes where the pattern's rarest literal word can sit (its depth is
+  known up to the first ``#``), drop those whose next words or path above do not fit, and
+  search below the rest (``#.c0.#``, ``*.*.c0.#``, ``#.c0.*``), which neither end anchors.
+  A pattern word found where it could not sit at all ends the query at once.
+
+The search visits each ``(node, pattern position)`` state at most once, so its cost is at
+most nodes x pattern length: never exponential, whatever the number of ``#``. What no index
+avoids is the output: ``a0.#`` over 100 bindings visits their 100 subtrees. Repeated
+patterns are answered by the route cache in front of the index (:mod:`exchanges.patterns`).
 """
 
 from __future__ import annotations
@@ -67,35 +77,40 @@ class _Node(Generic[D]):
 
     ``count`` is the number of binding references in this subtree (this node included): it
     estimates what a search below the node costs, and a node whose count drops to 0 is
-    pruned. ``parent`` and ``word`` (the edge into the node) let the infix plan read a
-    node's path upwards; pruning clears ``parent``, so dead nodes form no cycle.
+    pruned. ``path`` (forward trie only) is the words from the root to the node, for the
+    infix plan. A tuple rather than a parent pointer: no reference cycles, so a dropped
+    trie is freed by reference counting at once, not by a full garbage collection.
     """
 
-    __slots__ = ("children", "count", "dests", "parent", "word")
+    __slots__ = ("children", "count", "dests", "path")
 
-    def __init__(self, parent: _Node[D] | None, word: str) -> None:
+    def __init__(self, path: tuple[str, ...]) -> None:
         self.children: dict[str, _Node[D]] = {}
         self.dests: dict[D, int] = {}
         self.count = 0
-        self.parent = parent
-        self.word = word
+        self.path = path
 
 
 class _KeyTrie(Generic[D]):
     """One direction of the index: a counted trie of literal word sequences.
 
-    ``at`` (forward trie only) maps ``(word, depth)`` to the nodes whose incoming edge is
-    ``word`` at that depth (the root is depth 0): where a pattern word can sit. The infix
-    plan starts there, and a pattern word found at no depth proves that nothing matches.
-    ``depth`` is the deepest depth ever used (an upper bound for ``at``'s depths).
+    ``at`` maps ``(word, depth)`` to the nodes whose incoming edge is ``word`` at that
+    depth (the root is depth 0): where a pattern word can sit. The infix plan starts there,
+    and a pattern word found at no possible depth proves that nothing matches. ``uses``
+    counts those nodes per word over all depths (an estimate in one lookup), and ``depth``
+    is the deepest depth ever used (an upper bound for ``at``'s depths). Only the forward
+    trie keeps node paths (``paths``): the reversed one is only entered at the pattern's
+    last literal word, where the path above is wildcards alone and needs no check.
     """
 
-    __slots__ = ("at", "depth", "root")
+    __slots__ = ("at", "depth", "paths", "root", "uses")
 
-    def __init__(self, indexed: bool) -> None:
-        self.root: _Node[D] = _Node(None, "")
-        self.at: dict[tuple[str, int], set[_Node[D]]] | None = {} if indexed else None
+    def __init__(self, paths: bool) -> None:
+        self.root: _Node[D] = _Node(())
+        self.at: dict[tuple[str, int], set[_Node[D]]] = {}
+        self.uses: dict[str, int] = {}
         self.depth = 0
+        self.paths = paths
 
     def add(self, words: Sequence[str], dest: D) -> None:
         node = self.root
@@ -103,9 +118,9 @@ class _KeyTrie(Generic[D]):
         for depth, word in enumerate(words, 1):
             child = node.children.get(word)
             if child is None:
-                child = node.children[word] = _Node(node, word)
-                if self.at is not None:
-                    self.at.setdefault((word, depth), set()).add(child)
+                child = node.children[word] = _Node((*node.path, word) if self.paths else ())
+                self.at.setdefault((word, depth), set()).add(child)
+                self.uses[word] = self.uses.get(word, 0) + 1
             node = child
             node.count += 1
         node.dests[dest] = node.dests.get(dest, 0) + 1
@@ -131,17 +146,18 @@ class _KeyTrie(Generic[D]):
         # Prune the first node left with no binding below it (remove_path_if_empty): the
         # rest of the path below it is all that its subtree holds, so it all goes.
         for depth in range(1, len(path)):
-            node = path[depth]
-            if not node.count:
-                del path[depth - 1].children[node.word]
+            if not path[depth].count:
+                del path[depth - 1].children[words[depth - 1]]
                 for dead_depth in range(depth, len(path)):
-                    dead = path[dead_depth]
-                    dead.parent = None
-                    if self.at is not None:
-                        nodes = self.at[dead.word, dead_depth]
-                        nodes.discard(dead)
-                        if not nodes:
-                            del self.at[dead.word, dead_depth]
+                    word = words[dead_depth - 1]
+                    nodes = self.at[word, dead_depth]
+                    nodes.discard(path[dead_depth])
+                    if not nodes:
+                        del self.at[word, dead_depth]
+                    if self.uses[word] > 1:
+                        self.uses[word] -= 1
+                    else:
+                        del self.uses[word]
                 break
         return True
 
@@ -156,8 +172,8 @@ class ReverseTopicTrie(Generic[D]):
     __slots__ = ("_backward", "_forward")
 
     def __init__(self) -> None:
-        self._forward: _KeyTrie[D] = _KeyTrie(indexed=True)
-        self._backward: _KeyTrie[D] = _KeyTrie(indexed=False)
+        self._forward: _KeyTrie[D] = _KeyTrie(paths=True)
+        self._backward: _KeyTrie[D] = _KeyTrie(paths=False)
 
     def __len__(self) -> int:
         """Number of bindings held (counting each (key, destination) reference)."""
@@ -201,16 +217,25 @@ class ReverseTopicTrie(Generic[D]):
         tail = _descend(backward.root, backwards[:suffix])
         if tail is None:
             return out  # no binding key ends this way
-        infix = _cheapest_infix(forward, words)
-        if infix is None:
-            return out  # a literal word that no binding key has where it could sit
         # Searching below an anchor visits about the nodes of its subtree, a few per
         # binding; an infix candidate costs one check before most are dropped.
-        cost, j, candidates = infix
-        cost *= _INFIX_FACTOR
-        if j >= 0 and cost < min(head.count, tail.count) * _NODES_PER_BINDING:
-            _infix(candidates, j, words, out)
-        elif head.count <= tail.count:
+        anchored = min(head.count, tail.count) * _NODES_PER_BINDING
+        if anchored > _SMALL:
+            infix = _cheapest_infix(forward, words, last=len(words))
+            # In the reversed trie only the pattern's last literal word: what follows it in
+            # the pattern is wildcards alone, so its nodes need no path check.
+            lead = next((i for i, w in enumerate(backwards) if w not in (STAR, HASH)), 0)
+            back = _cheapest_infix(backward, backwards, last=lead + 1)
+            if infix is None or back is None:
+                return out  # a literal word that no binding key has where it could sit
+            (cost, j), (back_cost, back_j) = infix, back
+            if j >= 0 and min(cost, back_cost) * _INFIX_FACTOR < anchored:
+                if back_cost < cost:
+                    _infix(backward, back_j, backwards, out)
+                else:
+                    _infix(forward, j, words, out)
+                return out
+        if head.count <= tail.count:
             _search([head], prefix, words, out, words.count(HASH) > 1)
         else:
             _search([tail], suffix, backwards, out, words.count(HASH) > 1)
@@ -228,19 +253,26 @@ class ReverseTopicTrie(Generic[D]):
 
     def dump(self) -> Any:
         """A canonical, comparable form of both tries and the word index."""
-        at = self._forward.at or {}
         return (
             _dump(self._forward.root),
             _dump(self._backward.root),
-            tuple(sorted((key, len(nodes)) for key, nodes in at.items())),
+            *(
+                (
+                    tuple(sorted((key, len(nodes)) for key, nodes in trie.at.items())),
+                    tuple(sorted(trie.uses.items())),
+                )
+                for trie in (self._forward, self._backward)
+            ),
         )
 
 
 # Plan costs, in node visits: a search below an anchor visits a few nodes per binding below
 # it (keys are a few words long), an infix candidate about one. Tests force a plan by
-# setting _INFIX_FACTOR to 0 (infix whenever the pattern has a literal word) or 10**9.
+# setting _INFIX_FACTOR to 0 and _SMALL to -1 (infix whenever the pattern has a literal
+# word), or _INFIX_FACTOR to 10**9 (never).
 _NODES_PER_BINDING = 3
 _INFIX_FACTOR = 1
+_SMALL = 48  # below this an anchored search is cheaper than estimating the infix plan
 
 
 def _anchor(words: Sequence[str]) -> int:
@@ -261,81 +293,71 @@ def _descend(node: _Node[D], words: Sequence[str]) -> _Node[D] | None:
     return node
 
 
-Infix = tuple[int, int, list[set[_Node[Any]]]]
+def _cheapest_infix(trie: _KeyTrie[D], words: Sequence[str], last: int) -> tuple[int, int] | None:
+    """(estimated candidates, position) of the literal word among ``words[:last]`` that can
+    sit at the fewest nodes; None when some literal word can sit nowhere, position -1 when
+    there is no literal word. One dict lookup per word.
 
-
-def _cheapest_infix(trie: _KeyTrie[D], words: Sequence[str]) -> Infix | None:
-    """(number of candidates, position, candidate sets) for the literal word of ``words``
-    that can sit at the fewest nodes; None when some literal word can sit nowhere, and
-    position -1 when ``words`` has no literal word.
-
-    Before the first ``#`` a word's depth is its position; after it, at least the number of
-    non-``#`` words before it, at most the trie's depth.
+    Before the first ``#`` a word's depth is fixed (its position); after it the estimate is
+    the word's nodes at every depth.
     """
     at = trie.at
-    assert at is not None
-    best: Infix | None = None
+    best = (1 << 62, -1)
     fixed = True
-    floor = 0  # words before this one that take one word each
-    for j, word in enumerate(words):
+    depth = 0
+    for j, word in enumerate(words[:last]):
         if word == HASH:
             fixed = False
             continue
-        floor += 1
+        depth += 1
         if word == STAR:
             continue
         if fixed:
-            found = at.get((word, floor))
-            sets = [found] if found is not None else []
+            found = at.get((word, depth))
+            total = len(found) if found is not None else 0
         else:
-            sets = [s for d in range(floor, trie.depth + 1) if (s := at.get((word, d)))]
-        total = sum(len(s) for s in sets)
+            total = trie.uses.get(word, 0)
         if not total:
             return None
-        if best is None or total < best[0]:
-            best = (total, j, sets)
-    return best if best is not None else (1 << 62, -1, [])
+        if total < best[0]:
+            best = (total, j)
+    return best
 
 
-def _infix(candidates: list[set[_Node[D]]], j: int, words: Sequence[str], out: set[D]) -> None:
-    """The infix plan: ``words[j]`` is a literal and ``candidates`` are the nodes where it
-    can sit. For each, follow the literal words right after it (a dict lookup or two drops
-    most candidates), check the path above against ``words[:j]``, then search below.
+def _infix(trie: _KeyTrie[D], j: int, words: Sequence[str], out: set[D]) -> None:
+    """The infix plan: ``words[j]`` is a literal; take the nodes where it can sit (its
+    depth is fixed unless a ``#`` comes before it, and at least the number of other words
+    before it). For each, follow the literal words right after it (a dict lookup or two
+    drops most candidates), check the path above against ``words[:j]``, then search below.
 
     This is what makes ``#.c0.#``, ``*.*.c0.#`` or ``#.b0.c0.*`` cheap, which neither end
     of the pattern anchors.
     """
+    at = trie.at
     head = words[:j]
+    word = words[j]
+    floor = j + 1 - head.count(HASH)  # the least depth words[j] can sit at
+    depths = range(floor, trie.depth + 1) if HASH in head else range(floor, floor + 1)
     stop = _anchor(words[j + 1 :]) + j + 1  # the end of the literal run that follows
     run = words[j + 1 : stop]
-    # The candidate sets hold only depths the head allows (_cheapest_infix), so a head of
-    # wildcards alone matches whatever path leads there, and no path needs reading.
-    free = all(word in (STAR, HASH) for word in head)
+    # The candidates are at depths the head allows, so a head of wildcards alone matches
+    # whatever path leads there, and no path needs reading.
+    free = all(w in (STAR, HASH) for w in head)
+    assert free or trie.paths
     seeds: list[_Node[D]] = []
-    for found in candidates:
-        for node in found:
+    for depth in depths:
+        for node in at.get((word, depth), ()):
             end: _Node[D] | None = _descend(node, run) if run else node
             if end is None:
                 continue
-            if not free and not _glob(head, _path(node)):
+            if not free and not _glob(head, node.path[:-1]):
                 continue
             seeds.append(end)
     # Seeds at one depth have disjoint subtrees; after a '#' in the head they may nest, and
     # a '#' below then reaches the same states from several seeds: memoise then.
-    hashes = sum(1 for word in words[stop:] if word == HASH)
+    hashes = sum(1 for w in words[stop:] if w == HASH)
     nested = HASH in head and len(seeds) > 1
     _search(seeds, stop, words, out, hashes > 1 or (hashes > 0 and nested))
-
-
-def _path(node: _Node[D]) -> list[str]:
-    """The words from the root to the parent of ``node``."""
-    path: list[str] = []
-    up = node.parent
-    while up is not None and up.parent is not None:
-        path.append(up.word)
-        up = up.parent
-    path.reverse()
-    return path
 
 
 def _glob(pattern: Sequence[str], words: Sequence[str]) -> bool:

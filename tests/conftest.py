@@ -9,55 +9,21 @@ carries the ``rabbitmq`` marker and is deselected unless ``-m rabbitmq`` is give
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from broker.config import Config
-from broker.server import Server
+from broker.inspect import BrokerThread
 
+# ``from tests.conftest import BrokerThread`` keeps working: the class now lives in
+# broker/inspect.py, shared with the pytest plugin (broker/testing.py).
+__all__ = ["BrokerThread"]
 
-class BrokerThread:
-    """A Leveret server running on its own event loop in a daemon thread."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.loop = asyncio.new_event_loop()
-        self.server = Server(config)
-        self._thread = threading.Thread(target=self._run, name="leveret-test-broker", daemon=True)
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self.server.start())
-        except BaseException as exc:  # report start-up failures to the test thread
-            self._error = exc
-            self._started.set()
-            return
-        self._started.set()
-        self.loop.run_forever()
-
-    def start(self) -> BrokerThread:
-        self._thread.start()
-        self._started.wait(10)
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def stop(self) -> None:
-        fut = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
-        fut.result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-
-    @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.server.port}/"
+# The plugin (broker/testing.py, loaded through its pytest11 entry point) defines
+# ``amqp_url`` and ``leveret`` too: the fixtures below override them for this project's own
+# suite. tests/plugin/ tests the plugin's versions (conftest there, and pytester).
 
 
 @pytest.fixture(scope="session")

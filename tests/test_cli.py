@@ -41,7 +41,18 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]
     """``python -m broker serve`` in an empty working directory, without --data-dir."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--port",
+            str(port),
+            "--management-port",
+            "0",
+            "--log-level",
+            "warning",
+        ],  # fmt: skip
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         stdout=subprocess.PIPE,

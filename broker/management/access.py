@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost", "::ffff:127.0.0.1"})
-# Where the auth middleware keeps the logged-in user on the request.
-USER_KEY = "leveret.management.user"
+# Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).
+USER_KEY = web.RequestKey("user", User)
 SERVER_KEY: web.AppKey[Server] = web.AppKey("server")
 
 
@@ -76,8 +76,7 @@ def authenticate(server: Server, request: web.Request) -> User:
 
 def current_user(request: web.Request) -> User:
     """The user the auth middleware stored on the request."""
-    user: User = request[USER_KEY]
-    return user
+    return request[USER_KEY]
 
 
 def require_admin(request: web.Request) -> User:

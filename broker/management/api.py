@@ -1,12 +1,14 @@
-"""Read-only endpoints: overview, vhosts, users, permissions, connections, channels and
-consumers (rabbit_mgmt_wm_overview, _vhosts, _users, _permissions, _connections,
-_channels, _consumers in deps/rabbitmq_management/src).
+"""Read-only endpoints: overview, nodes, health checks, vhosts, users and permissions
+(rabbit_mgmt_wm_overview, _nodes, _health_check_alarms, _vhosts, _users, _permissions in
+deps/rabbitmq_management/src), and the request helpers the other handler modules share.
 
-Exchanges, queues and bindings are in :mod:`broker.management.topology`.
+Connections, channels and consumers are in :mod:`broker.management.clients`; exchanges,
+queues and bindings in :mod:`broker.management.topology`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -15,34 +17,40 @@ from broker.management import views
 from broker.management.access import (
     SERVER_KEY,
     current_user,
-    is_monitor,
     require_admin,
     require_vhost,
-    sees_user,
     visible_vhosts,
 )
-from broker.management.errors import ApiError, not_authorised, not_found
+from broker.management.errors import not_found
 from broker.management.query import json_response, reply_list
 from broker.management.state import state_of
 from broker.management.stats import GAUGES
 from exchanges.model import ExchangeType
 
 if TYPE_CHECKING:
-    from broker.channel import Channel
-    from broker.connection import Connection
     from broker.server import Server
     from broker.vhost import VHost
 
 routes = web.RouteTableDef()
 
-EXCHANGE_TYPES = {
-    ExchangeType.DIRECT: "AMQP direct exchange, as per the AMQP specification",
-    ExchangeType.FANOUT: "AMQP fanout exchange, as per the AMQP specification",
-    ExchangeType.TOPIC: "AMQP topic exchange, as per the AMQP specification",
-    ExchangeType.HEADERS: "AMQP headers exchange, as per the AMQP specification",
-    ExchangeType.RTOPIC: "Reverse topic exchange (rabbitmq-rtopic-exchange)",
+# Descriptions as RabbitMQ's exchange type modules give them; types without one (plugin
+# types such as x-rtopic) are listed with a generic text.
+EXCHANGE_DESCRIPTIONS = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
 }
-MANAGEMENT_PORT_KEY = web.AppKey("management_port", int)
+
+
+@dataclass
+class HttpListener:
+    """Where the management API listens (known once its socket is bound)."""
+
+    port: int = 0
+
+
+LISTENER_KEY = web.AppKey("http_listener", HttpListener)
 
 
 def server_of(request: web.Request) -> Server:
@@ -103,7 +111,7 @@ def listeners(request: web.Request) -> list[dict[str, Any]]:
                 "port": tls_port,
             }
         )
-    port = request.app.get(MANAGEMENT_PORT_KEY)
+    port = request.app[LISTENER_KEY].port
     host = request.transport.get_extra_info("sockname") if request.transport else None
     found.append(
         {
@@ -137,8 +145,12 @@ async def overview(request: web.Request) -> web.Response:
             "enable_queue_totals": False,
             "statistics_db_event_queue": 0,
             "exchange_types": [
-                {"name": t.value, "description": text, "enabled": True}
-                for t, text in EXCHANGE_TYPES.items()
+                {
+                    "name": t.value,
+                    "description": EXCHANGE_DESCRIPTIONS.get(t.value, f"{t.value} exchange"),
+                    "enabled": True,
+                }
+                for t in ExchangeType
             ],
             "message_stats": views.message_stats(totals, rates),
             "queue_totals": views.message_counts(gauges, rates),
@@ -149,7 +161,7 @@ async def overview(request: web.Request) -> web.Response:
                     "node": views.NODE,
                     "description": "RabbitMQ Management",
                     "path": "/",
-                    "port": str(request.app.get(MANAGEMENT_PORT_KEY, "")),
+                    "port": str(request.app[LISTENER_KEY].port),
                 }
             ],
         }
@@ -298,123 +310,3 @@ async def get_user(request: web.Request) -> web.Response:
     if user is None:
         raise not_found()
     return json_response(views.user_view(user))
-
-
-# -- connections, channels, consumers ---------------------------------------------------
-
-
-def visible_connections(request: web.Request) -> list[Connection]:
-    """Open connections the user may see (optionally of the vhost in the path)."""
-    server = server_of(request)
-    user = current_user(request)
-    only = vhost_of(request).name if "vhost" in request.match_info else None
-    found = []
-    for conn in server.connections:
-        if conn.vhost is None or not sees_user(user, conn.user):
-            continue
-        if only is None or conn.vhost.name == only:
-            found.append(conn)
-    return found
-
-
-def connection_state(conn: Connection) -> str:
-    """RabbitMQ's connection state: ``blocked`` under the memory alarm, else running."""
-    from broker.connection import STATE_NAMES
-
-    return "blocked" if conn.blocked else STATE_NAMES.get(conn.state, "running")
-
-
-def find_connection(request: web.Request) -> Connection:
-    """The connection named in the path (if the user may see it), or 404."""
-    name = request.match_info["connection"]
-    server = server_of(request)
-    for conn in server.connections:
-        if conn.vhost is not None and views.connection_name(conn) == name:
-            if not sees_user(current_user(request), conn.user):
-                raise not_authorised("User not authorised to access object")
-            return conn
-    raise not_found()
-
-
-@routes.get("/api/connections")
-@routes.get("/api/vhosts/{vhost}/connections")
-async def list_connections(request: web.Request) -> web.Response:
-    """GET /api/connections."""
-    items = [views.connection_view(c, connection_state(c)) for c in visible_connections(request)]
-    return reply_list(items, request)
-
-
-@routes.get("/api/connections/{connection}")
-async def get_connection(request: web.Request) -> web.Response:
-    """GET /api/connections/name."""
-    conn = find_connection(request)
-    return json_response(views.connection_view(conn, connection_state(conn)))
-
-
-@routes.delete("/api/connections/{connection}")
-async def close_connection(request: web.Request) -> web.Response:
-    """DELETE /api/connections/name: close it with 320 CONNECTION_FORCED, the reason from
-    the ``X-Reason`` header (rabbit_mgmt_wm_connection:delete_resource/2)."""
-    conn = find_connection(request)
-    user = current_user(request)
-    if "administrator" not in user.tags and conn.user != user.name:
-        raise not_authorised("User not authorised to access object")
-    conn.force_close(request.headers.get("X-Reason", "Closed via management plugin"))
-    return web.Response(status=204)
-
-
-def visible_channels(request: web.Request) -> list[tuple[Connection, Channel]]:
-    """Channels of the connections the user may see."""
-    return [
-        (conn, channel)
-        for conn in visible_connections(request)
-        for channel in conn.channels.values()
-    ]
-
-
-@routes.get("/api/channels")
-@routes.get("/api/vhosts/{vhost}/channels")
-async def list_channels(request: web.Request) -> web.Response:
-    """GET /api/channels."""
-    items = [views.channel_view(conn, ch) for conn, ch in visible_channels(request)]
-    return reply_list(items, request)
-
-
-@routes.get("/api/connections/{connection}/channels")
-async def connection_channels(request: web.Request) -> web.Response:
-    """GET /api/connections/name/channels."""
-    conn = find_connection(request)
-    return reply_list([views.channel_view(conn, ch) for ch in conn.channels.values()], request)
-
-
-@routes.get("/api/channels/{channel}")
-async def get_channel(request: web.Request) -> web.Response:
-    """GET /api/channels/name."""
-    name = request.match_info["channel"]
-    for conn, channel in visible_channels(request):
-        if views.channel_name(conn, channel) == name:
-            return json_response(views.channel_view(conn, channel))
-    raise not_found()
-
-
-@routes.get("/api/consumers")
-@routes.get("/api/consumers/{vhost}")
-async def list_consumers(request: web.Request) -> web.Response:
-    """GET /api/consumers[/vhost] (rabbit_mgmt_wm_consumers)."""
-    names = {vhost.name for vhost in scoped_vhosts(request)}
-    server = server_of(request)
-    items = []
-    for conn in server.connections:
-        if conn.vhost is None or conn.vhost.name not in names:
-            continue
-        for channel in conn.channels.values():
-            for consumer in channel.consumers.values():
-                items.append(views.consumer_view(conn, consumer, conn.vhost.name))
-    return reply_list(items, request)
-
-
-def check_monitor_or_self(request: web.Request, owner: str) -> None:
-    """Monitors see everything; others only their own objects."""
-    user = current_user(request)
-    if not is_monitor(user) and user.name != owner:
-        raise ApiError(401, "not_authorised", "User not authorised to access object")

@@ -17,7 +17,9 @@ exchanges, no exclusive queues, no implicit default-exchange bindings.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.auth import Permission
@@ -296,3 +298,22 @@ def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = N
         raise _amqp_failure(exc) from exc
     except ApiError as exc:
         raise DefinitionsError(exc.reason) from exc
+
+
+def load_definitions_file(server: Server, path: Path) -> None:
+    """``--load-definitions PATH``: a definitions.json file, or a directory whose ``*.json``
+    files are applied in name order (rabbit_definitions_import_local_filesystem). Raises
+    :class:`DefinitionsError` with the file name for unreadable or invalid files."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    for file in files:
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DefinitionsError(f"{file}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise DefinitionsError(f"{file}: not valid JSON ({exc})") from exc
+        try:
+            load_definitions(server, data)
+        except DefinitionsError as exc:
+            raise DefinitionsError(f"{file}: {exc}") from exc
+        log.info("loaded definitions from %s", file)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from broker.errors import ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, AMQPError
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 AUTH_REALM = 'Basic realm="RabbitMQ Management"'
 
@@ -43,6 +45,8 @@ class ApiError(Exception):
 
     def response(self) -> web.Response:
         """The JSON response for this error."""
+        from aiohttp import web  # here, so definitions import without aiohttp
+
         headers = {"WWW-Authenticate": AUTH_REALM} if self.challenge else None
         return web.Response(
             status=self.status,

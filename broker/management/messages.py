@@ -30,6 +30,7 @@ from broker.management.api import server_of, vhost_of
 from broker.management.errors import amqp_errors, bad_request, not_found
 from broker.management.query import json_response, read_json
 from broker.management.state import state_of
+from broker.management.stats import broker_counters
 from broker.management.topology import exchange_name, queue_of
 from broker.message import Message, expiration_error
 
@@ -103,8 +104,8 @@ def message_item(entry: Entry, remaining: int, encoding: str, truncate: int | No
 @routes.post("/api/queues/{vhost}/{name}/get")
 async def get_messages(request: web.Request) -> web.Response:
     """POST /api/queues/vhost/name/get."""
+    body = await read_json(request)  # first: nothing may change between lookup and use
     vhost, queue = queue_of(request)
-    body = await read_json(request)
     if "ackmode" not in body and "requeue" in body:  # the pre-3.7 form of the request
         body["ackmode"] = (
             "ack_requeue_true" if body["requeue"] in (True, "true") else "ack_requeue_false"
@@ -232,12 +233,12 @@ async def wait_synced(persistence: Persistence | None, generation: int) -> None:
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 async def publish(request: web.Request) -> web.Response:
     """POST /api/exchanges/vhost/name/publish."""
+    body = await read_json(request)  # first: nothing may change between lookup and use
     vhost = vhost_of(request)
     name = exchange_name(request)
     exchange = vhost.projection.exchanges.get(name)
     if exchange is None:
         raise not_found()
-    body = await read_json(request)
     props, routing_key, payload, encoding = mandatory(
         body, "properties", "routing_key", "payload", "payload_encoding"
     )
@@ -261,6 +262,13 @@ async def publish(request: web.Request) -> web.Response:
     sampler.api_received += 1
     if not routed:
         sampler.unroutable_returned += 1
+    counters = broker_counters(server)
+    if counters is not None:  # the broker's own per-publish counters (AMQP publishes)
+        counters.received += 1
+        if routed:
+            counters.routed += 1
+        else:
+            counters.unroutable_returned += 1  # the API publishes as mandatory
     if rejected:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     await wait_synced(vhost.persistence, generation)

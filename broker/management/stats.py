@@ -21,6 +21,7 @@ count every publish.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from broker.queue import Queue
     from broker.server import Server
 
+log = logging.getLogger(__name__)
+
 INTERVAL = 5.0
 # Counter names as RabbitMQ's message_stats keys.
 COUNTERS = ("publish", "deliver_get", "ack")
@@ -38,8 +41,9 @@ GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
 
 
 class BrokerCounters(Protocol):
-    """Per-publish counters a broker hook may provide as ``Server.counters`` (see the
-    package docstring); used instead of what the per-queue counters can only estimate."""
+    """Per-publish counters a broker may provide as ``Server.counters``, counted by the
+    channels for AMQP publishes (the management API adds its own publishes): used instead
+    of what the per-queue counters can only estimate."""
 
     received: int
     routed: int
@@ -113,8 +117,9 @@ class Sampler:
 
     def totals(self) -> dict[str, int]:
         """Broker-wide ``publish``, ``deliver_get`` and ``ack`` since start."""
+        live = self.refresh()  # first: it may move counters into ``retired``
         sums = list(self.retired)
-        for queue in self.refresh():
+        for queue in live:
             for i, value in enumerate(queue_counters(queue)):
                 sums[i] += value
         return dict(zip(COUNTERS, sums, strict=True))
@@ -166,7 +171,10 @@ class Sampler:
     async def _run(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
-            self.sample()
+            try:
+                self.sample()
+            except Exception:  # a bad sample must not end sampling for good
+                log.exception("management statistics sample failed")
 
 
 def _rates(previous: Sample, current: Sample) -> dict[str, float]:

@@ -70,9 +70,9 @@ async def get_exchange(request: web.Request) -> web.Response:
 async def put_exchange(request: web.Request) -> web.Response:
     """PUT /api/exchanges/vhost/name: ``{type, durable, auto_delete, internal, arguments}``
     (defaults: exchange.declare's field defaults, direct and all false)."""
+    body = await read_json(request)  # first: nothing may change between lookup and use
     vhost = vhost_of(request)
     name = exchange_name(request)
-    body = await read_json(request)
     type_name = body.get("type", "direct")
     if not isinstance(type_name, str):
         raise bad_request("type must be a string")
@@ -182,9 +182,9 @@ async def get_queue(request: web.Request) -> web.Response:
 async def put_queue(request: web.Request) -> web.Response:
     """PUT /api/queues/vhost/name: ``{durable, auto_delete, arguments}`` (queue.declare's
     defaults: not durable, not auto-delete)."""
+    body = await read_json(request)  # first: nothing may change between lookup and use
     vhost = vhost_of(request)
     name = request.match_info["name"]
-    body = await read_json(request)
     with amqp_errors():
         permit(request, vhost.name, "configure", "queue", name)
         _queue, created = ops.declare_queue(
@@ -282,8 +282,8 @@ async def list_bindings_between(request: web.Request) -> web.Response:
 async def add_binding(request: web.Request) -> web.Response:
     """POST /api/bindings/vhost/e/source/q|e/destination ``{routing_key, arguments}``:
     201 with the new binding's ``Location`` (relative, as rabbit_mgmt_wm_bindings sends)."""
+    body = await read_json(request)  # first: nothing may change between lookup and use
     vhost, source, kind, destination = binding_ends(request)
-    body = await read_json(request)
     routing_key = body.get("routing_key", "")
     if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string")
@@ -304,6 +304,8 @@ def find_binding(request: web.Request) -> tuple[VHost, Binding]:
     vhost, source, kind, destination = binding_ends(request)
     props = request.match_info["props"]
     parts = props.split("~")
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()  # rabbit_mgmt_format:tokenise/1 drops a trailing empty token: "~" is ""
     if len(parts) > 2:
         raise bad_request(f"{{too_many_tokens,{props!r}}}")
     routing_key = unquote_plus(parts[0])

@@ -274,6 +274,8 @@ def connection_view(conn: Connection, state: str) -> JSON:
         "frame_max": conn.frame_max,
         "timeout": conn.heartbeat,
         "client_properties": amqp_json(conn.client_properties),
+        # Milliseconds since the epoch, when the broker records it.
+        "connected_at": getattr(conn, "connected_at", None),
     }
 
 

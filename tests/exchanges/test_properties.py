@@ -90,28 +90,34 @@ def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> 
 PATTERNS = st.lists(WORDS, max_size=7).map(".".join)
 
 
-@pytest.mark.parametrize("infix_factor", [0, rtopic._INFIX_FACTOR, 10**9])
-@settings(max_examples=300)
+PLANS = {
+    "default": (rtopic._INFIX_FACTOR, rtopic._SMALL),
+    "infix": (0, -1),  # whenever the pattern has a literal word
+    "anchored": (10**9, rtopic._SMALL),  # never the infix plan
+}
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS))
+@settings(max_examples=300, deadline=None)  # no per-example deadline: the machine is shared
 @given(st.lists(st.tuples(KEYS, st.integers(0, 3)), max_size=30), st.lists(PATTERNS, max_size=10))
 def test_rtopic_matches_brute_force(
-    infix_factor: int, bindings: list[tuple[str, int]], patterns: list[str]
+    plan: str, bindings: list[tuple[str, int]], patterns: list[str]
 ) -> None:
     """x-rtopic is topic matching with the roles swapped: the pattern is the routing key.
 
-    The factor forces the plan: 0 makes the infix plan (from the rarest literal word) win
-    whenever the pattern has a literal word, 10**9 makes it never win, so every plan is
-    checked against the definition and not only the one small tries happen to pick."""
+    Small tries would nearly always pick an anchored search, so each plan is also forced,
+    and every one is checked against the definition."""
     trie: ReverseTopicTrie[int] = ReverseTopicTrie()
     for key, dest in bindings:
         trie.add(key, dest)
-    saved = rtopic._INFIX_FACTOR
-    rtopic._INFIX_FACTOR = infix_factor
+    saved = rtopic._INFIX_FACTOR, rtopic._SMALL
+    rtopic._INFIX_FACTOR, rtopic._SMALL = PLANS[plan]
     try:
         for pattern in [*patterns, "", "#", "#.*", "#.#", "*.#.*", "#.*.a", "a.#.b", "#.a.#"]:
             expected = {d for k, d in bindings if topic_matches(words_of(pattern), words_of(k))}
             assert trie.match(pattern) == expected, pattern
     finally:
-        rtopic._INFIX_FACTOR = saved
+        rtopic._INFIX_FACTOR, rtopic._SMALL = saved
 
 
 @given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
@@ -315,7 +321,7 @@ MESSAGE = st.tuples(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # each example replays the topology many times
 @given(ALTERNATES, CACHE_BOUNDS, st.lists(st.tuples(OP, MESSAGE), min_size=10, max_size=30))
 def test_cached_routes_equal_uncached_routes(
     ae: dict[str, str], bounds: tuple[int, int], steps: list[tuple[Event | int, Any]]

@@ -231,3 +231,28 @@ def test_route_with_e2e_alternate_exchange_and_cc() -> None:
     index = p.indexes["r"].queues
     assert isinstance(index, RTopicIndex)
     assert index.lookup("a.*") == {"q1"}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["#.b1.c2", "#.a0.#", "*.*.c2.#", "#.b1.*", "#.*.b1.*.#", "a0.#.c2", "*.b1.#.c2", "#.a0.b1.#"],
+)
+def test_infix_plans_on_a_larger_trie(pattern: str) -> None:
+    """Enough bindings that anchored searches cost more than the word index: patterns
+    anchored at neither end, or at an end with many bindings below, go the infix way (in
+    the forward trie or, from the last literal word, in the reversed one)."""
+    keys = [f"a{i % 5}.b{i % 7}.c{i % 11}" for i in range(300)]
+    keys += [f"x{i}.a{i % 3}.b{i % 2}.c{i % 4}.y" for i in range(300)]
+    trie = trie_of(*keys)
+    words = tuple(pattern.split("."))
+    expected = {k for k in keys if _matches(words, tuple(k.split(".")))}
+    assert trie.match(pattern) == expected
+
+
+def _matches(pattern: tuple[str, ...], key: tuple[str, ...]) -> bool:
+    if not pattern:
+        return not key
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_matches(rest, key[i:]) for i in range(len(key) + 1))
+    return bool(key) and head in ("*", key[0]) and _matches(rest, key[1:])

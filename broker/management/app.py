@@ -1,0 +1,123 @@
+"""The management HTTP server: the aiohttp application, its auth middleware, start and stop.
+
+It runs on the broker's own event loop (aiohttp's ``AppRunner``/``TCPSite``), so handlers
+call the vhost, queue and access-control objects directly, between two frames of the
+AMQP connections, with no locking.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from broker.errors import AMQPError
+from broker.management import actions, api, clients, messages, metrics, page, topology
+from broker.management.access import SERVER_KEY, USER_KEY, authenticate
+from broker.management.errors import ApiError, from_amqp, not_found
+from broker.management.state import state_of
+from broker.management.stats import INTERVAL
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from broker.server import Server
+
+log = logging.getLogger(__name__)
+
+# Paths served without credentials: the page's static files (its script asks for them)
+# and the Prometheus endpoint (rabbitmq_prometheus has no authentication by default).
+PUBLIC_PREFIXES = ("/static/", "/metrics")
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` needs no credentials."""
+    return path == "/" or path.startswith(PUBLIC_PREFIXES)
+
+
+@web.middleware
+async def guard(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Authenticate API requests and turn every error into RabbitMQ's JSON shape."""
+    routing_error = request.match_info.http_exception
+    try:
+        if routing_error is not None:
+            raise routing_error
+        if not is_public(request.path):
+            request[USER_KEY] = authenticate(request.app[SERVER_KEY], request)
+        return await handler(request)
+    except ApiError as exc:
+        if exc.challenge and request.headers.get("X-Requested-With") == "XMLHttpRequest":
+            # No WWW-Authenticate for scripts: browsers would pop up their own login
+            # dialog over the page's form (headless ones just hang).
+            exc.challenge = False
+        return exc.response()
+    except AMQPError as exc:
+        return from_amqp(exc).response()
+    except web.HTTPNotFound:
+        return not_found().response()
+    except web.HTTPMethodNotAllowed as exc:
+        response = ApiError(405, "method_not_allowed", "Method Not Allowed").response()
+        response.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return response
+    except web.HTTPException:
+        raise
+    except Exception as exc:
+        log.exception("management API: %s %s failed", request.method, request.path)
+        return ApiError(500, "internal_server_error", f"{type(exc).__name__}: {exc}").response()
+
+
+def build_app(server: Server) -> web.Application:
+    """The management application for ``server``."""
+    app = web.Application(middlewares=[guard], client_max_size=64 * 1024 * 1024)
+    app[SERVER_KEY] = server
+    app[api.LISTENER_KEY] = api.HttpListener()
+    for module in (api, clients, topology, messages, actions, metrics, page):
+        app.router.add_routes(module.routes)
+    return app
+
+
+@dataclass
+class ManagementHandle:
+    """A running management server."""
+
+    server: Server
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:15672``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def close(self) -> None:
+        """Stop serving and stop the statistics sampler."""
+        await state_of(self.server).sampler.stop()
+        await self.runner.cleanup()
+
+
+async def start_management(
+    server: Server, host: str, port: int, stats_interval: float = INTERVAL
+) -> ManagementHandle:
+    """Serve the management API for ``server`` on ``host:port`` (0: any free port, read it
+    from the handle's ``port``). Call on the broker's running event loop."""
+    app = build_app(server)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0]
+    actual_port = int(bound[1])
+    app[api.LISTENER_KEY].port = actual_port
+    state_of(server).sampler.start(stats_interval)
+    log.info("management API listening on http://%s:%s", host, actual_port)
+    return ManagementHandle(server, runner, host, actual_port)

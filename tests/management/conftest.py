@@ -1,0 +1,34 @@
+"""Fixtures for the management API tests: a broker started in the test's own event loop
+(port 0) with the management API on another free port, and an HTTP client for it.
+
+The broker and the aio-pika clients share the test's loop, as the management server
+shares the broker's loop in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from broker.config import Config
+from broker.management import start_management
+from broker.server import Server
+
+from .helpers import Mgmt, basic
+
+
+@pytest.fixture
+async def mgmt() -> AsyncIterator[Mgmt]:
+    """A fresh broker and management API for one test (stats sampled every 0.2 s)."""
+    server = Server(Config(host="127.0.0.1", port=0))
+    await server.start()
+    handle = await start_management(server, "127.0.0.1", 0, stats_interval=0.2)
+    session = aiohttp.ClientSession(headers=basic("guest", "guest"))
+    try:
+        yield Mgmt(server, handle, session)
+    finally:
+        await session.close()
+        await handle.close()
+        await server.stop()

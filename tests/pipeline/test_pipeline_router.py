@@ -1,0 +1,148 @@
+"""Routing in the pipeline is the broker's routing: ``exchanges.routing.route``, per key."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+from pipeline_helpers import EXPECTED_BINDINGS, SHOP_EVENTS, SHOP_TRAFFIC, projection_of
+from pyspark.sql import SparkSession
+
+from exchanges.model import BindingAdded, DestKind, ExchangeDeclared, QueueDeclared
+from exchanges.projection import Projection
+from exchanges.routing import route
+from pipeline import topology, transforms
+from pipeline.router import Router, parse_headers, route_partition
+from pipeline.topology import Topology
+
+DATA = Path(__file__).parent / "data"
+
+
+def shop() -> Topology:
+    return Topology(tuple(("/", e) for e in SHOP_EVENTS))
+
+
+def test_router_answers_equal_route() -> None:
+    router = Router(shop(), bindings=True)
+    projection = projection_of(SHOP_EVENTS)
+    for _, exchange, key, headers in SHOP_TRAFFIC:
+        assert router.route("/", exchange, key, headers) == sorted(
+            route(projection, exchange, key, headers)
+        )
+
+
+def test_matched_bindings_on_the_shop_traffic() -> None:
+    current = shop()
+    rows = {r.binding_id: r for r in current.binding_table()}
+    router = Router(current, bindings=True)
+    counts = dict.fromkeys(EXPECTED_BINDINGS, 0)
+    for n, exchange, key, headers in SHOP_TRAFFIC:
+        for binding_id in router.matched_bindings("/", exchange, key, headers):
+            row = rows[binding_id]
+            counts[(row.source, row.destination, row.routing_key)] += n
+    assert counts == EXPECTED_BINDINGS
+
+
+def test_matched_bindings_agree_with_single_binding_routing() -> None:
+    """Without E2E bindings or alternate exchanges, a binding matched exactly when a
+    projection holding only that binding routes the message to its destination."""
+    rng = random.Random(7)
+    words = ["a", "b", "c", "*", "#"]
+    events = [ExchangeDeclared(e) for e in topology.PREDECLARED]
+    from exchanges.model import Binding, Exchange, ExchangeType, Queue
+
+    events.append(ExchangeDeclared(Exchange("t", ExchangeType.TOPIC)))
+    bindings = []
+    for i in range(60):
+        key = ".".join(rng.choice(words) for _ in range(rng.randint(0, 4)))
+        events.append(QueueDeclared(Queue(f"q{i % 9}")))
+        binding = Binding("t", f"q{i % 9}", DestKind.QUEUE, key)
+        events.append(BindingAdded(binding))
+        bindings.append(binding)
+    current = Topology(tuple(("/", e) for e in events))
+    router = Router(current, bindings=True)
+    table = current.binding_table()
+    keys = {
+        ".".join(p) for n in range(4) for p in itertools.product(["a", "b", "c", "d"], repeat=n)
+    }
+    for key in sorted(keys):
+        matched = {
+            table[i].routing_key + "->" + table[i].destination
+            for i in router.matched_bindings("/", "t", key, None)
+        }
+        expected = set()
+        for b in current.projections()["/"].bindings():
+            single = Projection.replay(
+                [
+                    ExchangeDeclared(Exchange("t", ExchangeType.TOPIC)),
+                    QueueDeclared(Queue(b.destination)),
+                    BindingAdded(b),
+                ]
+            )
+            if route(single, "t", key):
+                expected.add(b.routing_key + "->" + b.destination)
+        assert matched == expected, key
+
+
+def test_parse_headers() -> None:
+    assert parse_headers(None) == (None, None)
+    assert parse_headers('{"a": 1, "b": [true, 1.0]}') == ({"a": 1, "b": [True, 1.0]}, None)
+    assert parse_headers("null") == (None, None)
+    assert parse_headers("[1]")[1] is not None
+    assert parse_headers("{")[1] is not None
+
+
+def test_route_partition_with_a_proposal() -> None:
+    from pipeline_helpers import PROPOSED_EVENTS
+
+    proposed = Topology(tuple(("/", e) for e in PROPOSED_EVENTS))
+    rows = list(
+        route_partition(
+            [("/", "logs", "", None), ("/", "direct", "zzz", None), ("other", "", "x", None)],
+            shop(),
+            proposed,
+        )
+    )
+    assert rows[0][4:6] == (["q.log1", "q.log2"], True)
+    assert rows[0][7:9] == ([], False)  # logs is deleted in the proposal
+    assert rows[1][4] == [] and rows[1][7] == ["q.d2"]
+    assert rows[2][4:6] == ([], True)  # an unknown vhost still has the default exchange
+
+
+def test_route_keys_in_spark_equals_route(spark: SparkSession) -> None:
+    current = topology.read_source(DATA / "definitions.json")
+    projections = current.projections()
+    keys = [
+        ("/", "orders", "order.created.eu", None),
+        ("/", "orders", "order.1.us", None),
+        ("/", "orders", "nothing", None),
+        ("/", "reports", "", json.dumps({"format": "pdf", "version": 2})),
+        ("/", "reports", "", json.dumps({"format": "pdf", "version": 2.0})),
+        ("/", "", "audit", None),
+        ("/", "sharded", "10", None),
+        ("/", "events", "", json.dumps({"CC": ["x"]})),
+        ("staging", "orders", "order.created", None),
+        ("nowhere", "amq.topic", "a", None),
+    ]
+    frame = spark.createDataFrame(
+        keys, "vhost string, exchange string, routing_key string, headers string"
+    )
+    sc = spark.sparkContext
+    routes = transforms.route_keys(frame, sc.broadcast(current), partitions=2).collect()
+    assert len(routes) == len(keys)
+    for row in routes:
+        headers = json.loads(row["headers"]) if row["headers"] else None
+        projection = projections.get(row["vhost"]) or topology.empty_projection()
+        assert row["queues"] == sorted(
+            route(projection, row["exchange"], row["routing_key"], headers)
+        ), row
+    by_key = {(r["vhost"], r["exchange"], r["routing_key"], r["headers"]): r for r in routes}
+    assert by_key[("/", "orders", "order.created.eu", None)]["queues"] == [
+        "audit",
+        "orders.all",
+        "orders.eu",
+    ]
+    assert by_key[("/", "reports", "", '{"format": "pdf", "version": 2.0}')]["queues"] == []
+    assert by_key[("/", "sharded", "10", None)]["exchange_exists"] is False

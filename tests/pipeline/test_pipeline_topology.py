@@ -1,0 +1,142 @@
+"""Topology sources: dump lines, definitions.json and dump objects, into projections."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import SHOP_EVENTS, dump_objects, projection_of, write_dump
+
+from broker.vhost import DEFAULT_EXCHANGES
+from exchanges.model import DestKind, ExchangeType
+from exchanges.routing import route
+from pipeline import topology
+from pipeline.topology import SourceError
+from storage.records import value_to_json
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_predeclared_exchanges_are_the_brokers() -> None:
+    assert topology.PREDECLARED == DEFAULT_EXCHANGES
+
+
+def test_dump_objects_replay_to_the_brokers_projection() -> None:
+    parsed = topology.from_dump(dump_objects(SHOP_EVENTS))
+    assert parsed.notes == ()
+    assert parsed.projections()["/"] == projection_of(SHOP_EVENTS)
+
+
+def test_dump_file_is_read_line_by_line(tmp_path: Path) -> None:
+    path = write_dump(tmp_path / "dump.jsonl", SHOP_EVENTS)
+    parsed = topology.read_source(path)
+    assert parsed.projections()["/"] == projection_of(SHOP_EVENTS)
+    assert parsed.name == str(path)
+    # The idle binding was added then removed: replay honours deletions.
+    assert ("orders", "q.idle") not in {
+        (b.source, b.destination) for b in parsed.projections()["/"].bindings()
+    }
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "text",
+        7,
+        -1.5,
+        True,
+        None,
+        b"\x00\xffraw",
+        Decimal("1.50"),
+        datetime(2025, 11, 22, 3, 0, tzinfo=UTC),
+        float("inf"),
+        [1, "a", b"b", {"k": Decimal("2")}],
+        {"nested": {"deep": [True, 2.0]}},
+    ],
+)
+def test_dump_argument_values_come_back(value: object) -> None:
+    back = topology.value_from_json(json.loads(json.dumps(value_to_json(value))))
+    assert back == value
+    assert type(back) is type(value)
+
+
+def test_definitions_json_fixture() -> None:
+    parsed = topology.read_source(DATA / "definitions.json")
+    assert parsed.vhosts() == ["/", "staging"]
+    projections = parsed.projections()
+    root, staging = projections["/"], projections["staging"]
+    assert {"orders", "orders.unrouted", "events", "reports"} <= set(root.exchanges)
+    assert "sharded" not in root.exchanges  # x-consistent-hash: not routable here
+    assert any("x-consistent-hash" in note for note in parsed.notes)
+    assert root.exchanges["orders"].alternate_exchange == "orders.unrouted"
+    assert root.exchanges["reports"].type is ExchangeType.HEADERS
+    assert set(root.queues) == {"orders.all", "orders.eu", "audit", "pdf.reports", "unrouted"}
+    assert set(staging.queues) == {"staging.orders"}
+    # predeclared exchanges exist in both vhosts, though the export lists none of them
+    for projection in projections.values():
+        assert {"", "amq.direct", "amq.topic", "amq.headers", "amq.match"} <= set(
+            projection.exchanges
+        )
+    e2e = [b for b in root.bindings() if b.kind is DestKind.EXCHANGE]
+    assert [(b.source, b.destination, b.routing_key) for b in e2e] == [
+        ("orders", "events", "order.created.*")
+    ]
+    assert len(list(root.bindings())) == 6  # the binding from "sharded" is dropped
+    # Routing through the parsed topology, with the broker's route function:
+    assert route(root, "orders", "order.created.eu") == {"orders.all", "orders.eu", "audit"}
+    assert route(root, "orders", "invoice.1") == {"unrouted"}  # alternate exchange
+    assert route(root, "reports", "", {"format": "pdf", "version": 2}) == {"pdf.reports"}
+    assert route(root, "reports", "", {"format": "pdf", "version": 3}) == set()
+    assert route(root, "", "audit") == {"audit"}
+    assert route(staging, "orders", "order.created") == {"staging.orders"}
+
+
+def test_definitions_without_vhost_fields_belong_to_the_default_vhost() -> None:
+    parsed = topology.from_definitions(
+        {
+            "queues": [{"name": "a", "durable": True, "auto_delete": False, "arguments": {}}],
+            "exchanges": [{"name": "x", "type": "direct", "arguments": {}}],
+            "bindings": [
+                {"source": "x", "destination": "a", "destination_type": "queue", "routing_key": "k"}
+            ],
+        }
+    )
+    assert route(parsed.projections()["/"], "x", "k") == {"a"}
+
+
+def test_binding_table_numbers_bindings_in_replay_order() -> None:
+    parsed = topology.read_source(DATA / "definitions.json")
+    rows = parsed.binding_table()
+    assert [r.binding_id for r in rows] == list(range(7))
+    assert rows[0].source == "orders" and rows[0].routing_key == "order.#"
+    assert rows[-1].vhost == "staging"
+    headers = next(r for r in rows if r.source == "reports")
+    assert json.loads(headers.arguments) == {"x-match": "all", "format": "pdf", "version": 2}
+
+
+def test_a_data_dir_is_refused_with_advice(tmp_path: Path) -> None:
+    (tmp_path / "definitions.log").write_bytes(b"LVRT")
+    with pytest.raises(SourceError, match="leveret log dump --data-dir"):
+        topology.read_source(tmp_path)
+
+
+def test_load_takes_paths_objects_and_topologies(tmp_path: Path) -> None:
+    objects = dump_objects(SHOP_EVENTS)
+    from_objects = topology.load(iter(objects))
+    assert topology.load(from_objects) is from_objects
+    path = write_dump(tmp_path / "d.jsonl", SHOP_EVENTS)
+    assert topology.load(str(path)).projections() == from_objects.projections()
+
+
+def test_bad_sources_say_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"users": []}')
+    with pytest.raises(SourceError, match="neither"):
+        topology.read_source(bad)
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text('{"event": "queue.declared", "name": "a"}\nnot json\n')
+    with pytest.raises(SourceError, match="line 2"):
+        topology.read_source(garbage)

@@ -1,0 +1,114 @@
+"""kombu and Celery through Leveret, with the plugin's fixtures.
+
+kombu's ``pyamqp`` transport (the ``amqp`` package, what Celery uses with an ``amqp://``
+broker URL) publishes and consumes; a Celery worker runs in a thread (solo pool) and a
+task makes the round trip, its result coming back through the ``rpc://`` backend (a reply
+queue per client, consumed with no-ack).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import kombu
+import pytest
+from celery import Celery
+from celery.contrib.testing.worker import TestWorkController, start_worker
+
+from broker.inspect import Inspector
+
+
+def test_kombu_producer_consumer_round_trip(amqp_url: str, leveret: Inspector) -> None:
+    exchange = kombu.Exchange("orders", type="direct")
+    queue = kombu.Queue("orders.created", exchange, routing_key="created")
+    with kombu.Connection(amqp_url) as connection:
+        with connection.Producer() as producer:
+            for n in range(3):
+                producer.publish(
+                    {"order": n},
+                    exchange=exchange,
+                    routing_key="created",
+                    declare=[queue],
+                    serializer="json",
+                    retry=True,
+                )
+        leveret.wait_for_messages("orders.created", 3)
+
+        received: list[Any] = []
+
+        def on_message(body: Any, message: kombu.Message) -> None:
+            received.append(body)
+            message.ack()
+
+        with connection.Consumer(queue, callbacks=[on_message], prefetch_count=10):
+            while len(received) < 3:
+                connection.drain_events(timeout=5)
+        stats = leveret.wait_until_acked("orders.created", 3)
+    assert received == [{"order": 0}, {"order": 1}, {"order": 2}]
+    assert (stats.messages, stats.published, stats.acked) == (0, 3, 3)
+
+
+def test_kombu_simple_queue(amqp_url: str, leveret: Inspector) -> None:
+    with kombu.Connection(amqp_url) as connection:
+        simple = connection.SimpleQueue("simple")
+        simple.put({"hello": "world"})
+        leveret.wait_for_messages("simple", 1)
+        message = simple.get(block=True, timeout=5)
+        assert message.payload == {"hello": "world"}
+        message.ack()
+        leveret.wait_until_acked("simple", 1)
+        simple.close()
+
+
+@contextlib.contextmanager
+def celery_worker(app: Celery) -> Iterator[TestWorkController]:
+    """A Celery worker (solo pool) in a thread, ready when the block starts.
+
+    ``start_worker`` pings the worker with the ``celery.ping`` task before returning. The
+    repeating no-op timer keeps the worker's event loop (kombu's hub) from sleeping in
+    ``epoll`` for up to 10 s: an ack scheduled with ``call_soon`` from the loop's own
+    thread, or a stop request, would otherwise wait for that long (Celery 5.7 / kombu 5.7
+    behaviour, the same against RabbitMQ).
+    """
+    app.loader.import_module("celery.contrib.testing.tasks")  # registers celery.ping
+    with start_worker(app, pool="solo", loglevel="WARNING", shutdown_timeout=10) as worker:
+        hub = worker.hub
+        hub.call_soon(lambda: hub.call_repeatedly(0.02, lambda: None))
+        yield worker
+
+
+def test_celery_task_round_trip_with_rpc_backend(amqp_url: str, leveret: Inspector) -> None:
+    app = Celery("leveret-test", broker=amqp_url, backend="rpc://", set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+
+    @app.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    try:
+        with celery_worker(app):
+            assert add.delay(2, 3).get(timeout=10) == 5
+            results = [add.delay(n, n) for n in range(5)]
+            assert [r.get(timeout=10) for r in results] == [0, 2, 4, 6, 8]
+            # 1 ping + 6 tasks went through the default queue, each acked by the worker.
+            stats = leveret.wait_until_acked("celery", 7)
+            assert (stats.published, stats.acked, stats.messages) == (7, 7, 0)
+            assert stats.consumers == 1
+    finally:
+        app.close()
+
+
+def test_celery_task_failure_travels_back(amqp_url: str) -> None:
+    app = Celery("leveret-test", broker=amqp_url, backend="rpc://", set_as_current=False)
+
+    @app.task
+    def fail() -> None:
+        raise ValueError("boom")
+
+    try:
+        with celery_worker(app), pytest.raises(ValueError, match="boom"):
+            fail.delay().get(timeout=10)
+    finally:
+        app.close()
