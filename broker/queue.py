@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 from broker.deadletter import dead_letter
 from broker.message import Message
 from broker.prioritydeque import PriorityDeque, insert_by_seq
-from storage.messages import MessageStore
-from storage.segments import StoredMessage
 
 if TYPE_CHECKING:
     from broker.channel import Channel
     from broker.connection import Connection
     from broker.vhost import VHost
+    from storage.messages import MessageStore
+    from storage.segments import StoredMessage
 
 # (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
 # requeued message goes back to its original place, as in RabbitMQ's classic queues.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import ssl
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,13 +17,14 @@ from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
-from broker.persistence import Persistence
 from broker.trace import TraceWriter
 from broker.vhost import VHost
-from storage.files import gc_paused
 
 if TYPE_CHECKING:
+    import ssl
+
     from broker.management import ManagementHandle
+    from broker.persistence import Persistence
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,10 @@ class Server:
 
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""
+        # Imported here: a broker without a data dir (tests) never loads storage/.
+        from broker.persistence import Persistence
+        from storage.files import gc_paused
+
         started = time.monotonic()
         persistence = self.persistence = Persistence(data_dir)
         for name in self.config.vhosts:
@@ -179,6 +183,8 @@ class Server:
         config = self.config
         if config.tls_cert is None or config.tls_key is None:
             return None
+        import ssl  # only when TLS is configured: it costs several ms to import
+
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(config.tls_cert, config.tls_key)
         if config.tls_ca is not None:
