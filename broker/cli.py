@@ -32,6 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
         "environment variable, else the --config TOML file, else the default.",
     )
     add_arguments(serve)
+    analyze = commands.add_parser(
+        "analyze",
+        help="analyse a traffic trace with Spark (reports, what-if)",
+        description="Run the PySpark job in pipeline/ on a trace recorded with --trace-dir. "
+        "--topology and --proposed accept a Leveret data dir, `leveret log dump` output "
+        "or a RabbitMQ definitions.json.",
+    )
+    try:
+        from pipeline.job import add_arguments as add_analyze_arguments
+    except ImportError:  # PySpark not installed: `pip install -e '.[pipeline]'`
+        analyze.set_defaults(pipeline_missing=True)
+    else:
+        add_analyze_arguments(analyze)
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
     log_commands = logs.add_subparsers(dest="log_command", required=True)
     for name, text in (
@@ -41,6 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
         sub = log_commands.add_parser(name, help=text)
         sub.add_argument("--data-dir", type=Path, required=True, help="the broker's data dir")
     return parser
+
+
+def dump_objects(data_dir: Path) -> list[dict[str, object]]:
+    """A data dir's definitions log as `leveret log dump` objects (for the pipeline)."""
+    return [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
+
+
+def analyze_command(args: argparse.Namespace) -> int:
+    """``leveret analyze``: data-dir sources are read here (the pipeline never reads the
+    binary log: it imports only pyspark and exchanges/)."""
+    if getattr(args, "pipeline_missing", False):
+        print("leveret analyze needs PySpark: pip install -e '.[pipeline]'", file=sys.stderr)
+        return 2
+    from pipeline.job import run_args
+
+    def source(path: Path | None) -> list[dict[str, object]] | None:
+        if path is not None and Path(path).is_dir():
+            return dump_objects(Path(path))
+        return None
+
+    return run_args(args, source(args.topology), source(args.proposed))
 
 
 def log_command(command: str, data_dir: Path) -> int:
@@ -143,6 +177,8 @@ async def serve(config: Config) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``leveret`` console script."""
     args = build_parser().parse_args(argv)
+    if args.command == "analyze":
+        return analyze_command(args)
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)
