@@ -21,8 +21,9 @@ from storage.logtools import check, read_log
 from storage.records import event_to_json
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``leveret`` argument parser."""
+def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
+    """The ``leveret`` argument parser (``analyze``'s own flags, which import PySpark, only
+    when that is the command)."""
     parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
@@ -39,12 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology and --proposed accept a Leveret data dir, `leveret log dump` output "
         "or a RabbitMQ definitions.json.",
     )
-    try:
-        from pipeline.job import add_arguments as add_analyze_arguments
-    except ImportError:  # PySpark not installed: `pip install -e '.[pipeline]'`
-        analyze.set_defaults(pipeline_missing=True)
-    else:
-        add_analyze_arguments(analyze)
+    if with_analyze:
+        try:
+            from pipeline.job import add_arguments as add_analyze_arguments
+        except ImportError:  # PySpark not installed: `pip install -e '.[pipeline]'`
+            analyze.set_defaults(pipeline_missing=True)
+        else:
+            add_analyze_arguments(analyze)
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
     log_commands = logs.add_subparsers(dest="log_command", required=True)
     for name, text in (
@@ -176,7 +178,8 @@ async def serve(config: Config) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``leveret`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(with_analyze=argv[:1] == ["analyze"]).parse_args(argv)
     if args.command == "analyze":
         return analyze_command(args)
     if args.command == "log":
