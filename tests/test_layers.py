@@ -39,7 +39,11 @@ FORBIDDEN: dict[str, set[str]] = {
         "tempfile",
     },
     "storage": {"broker", "pamqp", "asyncio", "uvloop", "pipeline"},
+    "pipeline": {"broker", "storage", "pamqp", "asyncio", "uvloop"},
 }
+
+# pipeline -> exchanges only, plus Spark (and py4j under it) and matplotlib for the charts.
+PIPELINE_ALLOWED = {"__future__", "pipeline", "exchanges", "pyspark", "py4j", "matplotlib"}
 
 
 def imported_modules(path: Path, package: str) -> set[str]:
@@ -90,6 +94,16 @@ def test_exchanges_uses_only_the_standard_library() -> None:
         f"{path.relative_to(ROOT)} imports {name}"
         for path in sources("exchanges")
         for name in sorted(imported_modules(path, "exchanges") - allowed)
+    ]
+    assert offences == []
+
+
+def test_pipeline_imports_only_spark_matplotlib_and_exchanges() -> None:
+    allowed = set(sys.stdlib_module_names) | PIPELINE_ALLOWED
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources("pipeline")
+        for name in sorted(imported_modules(path, "pipeline") - allowed)
     ]
     assert offences == []
 

@@ -14,7 +14,7 @@ def spark() -> Iterator[SparkSession]:
     session = (
         SparkSession.builder.master("local[2]")
         .appName("leveret-pipeline-tests")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,0 +1,19 @@
+"""The traffic pipeline: a PySpark job over broker traffic traces and a topology.
+
+Modules, in the order the data flows:
+
+* :mod:`pipeline.schema`: the trace's ``StructType`` (schema version 1 of ``broker/trace.py``);
+* :mod:`pipeline.topology`: topology sources (``leveret log dump`` lines, RabbitMQ
+  ``definitions.json``) to topology events and projections (pure Python, no Spark);
+* :mod:`pipeline.router`: routes trace keys with ``exchanges.routing.route``; what Spark runs
+  once per partition (pure Python, no Spark);
+* :mod:`pipeline.transforms`: pure ``DataFrame -> DataFrame`` functions (aggregate, route,
+  reports, what-if);
+* :mod:`pipeline.report`: the self-contained HTML report and its charts;
+* :mod:`pipeline.progress`: stage log lines and task progress while the job runs;
+* :mod:`pipeline.job`: extract, transform, load, and the command line
+  (``spark-submit pipeline/job.py`` or ``leveret analyze``).
+
+Layers: ``pipeline`` imports pyspark, matplotlib and :mod:`exchanges` only, never ``broker``
+or ``storage`` (``tests/test_layers.py``).
+"""

@@ -1,0 +1,407 @@
+"""The job's transforms: pure ``DataFrame -> DataFrame`` functions, testable one by one.
+
+The data flow (see :mod:`pipeline.job` for the order in which they run)::
+
+    trace ───────────> aggregate ──┬── key_totals ──┐
+      (one row per message)  (key, minute)     (key) │
+                                   │           distinct_keys ─route_keys─> routes
+                                   │                 │                       │
+                                   └─ with_routes ───┴──── with_routes ──────┘
+                                   (per minute)            (per key: "routed")
+                                        │                        │
+                                      rates,              per_exchange, per_queue,
+                                   queue_rates            per_binding, unroutable, fanout,
+                                                          recorded_mismatch, whatif_*
+
+Traces repeat the same keys endlessly, so the only pass over the raw trace is
+:func:`aggregate` (Spark SQL, partial aggregation on the map side): every message becomes a
+count in its ``(vhost, exchange, routing_key, headers, minute)`` group. Routing happens once
+per *distinct* key (:func:`route_keys`, Python, one router per partition); counts are joined
+back to the routes, and every report is an aggregate over these small tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pyspark import Broadcast
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as sf
+
+from pipeline.router import KeyRow, route_partition
+from pipeline.schema import BINDING_SCHEMA, EXCHANGE_SCHEMA, KEY_COLUMNS, QUEUE_SCHEMA, ROUTE_SCHEMA
+from pipeline.topology import DEFAULT_VHOST, Topology
+
+KEY = list(KEY_COLUMNS)
+
+
+def sum0(column: Column | str) -> Column:
+    """``sum`` that is 0, not null, over no rows."""
+    return sf.coalesce(sf.sum(column), sf.lit(0).cast("long"))
+
+
+# -- extract-side shaping ----------------------------------------------------------------------
+
+
+def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
+    """Messages, bytes and persistent messages per key and minute (and schema version).
+
+    This is the only pass over the raw trace (:data:`~pipeline.schema.TRACE_SCHEMA` rows), so
+    it groups the columns as read and does every clean-up after, on the groups: a missing
+    vhost is ``/``, a missing exchange or routing key ``""``, a missing body size 0;
+    ``minute`` is the publish time truncated to the minute (UTC); with ``recorded``, the
+    broker's recorded queue list is part of the group (``recorded``, sorted), so
+    :func:`recorded_mismatch` can compare it with the routes.
+    """
+    groups = [
+        sf.col("schema_version"),
+        *(sf.col(c) for c in KEY),
+        sf.floor(sf.col("ts") / 60).alias("minute_index"),
+    ]
+    if recorded:
+        groups.append(sf.col("queues"))
+    counted = trace.groupBy(*groups).agg(
+        sf.count(sf.lit(1)).alias("messages"),
+        sum0("body_size").alias("bytes"),
+        sf.count(sf.when(sf.col("delivery_mode") == 2, 1)).alias("persistent"),
+    )
+    queues = sf.array_sort("queues") if recorded else sf.lit(None).cast("array<string>")
+    return counted.select(
+        "schema_version",
+        sf.coalesce(sf.col("vhost"), sf.lit(DEFAULT_VHOST)).alias("vhost"),
+        sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
+        sf.coalesce(sf.col("routing_key"), sf.lit("")).alias("routing_key"),
+        "headers",
+        sf.timestamp_seconds(sf.col("minute_index") * 60).alias("minute"),
+        queues.alias("recorded"),
+        "messages",
+        "bytes",
+        sf.col("persistent").cast("long").alias("persistent"),
+    )
+
+
+def versions(aggregated: DataFrame) -> DataFrame:
+    """Per trace schema version: messages and key-minute groups (one small action)."""
+    return aggregated.groupBy("schema_version").agg(
+        sum0("messages").alias("messages"), sf.count(sf.lit(1)).alias("groups")
+    )
+
+
+def key_totals(aggregated: DataFrame) -> DataFrame:
+    """Per key (and recorded queue list): totals over the whole trace, first and last minute."""
+    return aggregated.groupBy(*KEY, "recorded").agg(
+        sum0("messages").alias("messages"),
+        sum0("bytes").alias("bytes"),
+        sum0("persistent").alias("persistent"),
+        sf.min("minute").alias("first_minute"),
+        sf.max("minute").alias("last_minute"),
+    )
+
+
+def distinct_keys(totals: DataFrame) -> DataFrame:
+    """The distinct ``(vhost, exchange, routing_key, headers)``: what gets routed."""
+    return totals.select(*KEY).distinct()
+
+
+# -- routing -----------------------------------------------------------------------------------
+
+
+def route_keys(
+    keys: DataFrame,
+    current: Broadcast[Topology],
+    proposed: Broadcast[Topology] | None = None,
+    bindings: bool = True,
+    partitions: int | None = None,
+) -> DataFrame:
+    """Route each distinct key with ``exchanges.routing.route`` (``ROUTE_SCHEMA`` rows).
+
+    Runs :func:`pipeline.router.route_partition` with ``mapPartitions``: every partition
+    builds its routers once from the broadcast topologies.
+    """
+    spark = keys.sparkSession
+    if partitions is not None:
+        keys = keys.repartition(partitions)
+
+    def route_rows(rows: Iterable[KeyRow]) -> Iterator[tuple[Any, ...]]:
+        return route_partition(
+            rows,
+            current.value,
+            proposed.value if proposed is not None else None,
+            bindings=bindings,
+        )
+
+    rdd = keys.select(*KEY).rdd.map(tuple).mapPartitions(route_rows)
+    return spark.createDataFrame(rdd, ROUTE_SCHEMA)
+
+
+def with_routes(counts: DataFrame, routes: DataFrame) -> DataFrame:
+    """``counts`` (per key, or per key and minute) joined with their routes.
+
+    Adds ``queues``, ``fanout`` (queues reached, 0 = unroutable), ``exchange_exists``,
+    ``bindings``, ``proposed_queues``, ``proposed_fanout``, ``proposed_exchange_exists``.
+    Null headers join null headers.
+    """
+    condition = [counts[c].eqNullSafe(routes[c]) for c in KEY]
+    joined = counts.join(routes, condition, "inner")
+    return joined.select(
+        counts["*"],
+        routes["queues"],
+        sf.size(routes["queues"]).alias("fanout"),
+        routes["exchange_exists"],
+        routes["bindings"],
+        routes["proposed_queues"],
+        sf.size(routes["proposed_queues"]).alias("proposed_fanout"),
+        routes["proposed_exchange_exists"],
+        routes["error"],
+    )
+
+
+# -- reports -----------------------------------------------------------------------------------
+
+
+def key_pattern(routing_key: Column) -> Column:
+    """A routing key with every word that holds a digit replaced by ``*``.
+
+    ``order.42.created`` and ``order.7.created`` both become ``order.*.created``, so
+    unroutable traffic groups by the shape of its keys rather than by id.
+    """
+    words = sf.split(routing_key, r"\.", -1)
+    masked = sf.transform(words, lambda w: sf.when(w.rlike("[0-9]"), sf.lit("*")).otherwise(w))
+    return sf.array_join(masked, ".")
+
+
+def traffic() -> list[Column]:
+    """The usual totals of a group of routed rows (``messages``, ``bytes``, ``routed_messages``,
+    ``unroutable_messages``, ``unroutable_bytes``, ``deliveries``)."""
+    unroutable = sf.col("fanout") == 0
+    return [
+        sum0("messages").alias("messages"),
+        sum0("bytes").alias("bytes"),
+        sum0(sf.when(~unroutable, sf.col("messages"))).alias("routed_messages"),
+        sum0(sf.when(unroutable, sf.col("messages"))).alias("unroutable_messages"),
+        sum0(sf.when(unroutable, sf.col("bytes"))).alias("unroutable_bytes"),
+        sum0(sf.col("messages") * sf.col("fanout")).alias("deliveries"),
+    ]
+
+
+def per_exchange(routed: DataFrame, exchanges: DataFrame) -> DataFrame:
+    """Traffic per exchange, idle exchanges of the topology included (``type`` null: the
+    exchange is not in the topology)."""
+    flows = routed.groupBy("vhost", "exchange").agg(*traffic(), sf.count(sf.lit(1)).alias("keys"))
+    out = flows.join(exchanges, ["vhost", "exchange"], "full_outer")
+    counts = ["messages", "bytes", "routed_messages", "unroutable_messages"]
+    counts += ["unroutable_bytes", "deliveries", "keys"]
+    return out.fillna(0, subset=counts).select("vhost", "exchange", "type", *counts)
+
+
+def per_queue(routed: DataFrame, queues: DataFrame) -> DataFrame:
+    """Messages and bytes delivered to each queue of the topology (idle queues: 0)."""
+    delivered = (
+        routed.select(
+            "vhost", "messages", "bytes", "persistent", sf.explode("queues").alias("queue")
+        )
+        .groupBy("vhost", "queue")
+        .agg(
+            sum0("messages").alias("messages"),
+            sum0("bytes").alias("bytes"),
+            sum0("persistent").alias("persistent"),
+        )
+    )
+    out = queues.join(delivered, ["vhost", "queue"], "full_outer")
+    return out.fillna(0, subset=["messages", "bytes", "persistent"])
+
+
+def per_binding(routed: DataFrame, bindings: DataFrame, total_messages: int) -> DataFrame:
+    """Messages and bytes that matched each binding, and their share of all messages.
+
+    A binding matches a message when routing evaluates it and it matches (exchange-to-exchange
+    and alternate-exchange hops included); ``messages == 0`` are bindings that never matched.
+    """
+    matched = (
+        routed.where(sf.col("bindings").isNotNull())
+        .select("messages", "bytes", sf.explode("bindings").alias("binding_id"))
+        .groupBy("binding_id")
+        .agg(sum0("messages").alias("messages"), sum0("bytes").alias("bytes"))
+    )
+    out = bindings.join(matched, "binding_id", "left").fillna(0, subset=["messages", "bytes"])
+    share = sf.col("messages") / sf.lit(total_messages) if total_messages else sf.lit(0.0)
+    return out.withColumn("share", share.cast("double"))
+
+
+def unroutable(routed: DataFrame) -> DataFrame:
+    """Unroutable traffic by vhost, exchange, routing-key pattern and reason."""
+    reason = sf.when(~sf.col("exchange_exists"), sf.lit("no such exchange")).otherwise(
+        sf.lit("no matching binding")
+    )
+    return (
+        routed.where(sf.col("fanout") == 0)
+        .withColumn("pattern", key_pattern(sf.col("routing_key")))
+        .withColumn("reason", reason)
+        .groupBy("vhost", "exchange", "pattern", "reason")
+        .agg(
+            sum0("messages").alias("messages"),
+            sum0("bytes").alias("bytes"),
+            sf.size(sf.collect_set("routing_key")).alias("keys"),
+            sf.min("routing_key").alias("example"),
+        )
+    )
+
+
+def fanout_distribution(routed: DataFrame) -> DataFrame:
+    """How many messages reached 0, 1, 2, ... queues."""
+    return routed.groupBy("fanout").agg(
+        sum0("messages").alias("messages"),
+        sum0("bytes").alias("bytes"),
+        sf.count(sf.lit(1)).alias("keys"),
+    )
+
+
+def rates(routed_minutes: DataFrame) -> DataFrame:
+    """Per minute: messages, bytes, routed, unroutable and deliveries."""
+    return routed_minutes.groupBy("minute").agg(*traffic())
+
+
+def queue_rates(routed_minutes: DataFrame) -> DataFrame:
+    """Per minute and queue: messages and bytes delivered."""
+    return (
+        routed_minutes.select(
+            "minute", "vhost", "messages", "bytes", sf.explode("queues").alias("queue")
+        )
+        .groupBy("minute", "vhost", "queue")
+        .agg(sum0("messages").alias("messages"), sum0("bytes").alias("bytes"))
+    )
+
+
+def recorded_mismatch(routed: DataFrame) -> DataFrame:
+    """Keys whose queues, as routed here, differ from the queues the broker recorded.
+
+    Usually the topology source lacks transient queues or bindings (the binding log keeps
+    only durable topology), or the topology changed while the trace was recorded.
+    """
+    return (
+        routed.where(sf.col("recorded").isNotNull() & (sf.col("recorded") != sf.col("queues")))
+        .groupBy(*KEY, "recorded", "queues")
+        .agg(sum0("messages").alias("messages"), sum0("bytes").alias("bytes"))
+        .withColumn("missing", sf.array_except("recorded", "queues"))
+        .withColumn("extra", sf.array_except("queues", "recorded"))
+    )
+
+
+# -- what-if -----------------------------------------------------------------------------------
+
+
+def whatif_queues(routed: DataFrame) -> DataFrame:
+    """Per queue: messages now and under the proposed topology, gained and lost."""
+    queue = sf.col("queue")
+    now = sf.array_contains("queues", queue)
+    then = sf.array_contains("proposed_queues", queue)
+    union = sf.array_union("queues", "proposed_queues")
+    return (
+        routed.select("vhost", "messages", "bytes", "queues", "proposed_queues")
+        .select("*", sf.explode(union).alias("queue"))
+        .groupBy("vhost", "queue")
+        .agg(
+            sum0(sf.when(now, sf.col("messages"))).alias("current_messages"),
+            sum0(sf.when(then, sf.col("messages"))).alias("proposed_messages"),
+            sum0(sf.when(then & ~now, sf.col("messages"))).alias("gained_messages"),
+            sum0(sf.when(now & ~then, sf.col("messages"))).alias("lost_messages"),
+            sum0(sf.when(then & ~now, sf.col("bytes"))).alias("gained_bytes"),
+            sum0(sf.when(now & ~then, sf.col("bytes"))).alias("lost_bytes"),
+        )
+    )
+
+
+def whatif_summary(routed: DataFrame) -> DataFrame:
+    """One row: how the proposed topology changes routing of the whole trace."""
+    now, then = sf.col("fanout") > 0, sf.col("proposed_fanout") > 0
+    changed = sf.col("queues") != sf.col("proposed_queues")
+    messages = sf.col("messages")
+    return routed.agg(
+        sum0(messages).alias("messages"),
+        sum0(sf.when(now, messages)).alias("routed_now"),
+        sum0(sf.when(then, messages)).alias("routed_proposed"),
+        sum0(sf.when(now & ~then, messages)).alias("newly_unroutable"),
+        sum0(sf.when(~now & then, messages)).alias("newly_routable"),
+        sum0(sf.when(changed, messages)).alias("changed"),
+        sum0(messages * sf.col("fanout")).alias("deliveries_now"),
+        sum0(messages * sf.col("proposed_fanout")).alias("deliveries_proposed"),
+    )
+
+
+def whatif_unroutable(routed: DataFrame) -> DataFrame:
+    """Messages routable now that the proposed topology leaves unroutable, by key pattern."""
+    reason = sf.when(~sf.col("proposed_exchange_exists"), sf.lit("exchange removed")).otherwise(
+        sf.lit("no matching binding")
+    )
+    return (
+        routed.where((sf.col("fanout") > 0) & (sf.col("proposed_fanout") == 0))
+        .withColumn("pattern", key_pattern(sf.col("routing_key")))
+        .withColumn("reason", reason)
+        .groupBy("vhost", "exchange", "pattern", "reason")
+        .agg(
+            sum0("messages").alias("messages"),
+            sum0("bytes").alias("bytes"),
+            sf.size(sf.collect_set("routing_key")).alias("keys"),
+            sf.min("routing_key").alias("example"),
+        )
+    )
+
+
+# -- topology tables ---------------------------------------------------------------------------
+
+
+def topology_tables(spark: SparkSession, topology: Topology) -> dict[str, DataFrame]:
+    """The topology's bindings, queues and exchanges as small DataFrames."""
+    projections = topology.projections()
+    bindings: Sequence[tuple[object, ...]] = [
+        (
+            b.binding_id,
+            b.vhost,
+            b.source,
+            b.destination,
+            b.destination_type,
+            b.routing_key,
+            b.arguments,
+        )
+        for b in topology.binding_table(projections)
+    ]
+    return {
+        "bindings": spark.createDataFrame(bindings, BINDING_SCHEMA),
+        "queues": spark.createDataFrame(topology.queue_table(projections), QUEUE_SCHEMA),
+        "exchanges": spark.createDataFrame(topology.exchange_table(projections), EXCHANGE_SCHEMA),
+    }
+
+
+# -- all reports -------------------------------------------------------------------------------
+
+
+def reports(
+    routed: DataFrame,
+    routed_minutes: DataFrame,
+    topology: dict[str, DataFrame],
+    total_messages: int,
+    whatif: bool = False,
+) -> dict[str, DataFrame]:
+    """Every output table, by name (lazy: nothing runs until they are written).
+
+    ``routed`` is :func:`with_routes` of :func:`key_totals`, ``routed_minutes`` the same of
+    :func:`aggregate`; ``topology`` is :func:`topology_tables` of the current topology;
+    ``total_messages`` (from :func:`versions`) is the denominator of binding shares.
+    """
+    tables = {
+        "keys": routed,
+        "exchanges": per_exchange(routed, topology["exchanges"]),
+        "queues": per_queue(routed, topology["queues"]),
+        "bindings": per_binding(routed, topology["bindings"], total_messages),
+        "unroutable": unroutable(routed),
+        "fanout": fanout_distribution(routed),
+        "rates": rates(routed_minutes),
+        "queue_rates": queue_rates(routed_minutes),
+        "recorded_mismatch": recorded_mismatch(routed),
+    }
+    if whatif:
+        tables["whatif_queues"] = whatif_queues(routed)
+        tables["whatif_summary"] = whatif_summary(routed)
+        tables["whatif_unroutable"] = whatif_unroutable(routed)
+    return tables

@@ -1,0 +1,110 @@
+"""Single transforms on small DataFrames, and the job's guards (versions, paths, sessions)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from pipeline_helpers import MINUTE0, SHOP_EVENTS, trace_record, write_dump, write_trace
+from pyspark.sql import Row, SparkSession
+from pyspark.sql import functions as sf
+from pyspark.testing import assertDataFrameEqual
+
+from pipeline import job, report, transforms
+from pipeline.schema import TRACE_SCHEMA
+from pipeline.topology import SourceError
+
+
+def test_aggregate_groups_by_key_and_minute(spark: SparkSession, tmp_path: Path) -> None:
+    records = [
+        trace_record(MINUTE0 + 1, "x", "a", queues=["q2", "q1"], body_size=10),
+        trace_record(MINUTE0 + 59.9, "x", "a", queues=["q1", "q2"], body_size=20, delivery_mode=2),
+        trace_record(MINUTE0 + 60, "x", "a", queues=["q1", "q2"], body_size=5),
+        trace_record(MINUTE0 + 2, "x", "a", headers={"h": 1}, body_size=1),
+        {"schema_version": 1, "ts": MINUTE0 + 3, "exchange": "y"},  # defaults filled in
+    ]
+    trace = spark.read.schema(TRACE_SCHEMA).json(str(write_trace(tmp_path, records, files=1)))
+    got = transforms.aggregate(trace).drop("schema_version")
+    minute = dt.datetime.fromtimestamp(MINUTE0, dt.UTC).replace(tzinfo=None)
+    later = minute + dt.timedelta(minutes=1)
+    expected = [
+        Row("/", "x", "a", None, minute, ["q1", "q2"], 2, 30, 1),
+        Row("/", "x", "a", None, later, ["q1", "q2"], 1, 5, 0),
+        Row("/", "x", "a", '{"h":1}', minute, [], 1, 1, 0),
+        Row("/", "y", "", None, minute, None, 1, 0, 0),
+    ]
+    columns = ["vhost", "exchange", "routing_key", "headers", "minute", "recorded"]
+    columns += ["messages", "bytes", "persistent"]
+    assertDataFrameEqual(got.select(*columns), spark.createDataFrame(expected, got.schema))
+    totals = transforms.key_totals(transforms.aggregate(trace))
+    row = totals.where("exchange = 'x' AND headers IS NULL").first()
+    assert row is not None and (row["messages"], row["bytes"]) == (3, 35)
+
+
+def test_key_pattern(spark: SparkSession) -> None:
+    keys = ["order.42.created", "order..x1", "", "a.b", "#.v2.*", "uuid.3f2a-11ee.done"]
+    frame = spark.createDataFrame([(k,) for k in keys], "k string")
+    got = [r[0] for r in frame.select(transforms.key_pattern(sf.col("k"))).collect()]
+    assert got == ["order.*.created", "order..*", "", "a.b", "#.*.*", "uuid.*.done"]
+
+
+def test_newer_trace_versions_are_refused(spark: SparkSession, tmp_path: Path) -> None:
+    newer = dict(trace_record(MINUTE0, "x", "a"), schema_version=2)
+    trace = write_trace(tmp_path / "trace", [trace_record(MINUTE0, "x", "a"), newer], files=1)
+    options = job.JobOptions(
+        trace=[str(trace)],
+        topology=str(write_dump(tmp_path / "t.jsonl", SHOP_EVENTS)),
+        out=tmp_path / "out",
+        progress_interval=0,
+    )
+    with pytest.raises(SourceError, match=r"version\(s\) \[2\]"):
+        job.run(options, spark)
+
+
+def test_trace_paths(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no trace files"):
+        job.trace_paths([str(tmp_path)])
+    write_trace(tmp_path, [trace_record(MINUTE0, "x", "a")], files=1)
+    (tmp_path / "notes.txt").write_text("not a trace")
+    assert [Path(p).name for p in job.trace_paths([str(tmp_path)])] == [
+        "trace-20251122T000000-0001.jsonl"
+    ]
+    assert job.trace_paths(["s3a://bucket/traces/"]) == ["s3a://bucket/traces/"]
+
+
+def test_the_active_session_is_reused(spark: SparkSession) -> None:
+    assert job.spark_session("local[4]", {"spark.sql.shuffle.partitions": "1"}) is spark
+
+
+def test_local_cores() -> None:
+    assert job._local_cores("local") == 1
+    assert job._local_cores("local[3]") == 3
+    assert job._local_cores("local[4,2]") == 4
+    assert job._local_cores("local[*]") >= 1
+
+
+def test_report_renders_without_data() -> None:
+    page = report.render(
+        report.Report(
+            title="empty <trace>",
+            charts=[report.rates_chart([]), report.fanout_chart([]), report.whatif_chart([])],
+            tables=[report.Table("Nothing", ["a"], [])],
+        )
+    )
+    assert "empty &lt;trace&gt;" in page and page.count("data:image/png;base64,") == 3
+    assert "none" in page
+
+
+def test_cli_options() -> None:
+    args = job.build_parser().parse_args(
+        ["--trace", "a", "--trace", "b", "--topology", "t.json", "--out", "o",
+         "--conf", "spark.executor.memory=2g", "--no-bindings", "--master", "local[1]"]
+    )  # fmt: skip
+    options = job.options_from_args(args, topology=[{"event": "queue.declared", "name": "q"}])
+    assert options.trace == ("a", "b") and options.master == "local[1]"
+    assert options.conf == {"spark.executor.memory": "2g"}
+    assert not options.bindings and options.recorded and options.report
+    assert isinstance(options.topology, list)
+    assert json.dumps(job._headline({"messages": 1, "out": "o"}))
