@@ -52,7 +52,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]
             "0",
             "--log-level",
             "warning",
-        ],  # fmt: skip
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         stdout=subprocess.PIPE,
