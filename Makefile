@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean system-deps
+.PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,9 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+bench-pipeline: $(STAMP)
+	$(PY) bench/pipeline_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -41,12 +41,10 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
         "or a RabbitMQ definitions.json.",
     )
     if with_analyze:
-        try:
-            from pipeline.job import add_arguments as add_analyze_arguments
-        except ImportError:  # PySpark not installed: `pip install -e '.[pipeline]'`
-            analyze.set_defaults(pipeline_missing=True)
-        else:
-            add_analyze_arguments(analyze)
+        # pipeline.cli declares the job's flags without importing PySpark.
+        from pipeline.cli import add_arguments as add_analyze_arguments
+
+        add_analyze_arguments(analyze)
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
     log_commands = logs.add_subparsers(dest="log_command", required=True)
     for name, text in (
@@ -66,10 +64,11 @@ def dump_objects(data_dir: Path) -> list[dict[str, object]]:
 def analyze_command(args: argparse.Namespace) -> int:
     """``leveret analyze``: data-dir sources are read here (the pipeline never reads the
     binary log: it imports only pyspark and exchanges/)."""
-    if getattr(args, "pipeline_missing", False):
+    try:
+        from pipeline.job import run_args
+    except ImportError:  # PySpark not installed
         print("leveret analyze needs PySpark: pip install -e '.[pipeline]'", file=sys.stderr)
         return 2
-    from pipeline.job import run_args
 
     def source(path: Path | None) -> list[dict[str, object]] | None:
         if path is not None and Path(path).is_dir():

@@ -11,6 +11,8 @@ Modules, in the order the data flows:
   reports, what-if);
 * :mod:`pipeline.report`: the self-contained HTML report and its charts;
 * :mod:`pipeline.progress`: stage log lines and task progress while the job runs;
+* :mod:`pipeline.collect`: the summary and the report's rows, gathered from the tables;
+* :mod:`pipeline.cli`: the job's options and arguments (no Spark import, for ``leveret``);
 * :mod:`pipeline.job`: extract, transform, load, and the command line
   (``spark-submit pipeline/job.py`` or ``leveret analyze``).
 

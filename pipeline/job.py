@@ -23,18 +23,19 @@ Local mode (``local[*]``) is the default; under ``spark-submit`` its ``--master`
 from __future__ import annotations
 
 import argparse
+import atexit
 import glob
 import json
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
 import weakref
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline import collect, transforms
 from pipeline import report as html_report
+from pipeline.cli import JobOptions, add_arguments, options_from_args
 from pipeline.progress import Progress
 from pipeline.schema import SUPPORTED_VERSIONS, TRACE_SCHEMA
-from pipeline.topology import SourceError, Topology, TopologySource, load
+from pipeline.topology import SourceError, Topology, load
 
 log = logging.getLogger("leveret.pipeline")
 
@@ -59,73 +61,6 @@ SMALL_TABLES = frozenset(
 KEYS_PER_ROUTING_PARTITION = 20_000
 
 
-@dataclass(frozen=True)
-class JobOptions:
-    """What to analyse and where to put the results."""
-
-    trace: Sequence[str]
-    topology: TopologySource
-    out: Path
-    proposed: TopologySource | None = None
-    master: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
-    bindings: bool = True  # per-binding attribution
-    recorded: bool = True  # compare routes with the queues the broker recorded
-    report: bool = True  # write report.html
-    top: int = 20  # rows per table in the HTML report
-    progress_interval: float = 5.0  # seconds between task-progress lines (0: none)
-
-
-# -- command line ------------------------------------------------------------------------------
-
-
-def _conf_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job's options, for its own parser and for ``leveret analyze``."""
-    parser.add_argument(
-        "--trace",
-        action="append",
-        required=True,
-        metavar="DIR",
-        help="trace directory (reads DIR/trace-*.jsonl*) or file/glob; repeatable",
-    )
-    parser.add_argument(
-        "--topology",
-        required=True,
-        metavar="SOURCE",
-        help="current topology: `leveret log dump` output or a RabbitMQ definitions.json",
-    )
-    parser.add_argument(
-        "--proposed", metavar="SOURCE", help="proposed topology for the what-if report"
-    )
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
-    parser.add_argument(
-        "--master", help="Spark master (default local[*]; under spark-submit, its --master)"
-    )
-    parser.add_argument(
-        "--conf",
-        action="append",
-        type=_conf_pair,
-        default=[],
-        metavar="KEY=VALUE",
-        help="Spark configuration, repeatable (e.g. spark.driver.memory=4g)",
-    )
-    parser.add_argument("--no-bindings", action="store_true", help="skip per-binding attribution")
-    parser.add_argument(
-        "--no-recorded",
-        action="store_true",
-        help="do not compare with the queues the broker recorded (reads less of each line)",
-    )
-    parser.add_argument("--no-report", action="store_true", help="write Parquet tables only")
-    parser.add_argument("--top", type=int, default=20, help="rows per table in the HTML report")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The job's own parser (``spark-submit pipeline/job.py`` and ``python -m``)."""
     parser = argparse.ArgumentParser(
@@ -133,27 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(parser)
     return parser
-
-
-def options_from_args(
-    args: argparse.Namespace,
-    topology: TopologySource | None = None,
-    proposed: TopologySource | None = None,
-) -> JobOptions:
-    """Options from parsed arguments; ``topology``/``proposed`` replace the paths given
-    (``leveret analyze`` passes dump objects it read from a data dir)."""
-    return JobOptions(
-        trace=tuple(args.trace),
-        topology=topology if topology is not None else args.topology,
-        proposed=proposed if proposed is not None else args.proposed,
-        out=Path(args.out),
-        master=args.master,
-        conf=dict(args.conf),
-        bindings=not args.no_bindings,
-        recorded=not args.no_recorded,
-        report=not args.no_report,
-        top=args.top,
-    )
 
 
 def run_args(
@@ -182,12 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logging() -> None:
+    """Progress lines at INFO: through the caller's handlers if it set some up, else stderr."""
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per closed connection
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
         log.addHandler(handler)
-        log.setLevel(logging.INFO)
         log.propagate = False
 
 
@@ -211,6 +127,10 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
         return active
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         master = "local[*]"
+    if master is not None and master.startswith("local"):
+        # Python workers run the routing: make them this interpreter (the default is
+        # whatever `python3` is on PATH, which may lack a matching Python).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("leveret-analyze")
     if master is not None:
         builder = builder.master(master)
@@ -253,7 +173,9 @@ def ship_packages(sc: SparkContext) -> None:
     import exchanges
     import pipeline
 
-    path = Path(tempfile.mkdtemp(prefix="leveret-pyfiles-")) / "leveret_pipeline.zip"
+    directory = tempfile.mkdtemp(prefix="leveret-pyfiles-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    path = Path(directory) / "leveret_pipeline.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in (exchanges, pipeline):
             root = Path(package.__file__ or "").parent

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from pipeline import job
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
@@ -24,5 +26,6 @@ def spark() -> Iterator[SparkSession]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    job.ship_packages(session.sparkContext)  # executors import pipeline/ and exchanges/
     yield session
     session.stop()

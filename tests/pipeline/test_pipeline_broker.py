@@ -25,7 +25,7 @@ from storage.logtools import read_log
 from storage.records import event_to_json
 from tests.conftest import BrokerThread
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
 
 # (messages, exchange, routing key, headers)
 PUBLISHED: list[tuple[int, str, str, dict[str, Any] | None]] = [

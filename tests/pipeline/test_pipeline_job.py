@@ -33,6 +33,9 @@ from pyspark.sql import SparkSession
 
 from pipeline import job
 
+# The first Spark test of a session also starts Spark (seconds, more on a busy machine).
+pytestmark = pytest.mark.timeout(180)
+
 
 @pytest.fixture(scope="module")
 def out(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:

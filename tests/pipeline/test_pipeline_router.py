@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from pipeline_helpers import EXPECTED_BINDINGS, SHOP_EVENTS, SHOP_TRAFFIC, projection_of
 from pyspark.sql import SparkSession
 
@@ -18,6 +19,9 @@ from pipeline.router import Router, parse_headers, route_partition
 from pipeline.topology import Topology
 
 DATA = Path(__file__).parent / "data"
+
+# The first Spark test of a session also starts Spark (seconds, more on a busy machine).
+pytestmark = pytest.mark.timeout(180)
 
 
 def shop() -> Topology:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,12 @@ from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
 from pipeline import job, report, transforms
+from pipeline.progress import Progress
 from pipeline.schema import TRACE_SCHEMA
 from pipeline.topology import SourceError
+
+# The first Spark test of a session also starts Spark (seconds, more on a busy machine).
+pytestmark = pytest.mark.timeout(180)
 
 
 def test_aggregate_groups_by_key_and_minute(spark: SparkSession, tmp_path: Path) -> None:
@@ -108,3 +115,37 @@ def test_cli_options() -> None:
     assert not options.bindings and options.recorded and options.report
     assert isinstance(options.topology, list)
     assert json.dumps(job._headline({"messages": 1, "out": "o"}))
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_progress_logs_numbered_stages(spark: SparkSession) -> None:
+    logger, handler = logging.getLogger("leveret.pipeline"), _Lines()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        progress = Progress(spark.sparkContext, stages=2, interval=0.05)
+        with progress.stage("count things") as done:
+            slow = spark.sparkContext.parallelize(range(4), 2).map(lambda x: time.sleep(0.3) or x)
+            done.append(f"{slow.count()} things")
+        with progress.stage("nothing"):
+            pass
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = handler.lines
+    assert lines[0] == "[1/2] count things"
+    assert any(
+        re.fullmatch(r" {4}spark stage \d+: \d+/\d+ tasks \(\d+ running\)", x) for x in lines
+    )
+    assert re.fullmatch(r"\[1/2\] done in \d+\.\d s: 4 things", lines[-3])
+    assert lines[-2] == "[2/2] nothing" and lines[-1].startswith("[2/2] done in")
+    assert set(progress.timings) == {"count things", "nothing"}
