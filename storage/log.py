@@ -68,7 +68,7 @@ from storage.files import (
     write_all,
 )
 from storage.live import LiveState
-from storage.records import decode, encode
+from storage.records import decode, decode_many, encode
 
 log = logging.getLogger("leveret.storage")
 
@@ -378,6 +378,9 @@ class DefinitionLog:
 
 def decode_all(path: Path, payloads: list[tuple[int, bytes]]) -> list[Record]:
     """Decode payloads, skipping (with an error logged) those that do not decode."""
+    fast = decode_many([payload for _, payload in payloads])
+    if fast is not None:
+        return fast
     records: list[Record] = []
     append = records.append
     for offset, payload in payloads:

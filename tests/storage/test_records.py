@@ -160,3 +160,28 @@ def test_event_to_json_is_strict_json(vhost: str, event: Event) -> None:
 def test_value_to_json_keeps_native_values(table: dict[str, Any]) -> None:
     plain = {k: v for k, v in table.items() if isinstance(v, str | int | type(None))}
     assert value_to_json(plain) == plain
+
+
+def test_decode_many_equals_decoding_one_by_one() -> None:
+    from exchanges.model import (
+        Binding,
+        BindingAdded,
+        DestKind,
+        Exchange,
+        ExchangeDeclared,
+        ExchangeType,
+        Queue,
+        QueueDeclared,
+    )
+    from storage.records import decode, decode_many, encode
+
+    events = [
+        ("/", ExchangeDeclared(Exchange("x", ExchangeType.TOPIC, arguments={"a": 1.5}))),
+        ("v", QueueDeclared(Queue("q", durable=True, arguments={"x-max-length": 3}))),
+        ("/", BindingAdded(Binding("x", "q", DestKind.QUEUE, "a.#", {"k": b"\x00"}))),
+    ]
+    payloads = [encode(vhost, event) for vhost, event in events]
+    assert decode_many(payloads) == [decode(p) for p in payloads] == events
+    # Anything odd falls back to the per-record path (None), which reports the bad record.
+    assert decode_many([*payloads, b"\x01not json"]) is None
+    assert decode_many([]) is None
