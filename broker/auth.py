@@ -16,7 +16,9 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.errors import ACCESS_REFUSED, AMQPChannelError
 
@@ -81,8 +83,15 @@ class AccessControl:
     def __init__(self) -> None:
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], Permission] = {}
-        # Bumped on every permission change, so channels can cache successful checks.
+        # Bumped on every change, so channels can cache successful permission checks.
         self.version = 0
+        # Called after every change (the broker persists the user database with it).
+        self.listeners: list[Callable[[], None]] = []
+
+    def _changed(self) -> None:
+        self.version += 1
+        for listener in self.listeners:
+            listener()
 
     @classmethod
     def with_users(cls, users: dict[str, str], vhosts: tuple[str, ...]) -> AccessControl:
@@ -108,24 +117,59 @@ class AccessControl:
             password_hash = hash_password(password or "") if password is not None else ""
         user = User(name, password_hash, list(tags or []))
         self.users[name] = user
+        self._changed()
         return user
 
     def delete_user(self, name: str) -> bool:
         """Remove a user and its permissions."""
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
-        self.version += 1
-        return self.users.pop(name, None) is not None
+        existed = self.users.pop(name, None) is not None
+        self._changed()
+        return existed
 
     def set_permissions(self, user: str, vhost: str, permission: Permission) -> None:
         """Grant ``permission`` to ``user`` on ``vhost``."""
         self.permissions[(user, vhost)] = permission
-        self.version += 1
+        self._changed()
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         """Revoke ``user``'s access to ``vhost``."""
-        self.version += 1
-        return self.permissions.pop((user, vhost), None) is not None
+        existed = self.permissions.pop((user, vhost), None) is not None
+        self._changed()
+        return existed
+
+    def to_document(self) -> dict[str, Any]:
+        """Users and permissions in RabbitMQ's definitions.json shape."""
+        return {
+            "users": [
+                {
+                    "name": u.name,
+                    "password_hash": u.password_hash,
+                    "hashing_algorithm": "rabbit_password_hashing_sha256",
+                    "tags": list(u.tags),
+                }
+                for u in self.users.values()
+            ],
+            "permissions": [
+                {"user": user, "vhost": vhost, **vars(p)}
+                for (user, vhost), p in self.permissions.items()
+            ],
+        }
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> AccessControl:
+        """The inverse of :meth:`to_document`."""
+        access = cls()
+        for user in document.get("users", []):
+            access.add_user(
+                user["name"], password_hash=user["password_hash"], tags=list(user["tags"])
+            )
+        for p in document.get("permissions", []):
+            access.set_permissions(
+                p["user"], p["vhost"], Permission(p["configure"], p["write"], p["read"])
+            )
+        return access
 
     def authenticate(self, name: str, password: str) -> User | None:
         """The user when ``password`` is right (a user without a hash cannot log in)."""

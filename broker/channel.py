@@ -79,6 +79,7 @@ class Channel:
         self.id = channel_id
         self.vhost = connection.vhost
         self.access = connection.server.access
+        self.counters = connection.server.counters
         # Exchanges this channel may publish to, checked once (the publish hot path);
         # forgotten when the broker's permissions change (see AccessControl.version).
         self._writable: set[str] = set()
@@ -366,8 +367,15 @@ class Channel:
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message, mandatory), 0
         routed, rejected, sync_gen = self.vhost.publish(message)
-        if not routed and mandatory:
+        counters = self.counters
+        counters.received += 1
+        if routed:
+            counters.routed += 1
+        elif mandatory:
+            counters.unroutable_returned += 1
             self._return(message)
+        else:
+            counters.unroutable_dropped += 1
         return rejected, sync_gen
 
     def _reply(self, message: Message, mandatory: bool) -> bool:

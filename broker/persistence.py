@@ -13,11 +13,12 @@ the more publishers, the more messages per fsync.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exchanges.model import (
     BindingAdded,
@@ -29,7 +30,7 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.files import gc_paused
+from storage.files import create_atomically, gc_paused
 from storage.log import DefinitionLog
 from storage.messages import MessageStore
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     from broker.vhost import VHost
 
 log = logging.getLogger(__name__)
+# Users, permissions and vhosts (RabbitMQ's definitions.json shape), rewritten atomically on
+# every change: small, rare, and not worth a log of their own.
+USERS_FILE = "users.json"
 
 
 class Persistence:
@@ -44,6 +48,7 @@ class Persistence:
 
     def __init__(self, data_dir: Path) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
         started = time.monotonic()
         with gc_paused():
             self.log = DefinitionLog.open(data_dir / "definitions.log")
@@ -159,6 +164,19 @@ class Persistence:
         for listener in list(self._listeners):
             listener(generation)
         self._start_sync()
+
+    def save_access(self, document: dict[str, Any]) -> None:
+        """Write users, permissions and vhosts (``DATA/users.json``) all or nothing."""
+        data = json.dumps(document, indent=1, sort_keys=True).encode("utf-8")
+        create_atomically(self.data_dir / USERS_FILE, data)
+
+    def load_access(self) -> dict[str, Any] | None:
+        """The saved user database, or None on a first start."""
+        path = self.data_dir / USERS_FILE
+        if not path.exists():
+            return None
+        document: dict[str, Any] = json.loads(path.read_text("utf-8"))
+        return document
 
     def compact(self) -> None:
         """Start-up compaction of the log when dead records pile up."""

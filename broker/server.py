@@ -29,6 +29,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class PublishCounters:
+    """Broker-wide publish counters (for /metrics and the management overview)."""
+
+    __slots__ = ("received", "routed", "unroutable_dropped", "unroutable_returned")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.routed = 0
+        self.unroutable_dropped = 0
+        self.unroutable_returned = 0
+
+
 class Server:
     """A Leveret broker instance."""
 
@@ -38,6 +50,7 @@ class Server:
             config.memory_high_watermark or default_watermark(), self._on_memory_alarm
         )
         self.persistence: Persistence | None = None
+        self.counters = PublishCounters()
         self.access = config.access or AccessControl.with_users(config.users, config.vhosts)
         self.tracer: TraceWriter | None = (
             TraceWriter(config.trace_dir) if config.trace_dir else None
@@ -72,9 +85,19 @@ class Server:
             vhost.tracer = self.tracer
         return vhost
 
+    def _save_access(self) -> None:
+        if self.persistence is not None:
+            document = self.access.to_document()
+            document["vhosts"] = sorted(self.vhosts)
+            self.persistence.save_access(document)
+
     def add_vhost(self, name: str) -> VHost:
-        """Create the vhost ``name`` (idempotent)."""
-        return self.vhost(name)
+        """Create the vhost ``name`` (idempotent; durable with a data dir)."""
+        known = name in self.vhosts
+        vhost = self.vhost(name)
+        if not known:
+            self._save_access()
+        return vhost
 
     def delete_vhost(self, name: str) -> bool:
         """Delete a vhost: its connections are closed (320), its queues and their stored
@@ -90,6 +113,7 @@ class Server:
         for user, vhost_name in list(self.access.permissions):
             if vhost_name == name:
                 self.access.clear_permissions(user, vhost_name)
+        self._save_access()
         return True
 
     def set_trace(self, directory: Path | None) -> None:
@@ -110,6 +134,14 @@ class Server:
 
         started = time.monotonic()
         persistence = self.persistence = Persistence(data_dir)
+        saved = persistence.load_access()
+        if saved is not None:
+            # Users, permissions and vhosts made at run time (API, definitions) win over
+            # the configured defaults, as RabbitMQ seeds its default user only once.
+            self.access = AccessControl.from_document(saved)
+            for name in saved.get("vhosts", []):
+                self.vhost(name)
+        self.access.listeners.append(self._save_access)
         for name in self.config.vhosts:
             self.vhost(name)
         records = persistence.log.replay()

@@ -1,0 +1,46 @@
+"""Users, permissions and vhosts made at run time survive a restart with a data dir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from broker.auth import Permission
+from broker.config import Config
+from tests.conftest import BrokerThread
+
+
+def test_users_permissions_and_vhosts_survive_a_restart(tmp_path: Path) -> None:
+    broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+
+        def setup() -> None:
+            server = broker.server
+            server.add_vhost("orders")
+            server.access.add_user("app", password="s3cret", tags=["management"])
+            server.access.set_permissions("app", "orders", Permission("^app\\.", ".*", ".*"))
+
+        broker.call(setup)
+    finally:
+        broker.stop()
+    saved = json.loads((tmp_path / "users.json").read_text())
+    assert "orders" in saved["vhosts"]
+    assert {u["name"] for u in saved["users"]} == {"guest", "app"}
+
+    again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+        url = f"amqp://app:s3cret@127.0.0.1:{again.server.port}/orders"
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.queue_declare("app.jobs")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+            channel.queue_declare("other")
+        assert err.value.reply_code == 403
+        connection.close()
+        assert again.server.access.users["app"].tags == ["management"]
+    finally:
+        again.stop()
