@@ -27,6 +27,7 @@ from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
 from broker.queue import Consumer, Queue
 from exchanges.model import (
+    PREDECLARED_EXCHANGES,
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -48,16 +49,7 @@ if TYPE_CHECKING:
     from broker.persistence import Persistence
     from broker.trace import TraceWriter
 
-# rabbit_vhost:declare_default_exchanges/2: all durable.
-DEFAULT_EXCHANGES = (
-    Exchange("", ExchangeType.DIRECT),
-    Exchange("amq.direct", ExchangeType.DIRECT),
-    Exchange("amq.fanout", ExchangeType.FANOUT),
-    Exchange("amq.topic", ExchangeType.TOPIC),
-    Exchange("amq.headers", ExchangeType.HEADERS),
-    Exchange("amq.match", ExchangeType.HEADERS),
-    Exchange("amq.rabbitmq.trace", ExchangeType.TOPIC, internal=True),
-)
+DEFAULT_EXCHANGES = PREDECLARED_EXCHANGES
 
 # Queue arguments compared on re-declare (the classic queue type's queue_arguments).
 EQUIVALENT_QUEUE_ARGS = (

@@ -80,6 +80,19 @@ class Exchange:
         return ae if isinstance(ae, str) else None
 
 
+# The exchanges every vhost has from the start, all durable
+# (rabbit_vhost:declare_default_exchanges/2). Shared by the broker and the pipeline.
+PREDECLARED_EXCHANGES: tuple[Exchange, ...] = (
+    Exchange("", ExchangeType.DIRECT),
+    Exchange("amq.direct", ExchangeType.DIRECT),
+    Exchange("amq.fanout", ExchangeType.FANOUT),
+    Exchange("amq.topic", ExchangeType.TOPIC),
+    Exchange("amq.headers", ExchangeType.HEADERS),
+    Exchange("amq.match", ExchangeType.HEADERS),
+    Exchange("amq.rabbitmq.trace", ExchangeType.TOPIC, internal=True),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Queue:
     """A declared queue, as far as the topology is concerned."""

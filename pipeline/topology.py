@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from exchanges.model import (
+    PREDECLARED_EXCHANGES,
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -53,17 +54,8 @@ from exchanges.projection import Projection
 
 DEFAULT_VHOST = "/"
 
-# The exchanges every vhost of the broker has from the start (broker.vhost.DEFAULT_EXCHANGES,
-# which the pipeline may not import; tests/pipeline/test_topology.py checks they are equal).
-PREDECLARED: tuple[Exchange, ...] = (
-    Exchange("", ExchangeType.DIRECT),
-    Exchange("amq.direct", ExchangeType.DIRECT),
-    Exchange("amq.fanout", ExchangeType.FANOUT),
-    Exchange("amq.topic", ExchangeType.TOPIC),
-    Exchange("amq.headers", ExchangeType.HEADERS),
-    Exchange("amq.match", ExchangeType.HEADERS),
-    Exchange("amq.rabbitmq.trace", ExchangeType.TOPIC, internal=True),
-)
+# The exchanges every vhost of the broker has from the start (the same tuple the broker uses).
+PREDECLARED: tuple[Exchange, ...] = PREDECLARED_EXCHANGES
 
 _EXCHANGE_TYPES = {t.value: t for t in ExchangeType}
 _DEST_KINDS = {k.value: k for k in DestKind}
