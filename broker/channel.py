@@ -210,9 +210,14 @@ class Channel:
             self._publish = publish
             self._on_header(header, frame.body)
             return
-        message = Message(publish.exchange, publish.routing_key, payload, frame.body)
-        self.conn.published = True
-        rejected, sync_gen = self._route(message, publish.mandatory)
+        self._accept(
+            Message(publish.exchange, publish.routing_key, payload, frame.body), publish.mandatory
+        )
+
+    def _accept(self, message: Message, mandatory: bool) -> None:
+        """Route a checked message now (not in tx mode) and number it for confirms."""
+        self.conn.published = True  # a publisher: the memory alarm blocks it
+        rejected, sync_gen = self._route(message, mandatory)
         if self.confirm:
             self._confirm(rejected, sync_gen)
 
@@ -296,9 +301,7 @@ class Channel:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
             return
-        rejected, sync_gen = self._route(message, publish.mandatory)
-        if self.confirm:
-            self._confirm(rejected, sync_gen)
+        self._accept(message, publish.mandatory)
 
     def _confirm(self, rejected: bool, sync_gen: int) -> None:
         """Number a publish in confirm mode; its ack waits for ``sync_gen``'s fsync."""

@@ -437,7 +437,8 @@ def method_frame(channel: int, method: Any) -> bytes:
     return frame.marshal(method, channel)
 
 
-def _pack_shortstr(value: str) -> bytes:
+def shortstr(value: str) -> bytes:
+    """A short string as on the wire: length octet + UTF-8."""
     raw = value.encode("utf-8")
     return bytes((len(raw),)) + raw
 
@@ -446,18 +447,28 @@ def _wrap(frame_type: int, channel: int, payload: bytes) -> bytes:
     return _FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
-def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
-    """Content header frame plus body frames, the body split by ``frame_max``."""
-    parts = [_wrap(FRAME_HEADER, channel, header_payload)]
-    chunk = frame_max - FRAME_OVERHEAD
-    if len(body) <= chunk:
-        if body:
-            parts.append(_wrap(FRAME_BODY, channel, body))
+def _content(
+    parts: list[bytes | memoryview], channel: int, header_payload: bytes, body: bytes, fmax: int
+) -> list[bytes | memoryview]:
+    """Append a content header frame and the body frames, the body split by ``fmax``."""
+    parts += (_FRAME_HEAD.pack(FRAME_HEADER, channel, len(header_payload)), header_payload)
+    parts.append(FRAME_END_BYTE)
+    length = len(body)
+    chunk = fmax - FRAME_OVERHEAD
+    if length <= chunk:
+        if length:
+            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, length), body, FRAME_END_BYTE)
     else:
         view = memoryview(body)
-        for start in range(0, len(body), chunk):
-            parts.append(_wrap(FRAME_BODY, channel, bytes(view[start : start + chunk])))
-    return b"".join(parts)
+        for start in range(0, length, chunk):
+            piece = view[start : start + chunk]
+            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
+    return parts
+
+
+def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
+    """Content header frame plus body frames, the body split by ``frame_max``."""
+    return b"".join(_content([], channel, header_payload, body, frame_max))
 
 
 _DELIVER_ID = _METHOD_ID.pack(commands.Basic.Deliver.index)
@@ -465,29 +476,6 @@ _GET_OK_ID = _METHOD_ID.pack(commands.Basic.GetOk.index)
 _RETURN_ID = _METHOD_ID.pack(commands.Basic.Return.index)
 _SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
-
-
-def deliver_method(
-    channel: int,
-    consumer_tag: bytes,
-    delivery_tag: int,
-    redelivered: bool,
-    exchange: bytes,
-    routing_key: bytes,
-) -> bytes:
-    """``Basic.Deliver``; ``consumer_tag``, ``exchange`` and ``routing_key`` are
-    pre-encoded short strings (length octet included)."""
-    payload = b"".join(
-        (
-            _DELIVER_ID,
-            consumer_tag,
-            _LONGLONG.pack(delivery_tag),
-            b"\x01" if redelivered else b"\x00",
-            exchange,
-            routing_key,
-        )
-    )
-    return _wrap(FRAME_METHOD, channel, payload)
 
 
 _DELIVER_HEAD = struct.Struct(">BHII")
@@ -503,7 +491,7 @@ def route_shortstrs(exchange: str, routing_key: str) -> bytes:
     if cached is None:
         if len(_SHORTSTR_CACHE) > 4096:
             _SHORTSTR_CACHE.clear()
-        cached = _SHORTSTR_CACHE[key] = _pack_shortstr(exchange) + _pack_shortstr(routing_key)
+        cached = _SHORTSTR_CACHE[key] = shortstr(exchange) + shortstr(routing_key)
     return cached
 
 
@@ -526,21 +514,8 @@ def deliver_frames(
         _TAG_REDELIVERED.pack(delivery_tag, redelivered),
         route,
         FRAME_END_BYTE,
-        _FRAME_HEAD.pack(FRAME_HEADER, channel, len(header_payload)),
-        header_payload,
-        FRAME_END_BYTE,
     ]
-    length = len(body)
-    chunk = frame_max - FRAME_OVERHEAD
-    if length <= chunk:
-        if length:
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, length), body, FRAME_END_BYTE)
-    else:
-        view = memoryview(body)
-        for start in range(0, length, chunk):
-            piece = view[start : start + chunk]
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
-    return b"".join(parts)
+    return b"".join(_content(parts, channel, header_payload, body, frame_max))
 
 
 def get_ok_method(
@@ -557,8 +532,8 @@ def get_ok_method(
             _GET_OK_ID,
             _LONGLONG.pack(delivery_tag),
             b"\x01" if redelivered else b"\x00",
-            _pack_shortstr(exchange),
-            _pack_shortstr(routing_key),
+            shortstr(exchange),
+            shortstr(routing_key),
             _LONG.pack(message_count),
         )
     )
@@ -573,17 +548,12 @@ def return_method(
         (
             _RETURN_ID,
             _SHORT.pack(reply_code),
-            _pack_shortstr(reply_text),
-            _pack_shortstr(exchange),
-            _pack_shortstr(routing_key),
+            shortstr(reply_text),
+            shortstr(exchange),
+            shortstr(routing_key),
         )
     )
     return _wrap(FRAME_METHOD, channel, payload)
-
-
-def shortstr(value: str) -> bytes:
-    """Pre-encode a short string (length octet + UTF-8) for :func:`deliver_method`."""
-    return _pack_shortstr(value)
 
 
 def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> bytes:
@@ -595,7 +565,7 @@ def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> by
     parts = [_METHOD_ID.pack(method_cls.index)]
     for amqp_type, value in fields:
         if amqp_type == "shortstr":
-            parts.append(_pack_shortstr(value))
+            parts.append(shortstr(value))
         elif amqp_type == "long":
             parts.append(_LONG.pack(value))
         elif amqp_type == "bit":
@@ -621,7 +591,6 @@ __all__ = [
     "content_frames",
     "decode_method",
     "deliver_frames",
-    "deliver_method",
     "erl_binary",
     "get_ok_method",
     "method_frame",

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
 from broker.prioritydeque import PriorityDeque, insert_by_seq
@@ -80,9 +81,7 @@ class Consumer:
         self.channel = channel
         self.queue = queue
         self.tag = tag
-        # Pre-encoded short string for Basic.Deliver (the hot path).
-        raw = tag.encode("utf-8")
-        self.tag_bytes = bytes((len(raw),)) + raw
+        self.tag_bytes = shortstr(tag)  # pre-encoded once for Basic.Deliver (the hot path)
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch

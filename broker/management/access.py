@@ -87,14 +87,6 @@ def require_admin(request: web.Request) -> User:
     return user
 
 
-def require_monitor(request: web.Request) -> User:
-    """is_authorized_monitor: 401 "Not monitor user" for others."""
-    user = current_user(request)
-    if not is_monitor(user):
-        raise not_authorised("Not monitor user")
-    return user
-
-
 def can_login_vhost(server: Server, user: User, vhost: str) -> bool:
     """list_login_vhosts: the user has permissions on ``vhost``."""
     return server.access.can_access_vhost(user.name, vhost)
