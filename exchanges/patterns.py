@@ -17,6 +17,7 @@ exchanges on every call; only the per-exchange trie walks are memoised.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from exchanges.model import EMPTY, Binding
 from exchanges.rtopic import ReverseTopicTrie
@@ -63,7 +64,39 @@ class RouteCache(OrderedDict[str, frozenset[str]]):
             self.weight = 0
 
 
-class TopicIndex(TopicTrie[str]):
+class _CachedIndex:
+    """``bind``/``unbind``/``lookup`` over a trie's ``add``/``remove``/``match``, with a
+    route cache that every binding change empties. Mixed in after the trie class."""
+
+    __slots__ = ()
+    cache: RouteCache
+
+    if TYPE_CHECKING:
+
+        def add(self, key: str, destination: str) -> None: ...
+        def remove(self, key: str, destination: str) -> bool: ...
+        def match(self, key: str) -> set[str]: ...
+
+    def bind(self, binding: Binding) -> None:
+        """Add ``binding`` and forget cached results."""
+        self.add(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def unbind(self, binding: Binding) -> None:
+        """Remove ``binding`` and forget cached results."""
+        self.remove(binding.routing_key, binding.destination)
+        self.cache.invalidate()
+
+    def lookup(self, key: str) -> frozenset[str]:
+        """The names ``key`` (a routing key, or an x-rtopic pattern) reaches, from the cache
+        or a trie walk (a shared result: read-only)."""
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache.store(key, self.match(key))
+        return found
+
+
+class TopicIndex(TopicTrie[str], _CachedIndex):
     """Topic exchange: a :class:`TopicTrie` of binding keys to names, with a route cache."""
 
     __slots__ = ("cache",)
@@ -72,23 +105,8 @@ class TopicIndex(TopicTrie[str]):
         super().__init__()
         self.cache = RouteCache()
 
-    def bind(self, binding: Binding) -> None:
-        self.add(binding.routing_key, binding.destination)
-        self.cache.invalidate()
 
-    def unbind(self, binding: Binding) -> None:
-        self.remove(binding.routing_key, binding.destination)
-        self.cache.invalidate()
-
-    def lookup(self, routing_key: str) -> frozenset[str]:
-        """The names ``routing_key`` reaches, from the cache or a trie walk (shared result)."""
-        found = self.cache.get(routing_key)
-        if found is None:
-            found = self.cache.store(routing_key, self.match(routing_key))
-        return found
-
-
-class RTopicIndex(ReverseTopicTrie[str]):
+class RTopicIndex(ReverseTopicTrie[str], _CachedIndex):
     """``x-rtopic`` exchange: a :class:`ReverseTopicTrie` of literal binding keys to names,
     with a route cache keyed by the routing pattern."""
 
@@ -97,18 +115,3 @@ class RTopicIndex(ReverseTopicTrie[str]):
     def __init__(self) -> None:
         super().__init__()
         self.cache = RouteCache()
-
-    def bind(self, binding: Binding) -> None:
-        self.add(binding.routing_key, binding.destination)
-        self.cache.invalidate()
-
-    def unbind(self, binding: Binding) -> None:
-        self.remove(binding.routing_key, binding.destination)
-        self.cache.invalidate()
-
-    def lookup(self, pattern: str) -> frozenset[str]:
-        """The names ``pattern`` reaches, from the cache or a trie search (shared result)."""
-        found = self.cache.get(pattern)
-        if found is None:
-            found = self.cache.store(pattern, self.match(pattern))
-        return found
