@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from types import SimpleNamespace
 
 import aio_pika
 import pytest
@@ -29,32 +27,6 @@ from .helpers import aio_reply, unique, wait_until
 
 # ---------------------------------------------------------------------------------------------
 # fixtures and small helpers
-
-
-@pytest.fixture
-async def conn(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
-    connection = await aio_pika.connect(amqp_url)
-    yield connection
-    await connection.close()
-
-
-@pytest.fixture
-async def ch(conn: aio_pika.abc.AbstractConnection) -> aio_pika.abc.AbstractChannel:
-    return await conn.channel()
-
-
-@pytest.fixture
-async def cleanup(amqp_url: str) -> AsyncIterator[SimpleNamespace]:
-    """Names appended to ``.queues`` are deleted after the test."""
-    names = SimpleNamespace(queues=[])
-    yield names
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        for queue in names.queues:
-            await channel.queue_delete(queue)
-    finally:
-        await connection.close()
 
 
 @pytest.fixture

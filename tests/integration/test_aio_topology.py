@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from types import SimpleNamespace
 
 import aio_pika
 import pytest
@@ -26,34 +24,6 @@ from .helpers import aio_reply, unique, wait_until
 
 # ---------------------------------------------------------------------------------------------
 # fixtures
-
-
-@pytest.fixture
-async def conn(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
-    connection = await aio_pika.connect(amqp_url)
-    yield connection
-    await connection.close()
-
-
-@pytest.fixture
-async def ch(conn: aio_pika.abc.AbstractConnection) -> aio_pika.abc.AbstractChannel:
-    return await conn.channel()
-
-
-@pytest.fixture
-async def cleanup(amqp_url: str) -> AsyncIterator[SimpleNamespace]:
-    """Names appended to ``.queues`` / ``.exchanges`` are deleted after the test."""
-    names = SimpleNamespace(queues=[], exchanges=[])
-    yield names
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        for queue in names.queues:
-            await channel.queue_delete(queue)
-        for exchange in names.exchanges:
-            await channel.exchange_delete(exchange)
-    finally:
-        await connection.close()
 
 
 async def declare_queue(ch, cleanup, prefix: str = "q", **kwargs):

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import aio_pika
@@ -34,34 +33,6 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 
 # ---------------------------------------------------------------------------------------------
 # fixtures and small helpers
-
-
-@pytest.fixture
-async def conn(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
-    connection = await aio_pika.connect(amqp_url)
-    yield connection
-    await connection.close()
-
-
-@pytest.fixture
-async def ch(conn: aio_pika.abc.AbstractConnection) -> aio_pika.abc.AbstractChannel:
-    return await conn.channel()
-
-
-@pytest.fixture
-async def cleanup(amqp_url: str) -> AsyncIterator[SimpleNamespace]:
-    """Names appended to ``.queues`` / ``.exchanges`` are deleted after the test."""
-    names = SimpleNamespace(queues=[], exchanges=[])
-    yield names
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        for queue in names.queues:
-            await channel.queue_delete(queue)
-        for exchange in names.exchanges:
-            await channel.exchange_delete(exchange)
-    finally:
-        await connection.close()
 
 
 @pytest.fixture

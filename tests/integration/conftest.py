@@ -1,0 +1,40 @@
+"""aio-pika fixtures shared by the integration scenarios (the pika modules define their own
+``conn``/``ch``, which take precedence there)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+
+import aio_pika
+import pytest
+
+
+@pytest.fixture
+async def conn(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
+    """An aio-pika connection to the broker under test."""
+    connection = await aio_pika.connect(amqp_url)
+    yield connection
+    await connection.close()
+
+
+@pytest.fixture
+async def ch(conn: aio_pika.abc.AbstractConnection) -> aio_pika.abc.AbstractChannel:
+    """A channel on ``conn``."""
+    return await conn.channel()
+
+
+@pytest.fixture
+async def cleanup(amqp_url: str) -> AsyncIterator[SimpleNamespace]:
+    """Names appended to ``.queues`` / ``.exchanges`` are deleted after the test."""
+    names = SimpleNamespace(queues=[], exchanges=[])
+    yield names
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        for queue in names.queues:
+            await channel.queue_delete(queue)
+        for exchange in names.exchanges:
+            await channel.exchange_delete(exchange)
+    finally:
+        await connection.close()
