@@ -125,10 +125,37 @@ def workload(
 # -- generate ----------------------------------------------------------------------------------
 
 
+def _write_file(job: tuple[Path, int, int, int, list[tuple[str, list[str]]]]) -> int:
+    """One ``trace-*.jsonl`` with its ``keys-*.jsonl``, lines encoded by ``broker/trace.py``."""
+    from broker.trace import KeyIndex, message_line
+
+    trace_path, start, stop, total, mix = job
+    index = KeyIndex()
+    fields = [("/", EXCHANGE, key, None, tuple(queues)) for key, queues in mix]
+    step = 3600.0 / total
+    size = 0
+    with trace_path.open("w") as out:
+        lines = []
+        for m in range(start, stop):
+            ident, fragment = index.lookup(fields[(m * 2_654_435_761) % len(mix)])
+            lines.append(message_line(T0 + m * step, ident, 100 + m % 900, 1 + m % 2, fragment))
+            if len(lines) == 100_000:
+                size += out.write("\n".join(lines) + "\n")
+                lines.clear()
+        if lines:
+            size += out.write("\n".join(lines) + "\n")
+    keys_path = trace_path.with_name("keys-" + trace_path.name[len("trace-") :])
+    keys_path.write_text("\n".join(index.pending) + "\n")
+    return size
+
+
 def generate(args: argparse.Namespace) -> dict[str, Any]:
-    """Write ``DIR/trace/trace-*.jsonl`` and ``DIR/topology.jsonl``; return what was made."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as sf
+    """Write ``DIR/trace/{trace,keys}-*.jsonl`` and ``DIR/topology.jsonl``; return what was made.
+
+    The lines are the broker's (``broker.trace.message_line`` and ``KeyIndex``), written by one
+    process per core, ``--files`` pairs of files of consecutive messages.
+    """
+    from multiprocessing import Pool
 
     from storage.records import event_to_json
 
@@ -139,49 +166,17 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
     with (directory / "topology.jsonl").open("w") as out:
         for event in events:
             out.write(json.dumps(event_to_json("/", event), sort_keys=True) + "\n")
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("leveret-pipeline-bench-generate")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    keys = spark.createDataFrame(
-        [(i, key, queues) for i, (key, queues) in enumerate(mix)],
-        "k long, routing_key string, queues array<string>",
-    )
-    n = args.messages
-    span = 3600.0
-    messages = (
-        spark.range(0, n, numPartitions=args.files)
-        .withColumn("k", sf.pmod(sf.xxhash64("id"), sf.lit(len(mix))))
-        .join(sf.broadcast(keys), "k")
-    )
-    line = sf.to_json(
-        sf.struct(
-            sf.lit(1).alias("schema_version"),
-            (sf.lit(T0) + sf.col("id") * sf.lit(span / n)).cast("decimal(16,6)").alias("ts"),
-            sf.lit("/").alias("vhost"),
-            sf.lit(EXCHANGE).alias("exchange"),
-            sf.col("routing_key"),
-            sf.lit(None).cast("string").alias("headers"),
-            (sf.lit(100) + sf.col("id") % 900).alias("body_size"),
-            (sf.lit(1) + sf.col("id") % 2).alias("delivery_mode"),
-            sf.col("queues"),
-            (sf.size("queues") > 0).alias("routed"),
-        ),
-        {"ignoreNullFields": "false"},
-    )
     trace = directory / "trace"
-    messages.select(line.alias("value")).write.mode("overwrite").text(str(trace))
-    spark.stop()
-    for i, part in enumerate(sorted(trace.glob("part-*"))):
-        part.rename(trace / f"trace-20251122T025300-{i + 1:04d}.jsonl")
-    for leftover in [*trace.glob(".*.crc"), trace / "_SUCCESS"]:
-        leftover.unlink(missing_ok=True)
-    files = sorted(trace.glob("trace-*.jsonl"))
+    trace.mkdir(parents=True, exist_ok=True)
+    for old in [*trace.glob("trace-*"), *trace.glob("keys-*")]:
+        old.unlink()
+    n, files = args.messages, args.files
+    jobs = [
+        (trace / f"trace-20251122T025300-{i + 1:04d}.jsonl", i * n // files, (i + 1) * n // files)
+        for i in range(files)
+    ]
+    with Pool(os.cpu_count() or 1) as pool:
+        sizes = pool.map(_write_file, [(path, a, b, n, mix) for path, a, b in jobs])
     info = {
         "messages": n,
         "bindings": args.bindings,
@@ -189,8 +184,9 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
         "distinct_keys": len(mix),
         "unroutable_keys": sum(1 for _, q in mix if not q),
         "mean_fanout": round(sum(len(q) for _, q in mix) / len(mix), 3),
-        "files": len(files),
-        "bytes": sum(f.stat().st_size for f in files),
+        "files": files,
+        "bytes": sum(sizes),
+        "index_bytes": sum(f.stat().st_size for f in trace.glob("keys-*")),
         "seconds": round(time.perf_counter() - started, 1),
     }
     (directory / "workload.json").write_text(json.dumps(info, indent=2))

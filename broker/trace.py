@@ -1,24 +1,44 @@
 """The traffic trace: one JSON line per published message, for the Spark pipeline.
 
-Schema (``schema_version`` 1), one object per line::
+Schema version 2. A trace directory holds pairs of files, rolled together by size and age:
+``trace-<UTC start>-<n>.jsonl`` with one line per published message, and its key index
+``keys-<UTC start>-<n>.jsonl``. A message line is complete on its own::
 
-    {"schema_version": 1, "ts": 1763780000.123,      # publish time, seconds since the epoch
-     "vhost": "/", "exchange": "amq.topic", "routing_key": "a.b",
-     "headers": {"k": "v"} | null,                    # the headers table, JSON-safe
-     "body_size": 100, "delivery_mode": 1 | 2 | null,
-     "queues": ["q1", "q2"], "routed": true}          # queues reached ([] = unroutable)
+    {"v": 2,                                  # schema version
+     "ts": 1763780000.123456,                 # publish time, seconds since the epoch (UTC)
+     "id": 4503599627370495,                  # key id: the index line with the fields below
+     "size": 100,                             # body size in bytes (bodies are never recorded)
+     "mode": 2,                               # delivery mode; absent when the publisher set none
+     "vhost": "/", "exchange": "amq.topic", "key": "a.b",   # "key": the routing key
+     "headers": {"k": "v"},                   # the headers table, JSON-safe; absent when none
+     "queues": ["q1", "q2"]}                  # queues reached, sorted ([] = unroutable)
 
-Bodies are never recorded. Files are ``trace-<UTC start>-<n>.jsonl`` in the trace
-directory, rolled by size and by age. Publishing never waits for the disk: records go
-into a bounded in-memory buffer as tuples (nothing is encoded on the publish path) and a
-writer thread encodes and writes them; when the buffer is full, records are dropped and
-counted (``dropped``), and the count is logged.
+Messages that share vhost, exchange, routing key, headers and queues share a *key*, and
+traces repeat a few keys endlessly. ``id`` is a 53-bit hash of the key's fields (so it is the
+same in every file and survives ``jq``'s doubles), and the first message of a key in a trace
+file also adds the key's fields, once, to the file's index::
+
+    {"v": 2, "id": 4503599627370495, "vhost": "/", "exchange": "amq.topic", "key": "a.b",
+     "headers": {"k": "v"}, "queues": ["q1", "q2"]}
+
+The index is written (and flushed) before the message lines that use it, so a crash never
+leaves a message whose key is missing from its file's index. The Spark pipeline reads only
+``ts``, ``id``, ``size`` and ``mode`` of the message lines and takes the strings from the index;
+a trace without an index (version 1, or a file whose index was lost) is read whole, every
+field of every line (slower, same results). Version 1 lines, still read by the pipeline, had
+``schema_version``, ``ts``, ``vhost``, ``exchange``, ``routing_key``, ``headers`` (null when none),
+``body_size``, ``delivery_mode``, ``queues`` and ``routed``, and no index.
+
+Publishing never waits for the disk: records go into a bounded in-memory buffer as tuples
+(nothing is encoded on the publish path) and a writer thread encodes and writes them; when
+the buffer is full, records are dropped and counted (``dropped``), and the count is logged.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import hashlib
 import json
 import logging
 import threading
@@ -29,11 +49,14 @@ from typing import Any
 
 from pamqp import header as pamqp_header
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
 log = logging.getLogger(__name__)
 
 # (ts, vhost, exchange, routing_key, raw content header, body_size, queues)
 Record = tuple[float, str, str, str, bytes, int, tuple[str, ...]]
+# What makes two messages the same key: vhost, exchange, routing key, headers JSON, queues.
+KeyFields = tuple[str, str, str, str | None, tuple[str, ...]]
 
 
 def json_safe(value: Any) -> Any:
@@ -51,27 +74,71 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def encode_record(record: Record) -> str:
-    """One trace line (without the newline)."""
-    ts, vhost, exchange, routing_key, raw_header, body_size, queues = record
+def key_fragment(fields: KeyFields) -> str:
+    """The key's part of a line: ``"vhost":..,"exchange":..,"key":..,"headers":..,"queues":..``."""
+    vhost, exchange, routing_key, headers_json, queues = fields
+    dumps = json.dumps
+    headers = f',"headers":{headers_json}' if headers_json is not None else ""
+    return (
+        f'"vhost":{dumps(vhost)},"exchange":{dumps(exchange)},"key":{dumps(routing_key)}'
+        f'{headers},"queues":{dumps(sorted(queues))}'
+    )
+
+
+def key_id(fragment: str) -> int:
+    """The key's id: the first 53 bits of the BLAKE2b hash of its fragment."""
+    digest = hashlib.blake2b(fragment.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - ID_BITS)
+
+
+def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
+    """The headers (as JSON text, or None) and delivery mode of a raw content header."""
     content = pamqp_header.ContentHeader()
     content.unmarshal(raw_header)
     props = content.properties
-    return json.dumps(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "ts": round(ts, 6),
-            "vhost": vhost,
-            "exchange": exchange,
-            "routing_key": routing_key,
-            "headers": json_safe(props.headers) if props.headers is not None else None,
-            "body_size": body_size,
-            "delivery_mode": props.delivery_mode,
-            "queues": sorted(queues),
-            "routed": bool(queues),
-        },
-        separators=(",", ":"),
+    headers = props.headers
+    headers_json = (
+        json.dumps(json_safe(headers), separators=(",", ":")) if headers is not None else None
     )
+    return headers_json, props.delivery_mode
+
+
+class KeyIndex:
+    """The keys of one trace file: their ids and fragments, and the index lines to write."""
+
+    __slots__ = ("_keys", "pending")
+
+    def __init__(self) -> None:
+        self._keys: dict[KeyFields, tuple[int, str]] = {}
+        self.pending: list[str] = []  # index lines not yet written
+
+    def lookup(self, fields: KeyFields) -> tuple[int, str]:
+        """The key's id and fragment; a key new to this file queues its index line."""
+        known = self._keys.get(fields)
+        if known is None:
+            fragment = key_fragment(fields)
+            known = self._keys[fields] = (key_id(fragment), fragment)
+            self.pending.append(f'{{"v":{SCHEMA_VERSION},"id":{known[0]},{fragment}}}')
+        return known
+
+
+def message_line(ts: float, ident: int, body_size: int, mode: int | None, fragment: str) -> str:
+    """A message line (without the newline) from its parts and its key's fragment."""
+    mode_part = f',"mode":{mode}' if mode is not None else ""
+    return (
+        f'{{"v":{SCHEMA_VERSION},"ts":{ts:.6f},"id":{ident},"size":{body_size}{mode_part},'
+        f"{fragment}}}"
+    )
+
+
+def encode_record(record: Record, index: KeyIndex) -> str:
+    """One message line (without the newline); a new key also goes into ``index``."""
+    ts, vhost, exchange, routing_key, raw_header, body_size, queues = record
+    headers_json, mode = decode_properties(raw_header)
+    if len(queues) > 1:  # routing returns queues in no set order: one key per set
+        queues = tuple(sorted(queues))
+    ident, fragment = index.lookup((vhost, exchange, routing_key, headers_json, queues))
+    return message_line(ts, ident, body_size, mode, fragment)
 
 
 class TraceWriter:
@@ -95,6 +162,8 @@ class TraceWriter:
         self._buffer: deque[Record] = deque()
         self._stop = threading.Event()
         self._file: Any = None
+        self._keys_file: Any = None
+        self._index = KeyIndex()
         self._file_bytes = 0
         self._file_started = 0.0
         self._sequence = 0
@@ -123,18 +192,22 @@ class TraceWriter:
         while not self._stop.wait(self.flush_interval):
             self._drain()
         self._drain()
-        if self._file is not None:
-            self._file.close()
+        self._close_files()
 
     def _drain(self) -> None:
         buffer = self._buffer
         if not buffer:
             return
+        self._roll_if_needed()
+        index = self._index
         lines = []
         while buffer:
-            lines.append(encode_record(buffer.popleft()))
+            lines.append(encode_record(buffer.popleft(), index))
+        if index.pending:  # the index goes to disk before the lines that use it
+            self._keys_file.write(("\n".join(index.pending) + "\n").encode("utf-8"))
+            self._keys_file.flush()
+            index.pending.clear()
         data = ("\n".join(lines) + "\n").encode("utf-8")
-        self._roll_if_needed(len(data))
         self._file.write(data)
         self._file.flush()
         self._file_bytes += len(data)
@@ -142,21 +215,29 @@ class TraceWriter:
         if self.dropped:
             log.warning("trace: %d records dropped (the disk fell behind)", self.dropped)
 
-    def _roll_if_needed(self, incoming: int) -> None:
+    def _roll_if_needed(self) -> None:
+        """Start a new pair of files when the current one is full or old (checked before a
+        batch is encoded, since a new file starts a new key index)."""
         now = time.time()
         if self._file is not None and (
-            self._file_bytes + incoming > self.max_bytes
-            or now - self._file_started > self.max_seconds
+            self._file_bytes >= self.max_bytes or now - self._file_started > self.max_seconds
         ):
-            self._file.close()
-            self._file = None
+            self._close_files()
         if self._file is None:
             self._sequence += 1
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
-            path = self.directory / f"trace-{stamp}-{self._sequence:04d}.jsonl"
-            self._file = path.open("ab")
+            name = f"{stamp}-{self._sequence:04d}.jsonl"
+            self._keys_file = (self.directory / f"keys-{name}").open("ab")
+            self._file = (self.directory / f"trace-{name}").open("ab")
+            self._index = KeyIndex()
             self._file_bytes = 0
             self._file_started = now
+
+    def _close_files(self) -> None:
+        for handle in (self._file, self._keys_file):
+            if handle is not None:
+                handle.close()
+        self._file = self._keys_file = None
 
     def close(self) -> None:
         """Write what is buffered and stop the writer thread."""

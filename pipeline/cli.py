@@ -27,6 +27,7 @@ class JobOptions:
     conf: Mapping[str, str] = field(default_factory=dict)
     bindings: bool = True  # per-binding attribution
     recorded: bool = True  # compare routes with the queues the broker recorded
+    index: bool = True  # use the trace's key index when every file has one
     report: bool = True  # write report.html
     top: int = 20  # rows per table in the HTML report
     progress_interval: float = 5.0  # seconds between task-progress lines (0: none)
@@ -79,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not compare with the queues the broker recorded (reads less of each line)",
     )
+    parser.add_argument(
+        "--no-index",
+        action="store_true",
+        help="read every field of every trace line instead of the key index (slower, same results)",
+    )
     parser.add_argument("--no-report", action="store_true", help="write Parquet tables only")
     parser.add_argument("--top", type=int, default=20, help="rows per table in the HTML report")
 
@@ -99,6 +105,7 @@ def options_from_args(
         conf=dict(args.conf),
         bindings=not args.no_bindings,
         recorded=not args.no_recorded,
+        index=not args.no_index,
         report=not args.no_report,
         top=args.top,
     )

@@ -8,7 +8,7 @@ then work on plain Python rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ WHATIF_COLUMNS = ["vhost", "queue", "current_messages", "proposed_messages"]
 WHATIF_COLUMNS += ["gained_messages", "lost_messages"]
 
 Rows = list[list[Any]]
+Query = Callable[[], Any]  # one Spark action
 
 
 @dataclass
@@ -51,49 +52,85 @@ class Gathered:
     whatif_unroutable: Rows = field(default_factory=list)
 
 
-def _all(frame: DataFrame, columns: Sequence[str], order: Sequence[Any]) -> Rows:
-    return [list(row) for row in frame.select(*columns).orderBy(*order).collect()]
+def _all(frame: DataFrame, columns: Sequence[str], order: Sequence[Any]) -> Query:
+    return lambda: [list(row) for row in frame.select(*columns).orderBy(*order).collect()]
 
 
-def _top(frame: DataFrame, columns: Sequence[str], order: Sequence[Any], limit: int) -> Rows:
-    return [list(row) for row in frame.orderBy(*order).select(*columns).limit(limit).collect()]
+def _top(frame: DataFrame, columns: Sequence[str], order: Sequence[Any], limit: int) -> Query:
+    return lambda: [
+        list(row) for row in frame.orderBy(*order).select(*columns).limit(limit).collect()
+    ]
 
 
-def gather(tables: Mapping[str, DataFrame], top: int) -> Gathered:
-    """Collect the report's rows (a dozen small queries over the cached tables)."""
+def _first(frame: DataFrame) -> Query:
+    return lambda: frame.first()
+
+
+def queries(tables: Mapping[str, DataFrame], top: int) -> dict[str, Query]:
+    """The report's rows as a dozen small queries over the cached tables, by name (the job
+    runs them a few at a time; :func:`assemble` makes their results a :class:`Gathered`)."""
     by_messages = [sf.desc("messages")]
     rates_columns = ["minute", "messages", "routed_messages", "unroutable_messages"]
     mismatch = tables["recorded_mismatch"]
-    mismatch_total = mismatch.agg(sf.coalesce(sf.sum("messages"), sf.lit(0))).first()
-    out = Gathered(
-        exchanges=_all(tables["exchanges"], EXCHANGE_COLUMNS, [sf.desc("messages"), "exchange"]),
-        rates=_all(tables["rates"].where("minute IS NOT NULL"), rates_columns, ["minute"]),
-        fanout=_all(tables["fanout"], ["fanout", "messages", "bytes", "keys"], ["fanout"]),
-        queues=_top(tables["queues"], QUEUE_COLUMNS, [*by_messages, "queue"], top),
-        unroutable=_top(tables["unroutable"], UNROUTABLE_COLUMNS, by_messages, top),
-        mismatch=_top(mismatch, MISMATCH_COLUMNS, by_messages, top),
-        mismatch_messages=int(mismatch_total[0]) if mismatch_total is not None else 0,
-    )
+    queries: dict[str, Query] = {
+        "exchanges": _all(tables["exchanges"], EXCHANGE_COLUMNS, [sf.desc("messages"), "exchange"]),
+        "rates": _all(tables["rates"].where("minute IS NOT NULL"), rates_columns, ["minute"]),
+        "fanout": _all(tables["fanout"], ["fanout", "messages", "bytes", "keys"], ["fanout"]),
+        "queues": _top(tables["queues"], QUEUE_COLUMNS, [*by_messages, "queue"], top),
+        "unroutable": _top(tables["unroutable"], UNROUTABLE_COLUMNS, by_messages, top),
+        "mismatch": _top(mismatch, MISMATCH_COLUMNS, by_messages, top),
+        "mismatch_total": _first(mismatch.agg(sf.coalesce(sf.sum("messages"), sf.lit(0)))),
+    }
     if "bindings" in tables:
         bindings = tables["bindings"]
         columns = [*BINDING_COLUMNS, "messages", "share"]
         hot = bindings.where("messages > 0")
-        out.hot_bindings = _top(hot, columns, [*by_messages, "binding_id"], top)
+        queries["hot"] = _top(hot, columns, [*by_messages, "binding_id"], top)
         never = bindings.where("messages = 0")
-        out.never_bindings = _top(never, BINDING_COLUMNS, ["binding_id"], top)
-        counts = bindings.agg(
-            sf.count(sf.lit(1)), sf.coalesce(sf.sum(sf.when(sf.col("messages") == 0, 1)), sf.lit(0))
-        ).first()
-        out.binding_counts = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
+        queries["never"] = _top(never, BINDING_COLUMNS, ["binding_id"], top)
+        queries["binding_counts"] = _first(
+            bindings.agg(
+                sf.count(sf.lit(1)),
+                sf.coalesce(sf.sum(sf.when(sf.col("messages") == 0, 1)), sf.lit(0)),
+            )
+        )
     if "whatif_summary" in tables:
-        row = tables["whatif_summary"].first()
-        out.whatif = row.asDict() if row is not None else {}
+        queries["whatif"] = _first(tables["whatif_summary"])
         changed = tables["whatif_queues"].where("gained_messages > 0 OR lost_messages > 0")
         order = [sf.desc(sf.col("gained_messages") + sf.col("lost_messages")), "queue"]
-        out.whatif_queues = _top(changed, WHATIF_COLUMNS, order, top)
-        out.whatif_unroutable = _top(
+        queries["whatif_queues"] = _top(changed, WHATIF_COLUMNS, order, top)
+        queries["whatif_unroutable"] = _top(
             tables["whatif_unroutable"], UNROUTABLE_COLUMNS, by_messages, top
         )
+    return queries
+
+
+def gather(tables: Mapping[str, DataFrame], top: int) -> Gathered:
+    """Run :func:`queries` one after the other and :func:`assemble` the rows."""
+    return assemble(tables, {name: query() for name, query in queries(tables, top).items()})
+
+
+def assemble(tables: Mapping[str, DataFrame], got: Mapping[str, Any]) -> Gathered:
+    """The :class:`Gathered` rows from the results of :func:`queries`, by name."""
+    mismatch_total = got["mismatch_total"]
+    out = Gathered(
+        exchanges=got["exchanges"],
+        rates=got["rates"],
+        fanout=got["fanout"],
+        queues=got["queues"],
+        unroutable=got["unroutable"],
+        mismatch=got["mismatch"],
+        mismatch_messages=int(mismatch_total[0]) if mismatch_total is not None else 0,
+    )
+    if "bindings" in tables:
+        out.hot_bindings, out.never_bindings = got["hot"], got["never"]
+        counts = got["binding_counts"]
+        out.binding_counts = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
+    if "whatif_summary" in tables:
+        row = got["whatif"]
+        out.whatif = row.asDict() if row is not None else {}
+        out.whatif_queues = got["whatif_queues"]
+        out.whatif_unroutable = got["whatif_unroutable"]
     return out
 
 

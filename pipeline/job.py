@@ -35,7 +35,9 @@ import tempfile
 import time
 import weakref
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +46,13 @@ if __package__ in (None, ""):  # `spark-submit pipeline/job.py`: make `pipeline`
 
 from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
 
 from pipeline import collect, transforms
 from pipeline import report as html_report
 from pipeline.cli import JobOptions, add_arguments, options_from_args
 from pipeline.progress import Progress
-from pipeline.schema import SUPPORTED_VERSIONS, TRACE_SCHEMA
+from pipeline.schema import KEYS_SCHEMA, MESSAGE_SCHEMA, SUPPORTED_VERSIONS, TRACE_SCHEMA
 from pipeline.topology import SourceError, Topology, load
 
 log = logging.getLogger("leveret.pipeline")
@@ -59,6 +62,10 @@ SMALL_TABLES = frozenset(
     {"exchanges", "fanout", "rates", "unroutable", "whatif_summary", "whatif_unroutable"}
 )
 KEYS_PER_ROUTING_PARTITION = 20_000
+# Spark queries the driver runs at once after the pass over the trace: the tables and the
+# report's rows are small, so each query is mostly driver-side latency (planning, task
+# launch, committing files) that overlaps well.
+CONCURRENT_QUERIES = 8
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,7 +141,13 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     builder = SparkSession.builder.appName("leveret-analyze")
     if master is not None:
         builder = builder.master(master)
-    defaults = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false"}
+    defaults = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        # The trace pass and the routing run as two jobs at once: under FIFO the routing's
+        # tasks would wait for every task of the pass (see _Job.indexed_pass).
+        "spark.scheduler.mode": "FAIR",
+    }
     if master is not None and master.startswith("local"):
         # Parsing JSON allocates short-lived objects at a furious rate: the throughput
         # collector reads a 10M-line trace ~15 % faster than G1 here. (Under spark-submit
@@ -188,16 +201,17 @@ def ship_packages(sc: SparkContext) -> None:
 # -- extract -----------------------------------------------------------------------------------
 
 
-def trace_paths(paths: Iterable[str]) -> list[str]:
+def trace_paths(paths: Iterable[str], spark: SparkSession | None = None) -> list[str]:
     """Input files for Spark: a directory means its ``trace-*.jsonl*`` files.
 
-    Local paths are checked here (Spark's own error for an empty glob is obscure); URLs
-    (``hdfs://``, ``s3a://``) go to Spark as they are.
+    Local paths are checked here (Spark's own error for an empty glob is obscure). A URL
+    (``hdfs://``, ``s3a://``) is expanded the same way through Hadoop's file system when a
+    session is given, and goes to Spark as it is otherwise.
     """
     out: list[str] = []
     for path in paths:
         if "://" in path:
-            out.append(path)
+            out.extend(_hadoop_traces(spark, path) if spark is not None else [path])
             continue
         pattern = os.path.join(path, "trace-*.jsonl*") if os.path.isdir(path) else path
         found = sorted(glob.glob(pattern))
@@ -207,80 +221,283 @@ def trace_paths(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def extract_trace(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
-    """The trace lines as a DataFrame with :data:`~pipeline.schema.TRACE_SCHEMA`."""
-    return spark.read.schema(TRACE_SCHEMA).json(trace_paths(paths))
+def _hadoop_fs(spark: SparkSession, url: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(url)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _hadoop_traces(spark: SparkSession, url: str) -> list[str]:
+    fs, path = _hadoop_fs(spark, url)
+    if fs.isDirectory(path):
+        path = path.suffix("/trace-*.jsonl*")
+    found = sorted(str(status.getPath().toString()) for status in fs.globStatus(path) or [])
+    if not found:
+        raise SourceError(f"no trace files at {path.toString()}")
+    return found
+
+
+def index_paths(files: Sequence[str], spark: SparkSession | None = None) -> list[str] | None:
+    """The key index (``keys-*``) of every trace file (``trace-*``), or None if one has none."""
+    out = []
+    for file in files:
+        head, _, name = file.rpartition("/")
+        if not name.startswith("trace-"):
+            return None
+        index = f"{head}/keys-{name[len('trace-') :]}" if head else f"keys-{name[6:]}"
+        if "://" in index:
+            if spark is None:
+                return None
+            fs, path = _hadoop_fs(spark, index)
+            if not fs.exists(path):
+                return None
+        elif not os.path.exists(index):
+            return None
+        out.append(index)
+    return out
+
+
+def extract_trace(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """Trace lines read whole: every field of every line (:data:`~pipeline.schema.TRACE_SCHEMA`)."""
+    return spark.read.schema(TRACE_SCHEMA).json(list(files))
+
+
+def extract_messages(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """Version 2 message lines, only what the aggregation needs (:data:`MESSAGE_SCHEMA`)."""
+    return spark.read.schema(MESSAGE_SCHEMA).json(list(files))
+
+
+def extract_index(spark: SparkSession, files: Sequence[str]) -> DataFrame:
+    """Version 2 key index lines (:data:`~pipeline.schema.KEYS_SCHEMA`)."""
+    return spark.read.schema(KEYS_SCHEMA).json(list(files))
 
 
 # -- the job -----------------------------------------------------------------------------------
 
 
+@dataclass
+class Pass:
+    """What the pass over the trace produced (every frame cached)."""
+
+    counts: DataFrame  # schema_version, id, minute, messages, bytes, persistent
+    keys: DataFrame  # id, vhost, exchange, routing_key, headers, recorded
+    routes: DataFrame  # pipeline.schema.ROUTE_SCHEMA, one row per distinct key
+    messages: int
+    groups: int
+    key_count: int
+
+
+class _Job:
+    """One run's state: the session, the options, the topologies, the frames to unpersist."""
+
+    def __init__(self, spark: SparkSession, options: JobOptions, progress: Progress) -> None:
+        self.spark = spark
+        self.options = options
+        self.progress = progress
+        self.cached: list[DataFrame] = []
+        self._saved: dict[str, str | None] = {}
+        self.current: Topology | None = None
+        self.proposed: Topology | None = None
+        self.topology_tables: dict[str, DataFrame] = {}
+
+    # -- session and cache
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """``frame``, cached until :meth:`release`."""
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(frame)
+        return frame
+
+    def release(self) -> None:
+        """Unpersist every frame :meth:`keep` cached."""
+        for frame in self.cached:
+            frame.unpersist()
+        self.cached.clear()
+
+    def configure(self, **settings: str) -> None:
+        """Set SQL options for this run (``a_b`` means ``spark.sql.a.b``); :meth:`restore`
+        puts the session's own values back."""
+        conf = self.spark.conf
+        for name, value in settings.items():
+            key = "spark.sql." + name.replace("_", ".")
+            self._saved.setdefault(key, conf.get(key, None))
+            conf.set(key, value)
+
+    def restore(self) -> None:
+        """Undo :meth:`configure`."""
+        for key, value in self._saved.items():
+            if value is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, value)
+        self._saved.clear()
+
+    # -- stages
+
+    def read_topology(self) -> None:
+        """The current (and proposed) topology, on the driver, and its small tables."""
+        with self.progress.stage("read the topology") as done:
+            self.current = load(self.options.topology)
+            done.append(f"current: {self.current.describe()}")
+            if self.options.proposed is not None:
+                self.proposed = load(self.options.proposed)
+                done.append(f"proposed: {self.proposed.describe()}")
+            self.topology_tables = transforms.topology_tables(self.spark, self.current)
+
+    def route(self, keys: DataFrame, done: list[str]) -> tuple[DataFrame, int]:
+        """Route every distinct key of ``keys`` once; returns (routes, distinct keys)."""
+        sc = self.spark.sparkContext
+        distinct = self.keep(transforms.distinct_keys(keys))
+        key_count = distinct.count()
+        partitions = max(
+            1, min(sc.defaultParallelism * 4, math.ceil(key_count / KEYS_PER_ROUTING_PARTITION))
+        )
+        assert self.current is not None
+        routes = transforms.route_keys(
+            distinct,
+            sc.broadcast(self.current),
+            sc.broadcast(self.proposed) if self.proposed is not None else None,
+            bindings=self.options.bindings,
+            partitions=partitions,
+        )
+        routes = self.keep(routes)
+        routes.count()
+        done.append(f"{key_count:,} distinct keys in {partitions} partition(s)")
+        return routes, key_count
+
+    def _keys(self, keys: DataFrame) -> DataFrame:
+        if self.options.recorded:
+            return keys
+        return keys.withColumn("recorded", sf.lit(None).cast("array<string>"))
+
+    def indexed_pass(self, files: Sequence[str], index: Sequence[str]) -> Pass:
+        """Count the message lines by key id and minute while, on the driver's other thread,
+        the topology is read and the index's keys are routed: the count keeps the cores busy,
+        the rest is mostly driver work and waiting."""
+
+        def count() -> tuple[DataFrame, int, int]:
+            with self.progress.stage("count the trace by key id and minute") as done:
+                counts = transforms.aggregate_indexed(extract_messages(self.spark, files))
+                counts = self.keep(counts)
+                messages, groups = _check_versions(transforms.versions(counts).collect())
+                done.append(f"{messages:,} messages in {groups:,} key-minute groups")
+                return counts, messages, groups
+
+        sc = self.spark.sparkContext
+        with ThreadPoolExecutor(1) as pool:
+            counting = pool.submit(count)
+            # Its own scheduler pool, so that (under FAIR scheduling) the routing's tasks take
+            # the next free core instead of queueing behind every task of the count.
+            sc.setLocalProperty("spark.scheduler.pool", "leveret-route")
+            try:
+                self.read_topology()
+                with self.progress.stage("read the key index, route each distinct key") as done:
+                    keys = self.keep(transforms.index_keys(extract_index(self.spark, index)))
+                    routes, key_count = self.route(keys, done)
+            finally:
+                sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+            counts, messages, groups = counting.result()
+        return Pass(counts, self._keys(keys), routes, messages, groups, key_count)
+
+    def full_pass(self, files: Sequence[str]) -> Pass:
+        """Aggregate the trace read whole, then route its distinct keys."""
+        if self.current is None:
+            self.read_topology()
+        with self.progress.stage("aggregate the trace by key and minute") as done:
+            trace = extract_trace(self.spark, files)
+            groups_frame = self.keep(transforms.aggregate(trace, recorded=self.options.recorded))
+            counts, keys = transforms.split_groups(groups_frame)
+            messages, groups = _check_versions(transforms.versions(counts).collect())
+            keys = self.keep(keys)
+            done.append(f"{messages:,} messages in {groups:,} key-minute groups (every field)")
+        with self.progress.stage("route each distinct key with exchanges.routing.route") as done:
+            routes, key_count = self.route(keys, done)
+        return Pass(counts, keys, routes, messages, groups, key_count)
+
+    def routed(self, result: Pass) -> DataFrame:
+        """Per key: totals and routes (the ``keys`` table), cached."""
+        totals = transforms.key_totals(result.counts, result.keys)
+        return self.keep(transforms.with_routes(totals, result.routes))
+
+
+class IndexMismatchError(Exception):
+    """The key index does not account for every message line of the trace."""
+
+    def __init__(self, indexed: int, lines: int) -> None:
+        super().__init__(f"the key index accounts for {indexed:,} of {lines:,} messages")
+
+
 def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any]:
-    """Run the whole job; returns the summary (also written to ``OUT/summary.json``)."""
-    started = time.perf_counter()
+    """Run the whole job; returns the summary (also written to ``OUT/summary.json``).
+
+    A trace whose key index does not match its lines (a damaged or hand-edited index) is
+    read again whole, with a warning.
+    """
     if spark is None:
         spark = spark_session(options.master, options.conf)
+    try:
+        return _run(options, spark)
+    except IndexMismatchError as exc:
+        log.warning("%s: reading every field of every line instead", exc)
+        return _run(replace(options, index=False), spark)
+
+
+def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
+    started = time.perf_counter()
     sc = spark.sparkContext
     ship_packages(sc)
-    whatif = options.proposed is not None
-    progress = Progress(sc, stages=6 if options.report else 5, interval=options.progress_interval)
+    progress = Progress(sc, stages=5 if options.report else 4, interval=options.progress_interval)
     summary: dict[str, Any] = {"trace": list(options.trace), "out": str(options.out)}
-    cached: list[DataFrame] = []
+    state = _Job(spark, options, progress)
     try:
-        with progress.stage("read the topology") as done:
-            current = load(options.topology)
-            proposed = load(options.proposed) if options.proposed is not None else None
-            done.append(f"current: {current.describe()}")
-            if proposed is not None:
-                done.append(f"proposed: {proposed.describe()}")
-            topo_tables = transforms.topology_tables(spark, current)
+        # Every shuffle of this job is small (groups, keys): adaptive execution only adds a
+        # Spark job per stage.
+        state.configure(adaptive_enabled="false")
+        files = trace_paths(options.trace, spark)
+        index = index_paths(files, spark) if options.index else None
+        log.info(
+            "%d trace file(s), %s",
+            len(files),
+            "each with its key index" if index is not None else "read whole (no key index)",
+        )
+        summary["indexed"] = index is not None
+        result = state.indexed_pass(files, index) if index else state.full_pass(files)
+        # After the pass, every table is small: one shuffle partition per query, and a few
+        # queries at a time (run_all).
+        state.configure(shuffle_partitions="1")
+        routed = state.routed(result)
+        assert state.current is not None
+        current, proposed = state.current, state.proposed
 
-        with progress.stage("aggregate the trace by key and minute") as done:
-            trace = extract_trace(spark, options.trace)
-            aggregated = transforms.aggregate(trace, recorded=options.recorded)
-            aggregated = aggregated.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(aggregated)
-            messages, groups = _check_versions(transforms.versions(aggregated).collect())
-            done.append(f"{messages:,} messages in {groups:,} key-minute groups")
-
-        with progress.stage("route distinct keys with exchanges.routing.route") as done:
-            totals = transforms.key_totals(aggregated).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(totals)
-            keys = transforms.distinct_keys(totals)
-            key_count = keys.count()
-            partitions = max(
-                1, min(sc.defaultParallelism * 4, math.ceil(key_count / KEYS_PER_ROUTING_PARTITION))
-            )
-            routes = transforms.route_keys(
-                keys,
-                sc.broadcast(current),
-                sc.broadcast(proposed) if proposed is not None else None,
-                bindings=options.bindings,
-                partitions=partitions,
-            ).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(routes)
-            routes.count()
-            done.append(f"{key_count:,} distinct keys in {partitions} partition(s)")
-
-        routed = transforms.with_routes(totals, routes).persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(routed)
-        routed_minutes = transforms.with_routes(aggregated, routes)
-        tables = transforms.reports(routed, routed_minutes, topo_tables, messages, whatif=whatif)
+        routed_minutes = transforms.with_routes(
+            transforms.key_minutes(result.counts, result.keys), result.routes
+        )
+        tables = transforms.reports(
+            routed,
+            routed_minutes,
+            state.topology_tables,
+            result.messages,
+            whatif=proposed is not None,
+        )
         if not options.bindings:
             del tables["bindings"]
         for name, frame in tables.items():  # every table is an aggregate: keep it for the report
             if not frame.is_cached:
-                tables[name] = frame.persist(StorageLevel.MEMORY_AND_DISK)
-                cached.append(tables[name])
+                tables[name] = state.keep(frame)
 
-        with progress.stage(f"write {len(tables)} Parquet tables to {options.out}") as done:
-            load_tables(tables, options.out)
-            done.append(", ".join(tables))
-
-        with progress.stage("summarise") as done:
-            gathered = collect.gather(tables, options.top)
+        with progress.stage(f"write {len(tables)} Parquet tables, gather the report") as done:
+            writes = table_writers(tables, options.out)
+            queries = collect.queries(tables, options.top)
+            results = run_all([*writes, *queries.values()])
+            rows = dict(zip(queries, results[len(writes) :], strict=True))
+            gathered = collect.assemble(tables, rows)
             summary.update(collect.summarise(gathered))
-            summary.update(distinct_keys=key_count, key_minute_groups=groups)
+            if summary["messages"] != result.messages and index is not None:
+                # Lines whose key id the index lacks, or an id the index gives two keys:
+                # a damaged index. The trace itself is fine: read it whole.
+                raise IndexMismatchError(summary["messages"], result.messages)
+            summary.update(distinct_keys=result.key_count, key_minute_groups=result.groups)
             summary["notes"] = list(current.notes) + list(proposed.notes if proposed else ())
             done.append(
                 f"{summary['messages']:,} messages, {summary['unroutable_messages']:,} unroutable"
@@ -291,8 +508,8 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
                 path = write_report(gathered, summary, options, current, proposed)
                 done.append(str(path))
     finally:
-        for frame in cached:
-            frame.unpersist()
+        state.release()
+        state.restore()
     summary["seconds"] = round(time.perf_counter() - started, 3)
     summary["stage_seconds"] = {k: round(v, 3) for k, v in progress.timings.items()}
     summary["messages_per_second"] = round(summary["messages"] / max(summary["seconds"], 1e-9))
@@ -305,6 +522,14 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
         f"{summary['messages_per_second']:,}",
     )
     return summary
+
+
+def run_all(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run Spark actions from ``CONCURRENT_QUERIES`` driver threads; results in task order."""
+    if len(tasks) <= 1:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(min(CONCURRENT_QUERIES, len(tasks))) as pool:
+        return list(pool.map(lambda task: task(), tasks))
 
 
 def _check_versions(rows: Sequence[Any]) -> tuple[int, int]:
@@ -330,14 +555,20 @@ def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
 # -- load --------------------------------------------------------------------------------------
 
 
-def load_tables(tables: Mapping[str, DataFrame], out: Path) -> None:
-    """Write every table as Parquet under ``out/<name>/`` (replacing earlier results)."""
-    for name, frame in tables.items():
-        started = time.perf_counter()
-        if name in SMALL_TABLES:
-            frame = frame.coalesce(1)
-        frame.write.mode("overwrite").parquet(str(out / name))
-        log.info("    %s (%.1f s)", name, time.perf_counter() - started)
+def table_writers(tables: Mapping[str, DataFrame], out: Path) -> list[Callable[[], None]]:
+    """One task per table: write it as Parquet under ``out/<name>/`` (replacing earlier
+    results). Run them with :func:`run_all`."""
+
+    def writer(name: str, frame: DataFrame) -> Callable[[], None]:
+        def write() -> None:
+            started = time.perf_counter()
+            data = frame.coalesce(1) if name in SMALL_TABLES else frame
+            data.write.mode("overwrite").parquet(str(out / name))
+            log.info("    %s (%.1f s)", name, time.perf_counter() - started)
+
+        return write
+
+    return [writer(name, frame) for name, frame in tables.items()]
 
 
 def write_report(

@@ -23,20 +23,51 @@ from pyspark.sql.types import (
 
 # Trace versions this pipeline reads (broker/trace.py SCHEMA_VERSION). A new version needs
 # its own reader and a test per version.
-SUPPORTED_VERSIONS = frozenset({1})
+SUPPORTED_VERSIONS = frozenset({1, 2})
+INDEXED_VERSION = 2  # the first version with a key index (keys-*.jsonl next to trace-*.jsonl)
 
+# Version 2 message lines, the fields the aggregation needs: Spark's JSON reader skips the
+# others (the strings come once per key from the index), which is what makes the pass cheap.
+MESSAGE_SCHEMA = StructType(
+    [
+        StructField("v", IntegerType()),
+        StructField("ts", DoubleType()),  # publish time, seconds since the epoch
+        StructField("id", LongType()),  # the key id: a line of the file's key index
+        StructField("size", LongType()),  # body size
+        StructField("mode", IntegerType()),  # delivery mode
+    ]
+)
+
+# Version 2 key index lines (keys-*.jsonl).
+KEYS_SCHEMA = StructType(
+    [
+        StructField("v", IntegerType()),
+        StructField("id", LongType()),
+        StructField("vhost", StringType()),
+        StructField("exchange", StringType()),
+        StructField("key", StringType()),  # the routing key
+        StructField("headers", StringType()),  # raw JSON text of the headers table, or null
+        StructField("queues", ArrayType(StringType())),  # recorded by the broker
+    ]
+)
+
+# Every field of both versions, for traces read whole (no index): version 1 names, then the
+# version 2 names that differ (the reader coalesces them).
 TRACE_SCHEMA = StructType(
     [
         StructField("schema_version", IntegerType()),
-        StructField("ts", DoubleType()),  # publish time, seconds since the epoch
+        StructField("ts", DoubleType()),
         StructField("vhost", StringType()),
         StructField("exchange", StringType()),
         StructField("routing_key", StringType()),
-        StructField("headers", StringType()),  # raw JSON text of the headers table, or null
+        StructField("headers", StringType()),
         StructField("body_size", LongType()),
         StructField("delivery_mode", IntegerType()),
-        StructField("queues", ArrayType(StringType())),  # recorded by the broker
-        StructField("routed", BooleanType()),
+        StructField("queues", ArrayType(StringType())),
+        StructField("v", IntegerType()),
+        StructField("key", StringType()),
+        StructField("size", LongType()),
+        StructField("mode", IntegerType()),
     ]
 )
 

@@ -42,29 +42,89 @@ def sum0(column: Column | str) -> Column:
 
 
 # -- extract-side shaping ----------------------------------------------------------------------
+#
+# The pass over the trace yields two tables, whichever way the trace is read:
+#   counts: (schema_version, id, minute, messages, bytes, persistent), one row per key and minute
+#   keys:   (id, vhost, exchange, routing_key, headers, recorded), one row per key id
+
+
+def _minute(minute_index: Column) -> Column:
+    return sf.timestamp_seconds(minute_index * 60).alias("minute")
+
+
+def aggregate_indexed(messages: DataFrame) -> DataFrame:
+    """``counts`` from version 2 message lines (:data:`~pipeline.schema.MESSAGE_SCHEMA`).
+
+    Groups on numbers only (version, key id, minute): the key's strings come from the index
+    (:func:`index_keys`), once per key instead of once per message.
+    """
+    counted = messages.groupBy("v", "id", sf.floor(sf.col("ts") / 60).alias("minute_index")).agg(
+        sf.count(sf.lit(1)).alias("messages"),
+        sum0("size").alias("bytes"),
+        sf.count(sf.when(sf.col("mode") == 2, 1)).alias("persistent"),
+    )
+    return counted.select(
+        sf.col("v").alias("schema_version"),
+        "id",
+        _minute(sf.col("minute_index")),
+        "messages",
+        "bytes",
+        sf.col("persistent").cast("long").alias("persistent"),
+    )
+
+
+def index_keys(index: DataFrame) -> DataFrame:
+    """``keys`` from version 2 key index lines (:data:`~pipeline.schema.KEYS_SCHEMA`).
+
+    Every file indexes the keys it uses, so a key appears once per file: identical lines
+    collapse here. Two different keys with one id (a hash collision, or a hand-edited index)
+    stay two rows, which :func:`index_problems` reports.
+    """
+    return index.select(
+        "id",
+        sf.coalesce(sf.col("vhost"), sf.lit(DEFAULT_VHOST)).alias("vhost"),
+        sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
+        sf.coalesce(sf.col("key"), sf.lit("")).alias("routing_key"),
+        "headers",
+        sf.array_sort("queues").alias("recorded"),
+    ).distinct()
+
+
+def index_problems(counts: DataFrame, keys: DataFrame) -> tuple[int, int]:
+    """(messages whose key id the index lacks, ids the index gives two keys): both must be 0
+    for the indexed read to be trusted."""
+    missing = counts.join(keys.select("id"), "id", "left_anti").agg(sum0("messages")).first()
+    clashes = keys.groupBy("id").count().where("count > 1").count()
+    return (int(missing[0]) if missing is not None else 0), clashes
 
 
 def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
-    """Messages, bytes and persistent messages per key and minute (and schema version).
+    """Key-minute groups from trace lines read whole (:data:`~pipeline.schema.TRACE_SCHEMA`):
+    version 1 traces, or version 2 without an index. :func:`split_groups` makes them
+    ``(counts, keys)``; cache the groups first, both come from them.
 
-    This is the only pass over the raw trace (:data:`~pipeline.schema.TRACE_SCHEMA` rows), so
-    it groups the columns as read and does every clean-up after, on the groups: a missing
-    vhost is ``/``, a missing exchange or routing key ``""``, a missing body size 0;
-    ``minute`` is the publish time truncated to the minute (UTC); with ``recorded``, the
-    broker's recorded queue list is part of the group (``recorded``, sorted), so
-    :func:`recorded_mismatch` can compare it with the routes.
+    Groups the columns as read and cleans up after, on the groups: a missing vhost is ``/``,
+    a missing exchange or routing key ``""``, a missing body size 0. With ``recorded``, the
+    broker's recorded queue list is part of the key. The key id is a 64-bit hash of the key's
+    columns.
     """
+    version = sf.coalesce(sf.col("v"), sf.col("schema_version")).alias("schema_version")
     groups = [
-        sf.col("schema_version"),
-        *(sf.col(c) for c in KEY),
+        version,
+        sf.col("vhost"),
+        sf.col("exchange"),
+        sf.coalesce(sf.col("key"), sf.col("routing_key")).alias("routing_key"),
+        sf.col("headers"),
         sf.floor(sf.col("ts") / 60).alias("minute_index"),
     ]
     if recorded:
         groups.append(sf.col("queues"))
     counted = trace.groupBy(*groups).agg(
         sf.count(sf.lit(1)).alias("messages"),
-        sum0("body_size").alias("bytes"),
-        sf.count(sf.when(sf.col("delivery_mode") == 2, 1)).alias("persistent"),
+        sum0(sf.coalesce(sf.col("size"), sf.col("body_size"))).alias("bytes"),
+        sf.count(sf.when(sf.coalesce(sf.col("mode"), sf.col("delivery_mode")) == 2, 1)).alias(
+            "persistent"
+        ),
     )
     queues = sf.array_sort("queues") if recorded else sf.lit(None).cast("array<string>")
     return counted.select(
@@ -73,35 +133,61 @@ def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
         sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
         sf.coalesce(sf.col("routing_key"), sf.lit("")).alias("routing_key"),
         "headers",
-        sf.timestamp_seconds(sf.col("minute_index") * 60).alias("minute"),
         queues.alias("recorded"),
+        _minute(sf.col("minute_index")),
         "messages",
         "bytes",
         sf.col("persistent").cast("long").alias("persistent"),
-    )
+    ).withColumn("id", sf.xxhash64(*KEY, "recorded"))
 
 
-def versions(aggregated: DataFrame) -> DataFrame:
+def split_groups(groups: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """``(counts, keys)`` of :func:`aggregate`'s groups."""
+    counts = groups.select("schema_version", "id", "minute", "messages", "bytes", "persistent")
+    return counts, groups.select("id", *KEY, "recorded").distinct()
+
+
+def versions(counts: DataFrame) -> DataFrame:
     """Per trace schema version: messages and key-minute groups (one small action)."""
-    return aggregated.groupBy("schema_version").agg(
+    return counts.groupBy("schema_version").agg(
         sum0("messages").alias("messages"), sf.count(sf.lit(1)).alias("groups")
     )
 
 
-def key_totals(aggregated: DataFrame) -> DataFrame:
-    """Per key (and recorded queue list): totals over the whole trace, first and last minute."""
-    return aggregated.groupBy(*KEY, "recorded").agg(
+def key_totals(counts: DataFrame, keys: DataFrame) -> DataFrame:
+    """Per key (and recorded queue list): totals over the whole trace, first and last minute.
+
+    Groups by the key's columns, not its id: keys that differ only in what ``keys`` no longer
+    tells apart (``recorded`` left out) are one row.
+    """
+    per_id = counts.groupBy("id").agg(
         sum0("messages").alias("messages"),
         sum0("bytes").alias("bytes"),
         sum0("persistent").alias("persistent"),
         sf.min("minute").alias("first_minute"),
         sf.max("minute").alias("last_minute"),
     )
+    return (
+        per_id.join(sf.broadcast(keys), "id")
+        .groupBy(*KEY, "recorded")
+        .agg(
+            sum0("messages").alias("messages"),
+            sum0("bytes").alias("bytes"),
+            sum0("persistent").alias("persistent"),
+            sf.min("first_minute").alias("first_minute"),
+            sf.max("last_minute").alias("last_minute"),
+        )
+    )
 
 
-def distinct_keys(totals: DataFrame) -> DataFrame:
+def key_minutes(counts: DataFrame, keys: DataFrame) -> DataFrame:
+    """``counts`` with the key's columns (for the per-minute reports)."""
+    return counts.join(sf.broadcast(keys.select("id", *KEY)), "id")
+
+
+def distinct_keys(keys: DataFrame) -> DataFrame:
     """The distinct ``(vhost, exchange, routing_key, headers)``: what gets routed."""
-    return totals.select(*KEY).distinct()
+    return keys.select(*KEY).distinct()
 
 
 # -- routing -----------------------------------------------------------------------------------
@@ -121,7 +207,8 @@ def route_keys(
     """
     spark = keys.sparkSession
     if partitions is not None:
-        keys = keys.repartition(partitions)
+        # One partition (the usual case) needs no shuffle: gather the cached keys.
+        keys = keys.coalesce(1) if partitions == 1 else keys.repartition(partitions)
 
     def route_rows(rows: Iterable[KeyRow]) -> Iterator[tuple[Any, ...]]:
         return route_partition(

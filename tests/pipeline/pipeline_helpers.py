@@ -221,3 +221,34 @@ def write_trace(directory: Path, records: Sequence[Mapping[str, Any]], files: in
             text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in chunk)
             (directory / f"trace-20251122T000000-{i + 1:04d}.jsonl").write_text(text)
     return directory
+
+
+def write_trace_v2(directory: Path, records: Sequence[Mapping[str, Any]], files: int = 2) -> Path:
+    """The same records as :func:`write_trace`, as the broker writes version 2: lines from
+    ``broker.trace.message_line`` and a ``keys-*.jsonl`` index per ``trace-*.jsonl``."""
+    from broker.trace import KeyIndex, message_line
+
+    directory.mkdir(parents=True, exist_ok=True)
+    size = max(1, -(-len(records) // files))
+    for i in range(files):
+        chunk = records[i * size : (i + 1) * size]
+        if not chunk:
+            continue
+        index = KeyIndex()
+        lines = []
+        for r in chunk:
+            headers = r.get("headers")
+            fields = (
+                r.get("vhost", "/"),
+                r["exchange"],
+                r["routing_key"],
+                json.dumps(headers, separators=(",", ":")) if headers is not None else None,
+                tuple(r.get("queues", ())),
+            )
+            ident, fragment = index.lookup(fields)
+            mode = r.get("delivery_mode")
+            lines.append(message_line(r["ts"], ident, r.get("body_size", 0), mode, fragment))
+        name = f"20251122T000000-{i + 1:04d}.jsonl"
+        (directory / f"trace-{name}").write_text("".join(line + "\n" for line in lines))
+        (directory / f"keys-{name}").write_text("".join(line + "\n" for line in index.pending))
+    return directory

@@ -77,7 +77,21 @@ def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
         for line in path.read_text().splitlines()
     ]
     assert len(lines) == sum(n for n, *_ in PUBLISHED)
-    assert {line["schema_version"] for line in lines} == {1}
+    assert {line["v"] for line in lines} == {2}
+    assert all(line["mode"] == 2 and "body" not in line for line in lines)
+    # Every line's key is in its file's index, with the line's own fields, once per file.
+    key_fields = ("vhost", "exchange", "key", "headers", "queues")
+    for path in sorted(trace_dir.glob("trace-*.jsonl")):
+        index_lines = (path.parent / ("keys-" + path.name[6:])).read_text().splitlines()
+        index = {entry["id"]: entry for entry in map(json.loads, index_lines)}
+        assert len(index) == len(index_lines)
+        used = [json.loads(line) for line in path.read_text().splitlines()]
+        for line in used:
+            assert {f: line.get(f) for f in key_fields} == {
+                f: index[line["id"]].get(f) for f in key_fields
+            }
+        assert {line["id"] for line in used} == set(index)
+    assert len({line["id"] for line in lines}) == len(PUBLISHED)
 
     # What `leveret analyze --topology DATA_DIR` does: read the binding log through storage.
     dump = [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
@@ -87,6 +101,7 @@ def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
     assert job.run_args(args, topology=dump) == 0
 
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["indexed"] is True
     assert summary["messages"] == sum(n for n, *_ in PUBLISHED)
     assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
     assert summary["bytes"] == sum(10 * n + n * (n - 1) // 2 for n, *_ in PUBLISHED)
@@ -107,3 +122,25 @@ def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
     (mismatch,) = spark.read.parquet(str(out / "recorded_mismatch")).collect()
     assert mismatch["missing"] == ["shop.tmp"] and mismatch["messages"] == 20
     assert summary["recorded_mismatch_messages"] == 20
+
+
+def test_broker_trace_read_whole_gives_the_same_answers(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``--no-index`` reads every field of every line: every table equals the indexed read's."""
+    data_dir, trace_dir = tmp_path / "data", tmp_path / "trace"
+    record_traffic(data_dir, trace_dir)
+    dump = [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
+    outs = {}
+    for flag in ([], ["--no-index"]):
+        out = tmp_path / ("whole" if flag else "indexed")
+        argv = ["--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out), *flag]
+        assert job.run_args(job.build_parser().parse_args(argv), topology=dump) == 0
+        outs[bool(flag)] = out
+    assert json.loads((outs[True] / "summary.json").read_text())["indexed"] is False
+    tables = sorted(path.name for path in outs[False].iterdir() if path.is_dir())
+    assert len(tables) == 9
+    for table in tables:
+        indexed = spark.read.parquet(str(outs[False] / table))
+        whole = spark.read.parquet(str(outs[True] / table))
+        assert sorted(map(repr, indexed.collect())) == sorted(map(repr, whole.collect())), table

@@ -1,7 +1,8 @@
 """The whole job on a synthetic trace with known counts: reports, what-if, Parquet, HTML.
 
-One job run (module fixture) through ``main(argv)``, as ``spark-submit pipeline/job.py``
-would call it; every test then reads the tables it wrote.
+One job run per trace format (module fixture) through ``main(argv)``, as ``spark-submit
+pipeline/job.py`` would call it; every test then reads the tables it wrote. The formats: the
+broker's version 2 lines with their key index, and version 1 lines (read whole).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pipeline_helpers import (
     shop_records,
     write_dump,
     write_trace,
+    write_trace_v2,
 )
 from pyspark.sql import SparkSession
 
@@ -37,10 +39,13 @@ from pipeline import job
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def out(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=["v2-indexed", "v1"])
+def out(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Path:
     base = tmp_path_factory.mktemp("job")
-    trace = write_trace(base / "trace", shop_records(), files=3)
+    writer = write_trace_v2 if request.param == "v2-indexed" else write_trace
+    trace = writer(base / "trace", shop_records(), files=3)
     current = write_dump(base / "current.jsonl", SHOP_EVENTS)
     proposed = write_dump(base / "proposed.jsonl", PROPOSED_EVENTS)
     status = job.main(
@@ -52,6 +57,8 @@ def out(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
         ]
     )  # fmt: skip
     assert status == 0
+    summary = json.loads((base / "out" / "summary.json").read_text())
+    assert summary["indexed"] is (request.param == "v2-indexed")
     return base / "out"
 
 
@@ -152,3 +159,25 @@ def test_html_report_is_self_contained_with_charts(out: Path) -> None:
         assert f"<h2>{title}</h2>" in page
     assert "invoice.*.paid" in page and "never.*" in page
     assert "http://" not in page and "https://" not in page  # nothing to fetch
+
+
+def test_a_damaged_index_is_read_whole(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index that lacks a key the lines use: a warning, then the trace read whole, with
+    every message counted."""
+    trace = write_trace_v2(tmp_path / "trace", shop_records(), files=2)
+    index = trace / "keys-20251122T000000-0001.jsonl"
+    index.write_text("".join(index.read_text().splitlines(keepends=True)[1:]))
+    options = job.JobOptions(
+        trace=[str(trace)],
+        topology=str(write_dump(tmp_path / "current.jsonl", SHOP_EVENTS)),
+        out=tmp_path / "out",
+        report=False,
+        progress_interval=0,
+    )
+    summary = job.run(options, spark)
+    assert summary["indexed"] is False
+    assert summary["messages"] == EXPECTED_MESSAGES
+    assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
+    assert "reading every field of every line instead" in caplog.text

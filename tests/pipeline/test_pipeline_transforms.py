@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import MINUTE0, SHOP_EVENTS, trace_record, write_dump, write_trace
+from pipeline_helpers import (
+    MINUTE0,
+    SHOP_EVENTS,
+    shop_records,
+    trace_record,
+    write_dump,
+    write_trace,
+    write_trace_v2,
+)
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
@@ -44,10 +52,42 @@ def test_aggregate_groups_by_key_and_minute(spark: SparkSession, tmp_path: Path)
     ]
     columns = ["vhost", "exchange", "routing_key", "headers", "minute", "recorded"]
     columns += ["messages", "bytes", "persistent"]
-    assertDataFrameEqual(got.select(*columns), spark.createDataFrame(expected, got.schema))
-    totals = transforms.key_totals(transforms.aggregate(trace))
+    got = got.select(*columns)
+    assertDataFrameEqual(got, spark.createDataFrame(expected, got.schema))
+    totals = transforms.key_totals(*transforms.split_groups(transforms.aggregate(trace)))
     row = totals.where("exchange = 'x' AND headers IS NULL").first()
     assert row is not None and (row["messages"], row["bytes"]) == (3, 35)
+
+
+def test_indexed_read_counts_like_the_whole_read(spark: SparkSession, tmp_path: Path) -> None:
+    """Version 2 lines grouped by key id, with the strings from the index, give the same key
+    totals as the same lines read whole."""
+    records = shop_records()
+    trace_dir = write_trace_v2(tmp_path / "v2", records, files=3)
+    files = job.trace_paths([str(trace_dir)])
+    index = job.index_paths(files)
+    assert index is not None and len(index) == 3
+    counts = transforms.aggregate_indexed(job.extract_messages(spark, files))
+    keys = transforms.index_keys(job.extract_index(spark, index))
+    ((version, messages, _),) = transforms.versions(counts).collect()
+    assert (version, messages) == (2, len(records))
+    indexed = transforms.key_totals(counts, keys)
+    whole = transforms.key_totals(
+        *transforms.split_groups(transforms.aggregate(job.extract_trace(spark, files)))
+    )
+    assertDataFrameEqual(indexed, whole)
+    assert indexed.count() == len(
+        {(r["exchange"], r["routing_key"], str(r["headers"])) for r in records}
+    )
+
+
+def test_index_paths(tmp_path: Path) -> None:
+    trace_dir = write_trace_v2(tmp_path, [trace_record(MINUTE0, "x", "a")], files=1)
+    (trace,) = job.trace_paths([str(trace_dir)])
+    assert job.index_paths([trace]) == [str(tmp_path / "keys-20251122T000000-0001.jsonl")]
+    (tmp_path / "keys-20251122T000000-0001.jsonl").unlink()
+    assert job.index_paths([trace]) is None  # one file without its index: read whole
+    assert job.index_paths([str(tmp_path / "other.jsonl")]) is None
 
 
 def test_key_pattern(spark: SparkSession) -> None:
@@ -58,7 +98,7 @@ def test_key_pattern(spark: SparkSession) -> None:
 
 
 def test_newer_trace_versions_are_refused(spark: SparkSession, tmp_path: Path) -> None:
-    newer = dict(trace_record(MINUTE0, "x", "a"), schema_version=2)
+    newer = dict(trace_record(MINUTE0, "x", "a"), schema_version=3)
     trace = write_trace(tmp_path / "trace", [trace_record(MINUTE0, "x", "a"), newer], files=1)
     options = job.JobOptions(
         trace=[str(trace)],
@@ -66,7 +106,7 @@ def test_newer_trace_versions_are_refused(spark: SparkSession, tmp_path: Path) -
         out=tmp_path / "out",
         progress_interval=0,
     )
-    with pytest.raises(SourceError, match=r"version\(s\) \[2\]"):
+    with pytest.raises(SourceError, match=r"version\(s\) \[3\]"):
         job.run(options, spark)
 
 
