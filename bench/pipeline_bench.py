@@ -12,8 +12,9 @@ randomly chosen binding keys (``*`` -> one word, ``#`` -> 0-2 words): 10,000 of 
 1,000 keys of random words (mostly unroutable). Messages pick a key uniformly and are spread
 evenly over one hour; every line carries the queues the broker would have recorded.
 
-The trace is written by Spark (``to_json``) as uncompressed ``trace-*.jsonl`` files, the
-broker's format, and the topology as ``leveret log dump`` lines. Generation and the job are
+The trace is written in the broker's format (schema version 2: ``broker.trace.message_line``
+and a ``KeyIndex`` per file, so ``trace-*.jsonl`` files each with their ``keys-*.jsonl``), one
+process per core, and the topology as ``leveret log dump`` lines. Generation and the job are
 timed separately; the job runs in a fresh process (``local[2]`` by default) so that nothing
 is warm from generation. The figure is messages in the trace / seconds of ``job.run``
 (Spark start-up is reported apart). Results and how to read them: ``bench/PIPELINE.md``.
@@ -53,6 +54,7 @@ from exchanges.routing import route  # noqa: E402
 DEFAULT_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "leveret-pipeline-bench"
 EXCHANGE = "bench.topic"
 T0 = 1_763_779_980  # 2025-11-22 02:53:00 UTC
+TRACE_VERSION = 2  # broker.trace.SCHEMA_VERSION the generated trace has (older: regenerate)
 
 
 def word_list(size: int) -> list[str]:
@@ -178,6 +180,7 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
     with Pool(os.cpu_count() or 1) as pool:
         sizes = pool.map(_write_file, [(path, a, b, n, mix) for path, a, b in jobs])
     info = {
+        "trace_version": TRACE_VERSION,
         "messages": n,
         "bindings": args.bindings,
         "queues": args.queues,
@@ -218,6 +221,7 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
             out=args.dir / f"out-{i}",
             bindings=not args.no_bindings,
             recorded=not args.no_recorded,
+            index=not args.no_index,
         )
         summary = job.run(options, spark)
         runs.append(
@@ -240,6 +244,7 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "best_messages_per_second": best["messages_per_second"],
         "bindings_attribution": not args.no_bindings,
         "recorded_comparison": not args.no_recorded,
+        "indexed": summary.get("indexed"),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
@@ -263,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=1, help="job runs in the same JVM")
     parser.add_argument("--no-bindings", action="store_true")
     parser.add_argument("--no-recorded", action="store_true")
+    parser.add_argument(
+        "--no-index", action="store_true", help="read every field of every line (no key index)"
+    )
     parser.add_argument("--regenerate", action="store_true", help="rewrite the trace")
     return parser
 
@@ -271,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("all", "generate"):
         marker = args.dir / "workload.json"
-        if args.command == "generate" or args.regenerate or not marker.exists():
+        stale = (
+            not marker.exists()
+            or json.loads(marker.read_text()).get("trace_version") != TRACE_VERSION
+        )
+        if args.command == "generate" or args.regenerate or stale:
             print(json.dumps({"generated": generate(args)}), flush=True)
         else:
             print(json.dumps({"reused": json.loads(marker.read_text())}), flush=True)

@@ -2,7 +2,8 @@
 
 Modules, in the order the data flows:
 
-* :mod:`pipeline.schema`: the trace's ``StructType`` (schema version 1 of ``broker/trace.py``);
+* :mod:`pipeline.schema`: the trace's ``StructType`` s (versions 1 and 2 of ``broker/trace.py``:
+  message lines, the key index, whole lines);
 * :mod:`pipeline.topology`: topology sources (``leveret log dump`` lines, RabbitMQ
   ``definitions.json``) to topology events and projections (pure Python, no Spark);
 * :mod:`pipeline.router`: routes trace keys with ``exchanges.routing.route``; what Spark runs

@@ -9,12 +9,14 @@
 SOURCE is ``leveret log dump`` output or a RabbitMQ ``definitions.json``. For a Leveret data
 dir under ``spark-submit``, run ``leveret log dump --data-dir DIR > topology.jsonl`` first.
 
-* **Extract** (:func:`extract_trace`): read the trace's JSON lines with an explicit schema;
-  read the topology sources on the driver.
+* **Extract**: read the trace's JSON lines with an explicit schema: when every trace file has
+  its key index (schema version 2), only ``ts``, ``id``, ``size`` and ``mode`` of each line
+  (:func:`extract_messages`) and the index (:func:`extract_index`); otherwise every field of
+  every line (:func:`extract_trace`). Read the topology sources on the driver.
 * **Transform** (:mod:`pipeline.transforms`): aggregate by key and minute (the one pass over
-  the trace), route each distinct key once with the broker's route function, join the counts
-  back, build the reports.
-* **Load** (:func:`load_tables`, :func:`write_report`): Parquet tables under ``OUT/``, plus
+  the trace) while, on a second driver thread, the indexed keys are routed once each with the
+  broker's route function; join the counts back, build the reports.
+* **Load** (:func:`table_writers`, :func:`write_report`): Parquet tables under ``OUT/``, plus
   ``OUT/report.html`` and ``OUT/summary.json``.
 
 Local mode (``local[*]``) is the default; under ``spark-submit`` its ``--master`` rules.
@@ -23,13 +25,13 @@ Local mode (``local[*]``) is the default; under ``spark-submit`` its ``--master`
 from __future__ import annotations
 
 import argparse
-import atexit
 import glob
+import hashlib
 import json
 import logging
 import math
 import os
-import shutil
+import re
 import sys
 import tempfile
 import time
@@ -186,14 +188,22 @@ def ship_packages(sc: SparkContext) -> None:
     import exchanges
     import pipeline
 
-    directory = tempfile.mkdtemp(prefix="leveret-pyfiles-")
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    path = Path(directory) / "leveret_pipeline.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in (exchanges, pipeline):
-            root = Path(package.__file__ or "").parent
-            for source in sorted(root.rglob("*.py")):
-                archive.write(source, source.relative_to(root.parent))
+    sources = []
+    for package in (exchanges, pipeline):
+        root = Path(package.__file__ or "").parent
+        sources += [(source, source.relative_to(root.parent)) for source in root.rglob("*.py")]
+    sources.sort(key=lambda pair: str(pair[1]))
+    digest = hashlib.sha256()
+    for source, name in sources:
+        digest.update(str(name).encode() + b"\0" + source.read_bytes())
+    # One archive per version of the sources, reused by every run (nothing to clean up).
+    path = Path(tempfile.gettempdir()) / f"leveret-pipeline-{digest.hexdigest()[:16]}.zip"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for source, name in sources:
+                archive.write(source, name)
+        os.replace(partial, path)  # atomic: a concurrent run sees all of it or nothing
     sc.addPyFile(str(path))
     _SHIPPED.add(sc)
 
@@ -210,7 +220,7 @@ def trace_paths(paths: Iterable[str], spark: SparkSession | None = None) -> list
     """
     out: list[str] = []
     for path in paths:
-        if "://" in path:
+        if _is_url(path):
             out.extend(_hadoop_traces(spark, path) if spark is not None else [path])
             continue
         pattern = os.path.join(path, "trace-*.jsonl*") if os.path.isdir(path) else path
@@ -219,6 +229,11 @@ def trace_paths(paths: Iterable[str], spark: SparkSession | None = None) -> list
             raise SourceError(f"no trace files at {pattern}")
         out.extend(found)
     return out
+
+
+def _is_url(path: str) -> bool:
+    """``hdfs://...``, ``s3a://...``, and Hadoop's own ``file:/...`` spelling."""
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]+:/", path) is not None
 
 
 def _hadoop_fs(spark: SparkSession, url: str) -> tuple[Any, Any]:
@@ -246,7 +261,7 @@ def index_paths(files: Sequence[str], spark: SparkSession | None = None) -> list
         if not name.startswith("trace-"):
             return None
         index = f"{head}/keys-{name[len('trace-') :]}" if head else f"keys-{name[6:]}"
-        if "://" in index:
+        if _is_url(index):
             if spark is None:
                 return None
             fs, path = _hadoop_fs(spark, index)

@@ -2,22 +2,25 @@
 
 The data flow (see :mod:`pipeline.job` for the order in which they run)::
 
-    trace ───────────> aggregate ──┬── key_totals ──┐
-      (one row per message)  (key, minute)     (key) │
-                                   │           distinct_keys ─route_keys─> routes
-                                   │                 │                       │
-                                   └─ with_routes ───┴──── with_routes ──────┘
-                                   (per minute)            (per key: "routed")
-                                        │                        │
-                                      rates,              per_exchange, per_queue,
-                                   queue_rates            per_binding, unroutable, fanout,
-                                                          recorded_mismatch, whatif_*
+    message lines ──aggregate_indexed──> counts ──────────────┬── key_totals ──┐
+     (v2: ts, id, size, mode)   (key id, minute)               │    (key)       │
+    key index ─────index_keys──────────> keys ─ distinct_keys ─┼─ route_keys ─> routes
+     (v2: once per key and file)        (key id: strings)      │                │
+                                                  key_minutes ─┴─ with_routes ──┤
+    or, without an index (v1, --no-index):                        (per minute)  │
+    whole lines ──aggregate──split_groups──> counts, keys      rates,     with_routes (per
+                                                               queue_rates key: "routed")
+                                                                  per_exchange, per_queue,
+                                                                  per_binding, unroutable,
+                                                                  fanout, recorded_mismatch,
+                                                                  whatif_*
 
-Traces repeat the same keys endlessly, so the only pass over the raw trace is
-:func:`aggregate` (Spark SQL, partial aggregation on the map side): every message becomes a
-count in its ``(vhost, exchange, routing_key, headers, minute)`` group. Routing happens once
-per *distinct* key (:func:`route_keys`, Python, one router per partition); counts are joined
-back to the routes, and every report is an aggregate over these small tables.
+Traces repeat the same keys endlessly, so the only pass over the raw trace is an aggregation
+(Spark SQL, partial aggregation on the map side): every message becomes a count in its
+``(key id, minute)`` group, and the key's strings come from the broker's key index, once per
+key rather than once per message. Routing happens once per *distinct* key (:func:`route_keys`,
+Python, one router per partition); counts are joined back to the routes, and every report is
+an aggregate over these small tables.
 """
 
 from __future__ import annotations

@@ -90,6 +90,24 @@ def test_index_paths(tmp_path: Path) -> None:
     assert job.index_paths([str(tmp_path / "other.jsonl")]) is None
 
 
+def test_url_traces_are_listed_through_hadoop(spark: SparkSession, tmp_path: Path) -> None:
+    """A URL (here ``file://``, the same code path as ``hdfs://``/``s3a://``) is listed with
+    Hadoop's file system: the trace files, not their indexes, and the indexes are found."""
+    write_trace_v2(tmp_path, shop_records(), files=2)
+    url = tmp_path.as_uri()
+    files = job.trace_paths([url], spark)
+    assert [f.rsplit("/", 1)[1] for f in files] == [
+        "trace-20251122T000000-0001.jsonl",
+        "trace-20251122T000000-0002.jsonl",
+    ]
+    index = job.index_paths(files, spark)
+    assert index is not None and [i.rsplit("/", 1)[1][:5] for i in index] == ["keys-"] * 2
+    (tmp_path / "keys-20251122T000000-0002.jsonl").unlink()
+    assert job.index_paths(files, spark) is None
+    with pytest.raises(SourceError, match="no trace files"):
+        job.trace_paths([(tmp_path / "nothing").as_uri()], spark)
+
+
 def test_key_pattern(spark: SparkSession) -> None:
     keys = ["order.42.created", "order..x1", "", "a.b", "#.v2.*", "uuid.3f2a-11ee.done"]
     frame = spark.createDataFrame([(k,) for k in keys], "k string")
