@@ -391,7 +391,11 @@ class _Job:
         the topology is read and the index's keys are routed: the count keeps the cores busy,
         the rest is mostly driver work and waiting."""
 
+        sc = self.spark.sparkContext
+        group = f"leveret-count-{id(self)}"
+
         def count() -> tuple[DataFrame, int, int]:
+            sc.setJobGroup(group, "count the trace by key id and minute", interruptOnCancel=True)
             with self.progress.stage("count the trace by key id and minute") as done:
                 counts = transforms.aggregate_indexed(extract_messages(self.spark, files))
                 counts = self.keep(counts)
@@ -399,7 +403,6 @@ class _Job:
                 done.append(f"{messages:,} messages in {groups:,} key-minute groups")
                 return counts, messages, groups
 
-        sc = self.spark.sparkContext
         with ThreadPoolExecutor(1) as pool:
             counting = pool.submit(count)
             # Its own scheduler pool, so that (under FAIR scheduling) the routing's tasks take
@@ -410,6 +413,9 @@ class _Job:
                 with self.progress.stage("read the key index, route each distinct key") as done:
                     keys = self.keep(transforms.index_keys(extract_index(self.spark, index)))
                     routes, key_count = self.route(keys, done)
+            except BaseException:
+                sc.cancelJobGroup(group)  # a bad topology: do not wait for the whole count
+                raise
             finally:
                 sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
             counts, messages, groups = counting.result()

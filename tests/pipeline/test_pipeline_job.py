@@ -34,6 +34,7 @@ from pipeline_helpers import (
 from pyspark.sql import SparkSession
 
 from pipeline import job
+from pipeline.topology import SourceError
 
 # The first Spark test of a session also starts Spark (seconds, more on a busy machine).
 pytestmark = pytest.mark.timeout(180)
@@ -181,3 +182,15 @@ def test_a_damaged_index_is_read_whole(
     assert summary["messages"] == EXPECTED_MESSAGES
     assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
     assert "reading every field of every line instead" in caplog.text
+
+
+def test_a_bad_topology_stops_the_count(spark: SparkSession, tmp_path: Path) -> None:
+    """The topology is read while the count runs: its error cancels the count and surfaces."""
+    trace = write_trace_v2(tmp_path / "trace", shop_records(), files=2)
+    (tmp_path / "bad.json").write_text("{not json")
+    options = job.JobOptions(
+        trace=[str(trace)], topology=str(tmp_path / "bad.json"), out=tmp_path / "out"
+    )
+    with pytest.raises(SourceError):
+        job.run(options, spark)
+    assert not spark.sparkContext.statusTracker().getActiveJobsIds()
