@@ -55,16 +55,34 @@ def _minute(minute_index: Column) -> Column:
     return sf.timestamp_seconds(minute_index * 60).alias("minute")
 
 
+def _message_totals(size: Column, mode: Column) -> list[Column]:
+    """Messages, bytes and persistent messages of a group of trace lines."""
+    return [
+        sf.count(sf.lit(1)).alias("messages"),
+        sum0(size).alias("bytes"),
+        sf.count(sf.when(mode == 2, 1)).cast("long").alias("persistent"),
+    ]
+
+
+def _key_columns(vhost: Column, exchange: Column, routing_key: Column) -> list[Column]:
+    """A key's vhost, exchange and routing key with the defaults of a missing field
+    (``/``, ``""``, ``""``)."""
+    return [
+        sf.coalesce(vhost, sf.lit(DEFAULT_VHOST)).alias("vhost"),
+        sf.coalesce(exchange, sf.lit("")).alias("exchange"),
+        sf.coalesce(routing_key, sf.lit("")).alias("routing_key"),
+    ]
+
+
 def aggregate_indexed(messages: DataFrame) -> DataFrame:
     """``counts`` from version 2 message lines (:data:`~pipeline.schema.MESSAGE_SCHEMA`).
 
     Groups on numbers only (version, key id, minute): the key's strings come from the index
     (:func:`index_keys`), once per key instead of once per message.
     """
-    counted = messages.groupBy("v", "id", sf.floor(sf.col("ts") / 60).alias("minute_index")).agg(
-        sf.count(sf.lit(1)).alias("messages"),
-        sum0("size").alias("bytes"),
-        sf.count(sf.when(sf.col("mode") == 2, 1)).alias("persistent"),
+    minute_index = sf.floor(sf.col("ts") / 60).alias("minute_index")
+    counted = messages.groupBy("v", "id", minute_index).agg(
+        *_message_totals(sf.col("size"), sf.col("mode"))
     )
     return counted.select(
         sf.col("v").alias("schema_version"),
@@ -72,7 +90,7 @@ def aggregate_indexed(messages: DataFrame) -> DataFrame:
         _minute(sf.col("minute_index")),
         "messages",
         "bytes",
-        sf.col("persistent").cast("long").alias("persistent"),
+        "persistent",
     )
 
 
@@ -81,24 +99,15 @@ def index_keys(index: DataFrame) -> DataFrame:
 
     Every file indexes the keys it uses, so a key appears once per file: identical lines
     collapse here. Two different keys with one id (a hash collision, or a hand-edited index)
-    stay two rows, which :func:`index_problems` reports.
+    stay two rows: their messages then count twice in :func:`key_totals`, which is how the
+    job notices (its totals no longer add up to the lines counted).
     """
     return index.select(
         "id",
-        sf.coalesce(sf.col("vhost"), sf.lit(DEFAULT_VHOST)).alias("vhost"),
-        sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
-        sf.coalesce(sf.col("key"), sf.lit("")).alias("routing_key"),
+        *_key_columns(sf.col("vhost"), sf.col("exchange"), sf.col("key")),
         "headers",
         sf.array_sort("queues").alias("recorded"),
     ).distinct()
-
-
-def index_problems(counts: DataFrame, keys: DataFrame) -> tuple[int, int]:
-    """(messages whose key id the index lacks, ids the index gives two keys): both must be 0
-    for the indexed read to be trusted."""
-    missing = counts.join(keys.select("id"), "id", "left_anti").agg(sum0("messages")).first()
-    clashes = keys.groupBy("id").count().where("count > 1").count()
-    return (int(missing[0]) if missing is not None else 0), clashes
 
 
 def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
@@ -123,24 +132,21 @@ def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
     if recorded:
         groups.append(sf.col("queues"))
     counted = trace.groupBy(*groups).agg(
-        sf.count(sf.lit(1)).alias("messages"),
-        sum0(sf.coalesce(sf.col("size"), sf.col("body_size"))).alias("bytes"),
-        sf.count(sf.when(sf.coalesce(sf.col("mode"), sf.col("delivery_mode")) == 2, 1)).alias(
-            "persistent"
-        ),
+        *_message_totals(
+            sf.coalesce(sf.col("size"), sf.col("body_size")),
+            sf.coalesce(sf.col("mode"), sf.col("delivery_mode")),
+        )
     )
     queues = sf.array_sort("queues") if recorded else sf.lit(None).cast("array<string>")
     return counted.select(
         "schema_version",
-        sf.coalesce(sf.col("vhost"), sf.lit(DEFAULT_VHOST)).alias("vhost"),
-        sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
-        sf.coalesce(sf.col("routing_key"), sf.lit("")).alias("routing_key"),
+        *_key_columns(sf.col("vhost"), sf.col("exchange"), sf.col("routing_key")),
         "headers",
         queues.alias("recorded"),
         _minute(sf.col("minute_index")),
         "messages",
         "bytes",
-        sf.col("persistent").cast("long").alias("persistent"),
+        "persistent",
     ).withColumn("id", sf.xxhash64(*KEY, "recorded"))
 
 
