@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands, encode, header
@@ -26,44 +28,71 @@ _TAGGED_DOUBLE = struct.Struct(">cd")
 _TAGGED_TIMESTAMP = struct.Struct(">cQ")
 
 
-def encode_value(value: Any) -> bytes:
-    """One field value, type tag included. Plain ``struct`` for the common types: pamqp's
-    string encoders validate every call and dominated dead-lettering profiles."""
-    if isinstance(value, str):
-        raw = value.encode("utf-8")
-        return b"S" + _LONG.pack(len(raw)) + raw
-    if isinstance(value, bool):
-        return b"t\x01" if value else b"t\x00"
-    if isinstance(value, int):
-        return _TAGGED_LONG.pack(b"l", value)
-    if isinstance(value, float):
-        return _TAGGED_DOUBLE.pack(b"d", value)
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)
-        return _TAGGED_TIMESTAMP.pack(b"T", int(value.timestamp()))
-    if isinstance(value, decimal.Decimal):
-        return b"D" + encode.decimal(value)
-    if isinstance(value, bytes | bytearray):
-        return b"x" + _LONG.pack(len(value)) + bytes(value)
-    if isinstance(value, dict):
-        return b"F" + encode_table(value)
-    if isinstance(value, list | tuple):
-        items = b"".join(encode_value(v) for v in value)
-        return b"A" + _LONG.pack(len(items)) + items
-    if value is None:
-        return b"V"
-    raise TypeError(f"cannot encode {type(value).__name__} in a field table")
+@functools.lru_cache(maxsize=4096)
+def _string(value: str) -> bytes:
+    """A long-string field value. Cached: header values repeat (queue names, reasons,
+    exchange names), and dead-lettering encodes them for every message."""
+    raw = value.encode("utf-8")
+    return b"S" + _LONG.pack(len(raw)) + raw
 
 
+@functools.lru_cache(maxsize=4096)
 def _shortstr(value: str) -> bytes:
+    """A field name (cached: the same few names come back in every table)."""
     raw = value.encode("utf-8")
     return bytes((len(raw),)) + raw
 
 
+def _timestamp(value: datetime.datetime) -> bytes:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    return _TAGGED_TIMESTAMP.pack(b"T", int(value.timestamp()))
+
+
+def _array(value: list[Any] | tuple[Any, ...]) -> bytes:
+    items = b"".join([encode_value(v) for v in value])
+    return b"A" + _LONG.pack(len(items)) + items
+
+
+def _bytes(value: bytes | bytearray) -> bytes:
+    return b"x" + _LONG.pack(len(value)) + bytes(value)
+
+
+# By exact type: one dict lookup instead of a chain of isinstance checks per value (bool
+# before int matters only for the chain below; here each type has its own entry).
+_ENCODERS: dict[type, Callable[[Any], bytes]] = {
+    str: _string,
+    bool: lambda v: b"t\x01" if v else b"t\x00",
+    int: lambda v: _TAGGED_LONG.pack(b"l", v),
+    float: lambda v: _TAGGED_DOUBLE.pack(b"d", v),
+    datetime.datetime: _timestamp,
+    decimal.Decimal: lambda v: b"D" + encode.decimal(v),
+    bytes: _bytes,
+    bytearray: _bytes,
+    dict: lambda v: b"F" + encode_table(v),
+    list: _array,
+    tuple: _array,
+    type(None): lambda v: b"V",
+}
+
+
+def encode_value(value: Any) -> bytes:
+    """One field value, type tag included, with RabbitMQ's type choices (module doc)."""
+    encoder = _ENCODERS.get(type(value))
+    if encoder is not None:
+        return encoder(value)
+    # Subclasses (an IntEnum, a str subclass...): the first matching base type.
+    for kind in (bool, int, str, float, datetime.datetime, decimal.Decimal, bytes, bytearray, dict):
+        if isinstance(value, kind):
+            return _ENCODERS[kind](value)
+    if isinstance(value, list | tuple):
+        return _array(value)
+    raise TypeError(f"cannot encode {type(value).__name__} in a field table")
+
+
 def encode_table(table: dict[str, Any]) -> bytes:
     """A field table, length prefix included."""
-    body = b"".join(_shortstr(str(k)) + encode_value(v) for k, v in table.items())
+    body = b"".join([_shortstr(str(k)) + encode_value(v) for k, v in table.items()])
     return _LONG.pack(len(body)) + body
 
 
