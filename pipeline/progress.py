@@ -29,19 +29,24 @@ class Progress:
         self.interval = interval
         self.current = 0
         self.timings: dict[str, float] = {}
+        self._ticking = threading.Lock()  # held by the one ticker (stages may overlap)
+        self._numbering = threading.Lock()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[list[str]]:
         """Run one stage; append text to the yielded list to log it with the stage's end."""
-        self.current += 1
-        tag = f"[{self.current}/{self.stages}]"
+        with self._numbering:
+            self.current += 1
+            tag = f"[{self.current}/{self.stages}]"
         log.info("%s %s", tag, name)
         if self.sc is not None:
             self.sc.setJobDescription(name)
         done: list[str] = []
         stop = threading.Event()
         ticker = None
-        if self.sc is not None and self.interval > 0:
+        # Stages that run at the same time (the job counts and routes at once) share one
+        # ticker: it lists every active Spark stage anyway.
+        if self.sc is not None and self.interval > 0 and self._ticking.acquire(blocking=False):
             ticker = threading.Thread(
                 target=self._tick, args=(stop,), name="leveret-progress", daemon=True
             )
@@ -53,6 +58,7 @@ class Progress:
             stop.set()
             if ticker is not None:
                 ticker.join()
+                self._ticking.release()
             elapsed = time.perf_counter() - started
             self.timings[name] = elapsed
             detail = f": {'; '.join(done)}" if done else ""

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import logging
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -207,3 +208,17 @@ def test_progress_logs_numbered_stages(spark: SparkSession) -> None:
     assert re.fullmatch(r"\[1/2\] done in \d+\.\d s: 4 things", lines[-3])
     assert lines[-2] == "[2/2] nothing" and lines[-1].startswith("[2/2] done in")
     assert set(progress.timings) == {"count things", "nothing"}
+
+
+def test_overlapping_stages_share_one_ticker(spark: SparkSession) -> None:
+    """The job counts and routes at once: one ticker, since it lists every Spark stage."""
+    progress = Progress(spark.sparkContext, stages=3, interval=0.05)
+
+    def tickers() -> int:
+        return sum(thread.name == "leveret-progress" for thread in threading.enumerate())
+
+    with progress.stage("count"), progress.stage("route"):
+        assert tickers() == 1
+    with progress.stage("write"):
+        assert tickers() == 1  # the next stage gets its own
+    assert progress.current == 3 and set(progress.timings) == {"count", "route", "write"}
