@@ -1,6 +1,7 @@
 """The traffic trace: one JSON line per published message, for the Spark pipeline.
 
-Schema version 2. A trace directory holds pairs of files, rolled together by size and age:
+Schema version 2. A trace directory holds pairs of files, rolled together by size, by age and
+when the index reaches ``max_keys`` keys (it is kept in memory while the file is written):
 ``trace-<UTC start>-<n>.jsonl`` with one line per published message, and its key index
 ``keys-<UTC start>-<n>.jsonl``. A message line is complete on its own::
 
@@ -112,6 +113,9 @@ class KeyIndex:
         self._keys: dict[KeyFields, tuple[int, str]] = {}
         self.pending: list[str] = []  # index lines not yet written
 
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def lookup(self, fields: KeyFields) -> tuple[int, str]:
         """The key's id and fragment; a key new to this file queues its index line."""
         known = self._keys.get(fields)
@@ -149,12 +153,17 @@ class TraceWriter:
         directory: Path,
         max_bytes: int = 64 * 1024 * 1024,
         max_seconds: float = 3600.0,
+        max_keys: int = 100_000,
         buffer_limit: int = 200_000,
         flush_interval: float = 0.2,
     ) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
+        # The index of the current file lives in memory: traces whose routing keys are all
+        # different (ids in the key) would grow it without bound, so a file also rolls when
+        # its index reaches max_keys keys.
+        self.max_keys = max(1, max_keys)
         self.buffer_limit = buffer_limit
         self.flush_interval = flush_interval
         self.dropped = 0
@@ -196,31 +205,36 @@ class TraceWriter:
 
     def _drain(self) -> None:
         buffer = self._buffer
-        if not buffer:
-            return
-        self._roll_if_needed()
-        index = self._index
-        lines = []
         while buffer:
-            lines.append(encode_record(buffer.popleft(), index))
+            self._roll_if_needed()
+            index = self._index
+            lines = []
+            while buffer and len(index) < self.max_keys:
+                lines.append(encode_record(buffer.popleft(), index))
+            self._write(index, lines)
+        if self.dropped:
+            log.warning("trace: %d records dropped (the disk fell behind)", self.dropped)
+
+    def _write(self, index: KeyIndex, lines: list[str]) -> None:
         if index.pending:  # the index goes to disk before the lines that use it
             self._keys_file.write(("\n".join(index.pending) + "\n").encode("utf-8"))
             self._keys_file.flush()
             index.pending.clear()
-        data = ("\n".join(lines) + "\n").encode("utf-8")
-        self._file.write(data)
-        self._file.flush()
-        self._file_bytes += len(data)
-        self.written += len(lines)
-        if self.dropped:
-            log.warning("trace: %d records dropped (the disk fell behind)", self.dropped)
+        if lines:
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            self._file.write(data)
+            self._file.flush()
+            self._file_bytes += len(data)
+            self.written += len(lines)
 
     def _roll_if_needed(self) -> None:
-        """Start a new pair of files when the current one is full or old (checked before a
-        batch is encoded, since a new file starts a new key index)."""
+        """Start a new pair of files when the current one is full, old or has max_keys keys
+        (checked before a batch is encoded, since a new file starts a new key index)."""
         now = time.time()
         if self._file is not None and (
-            self._file_bytes >= self.max_bytes or now - self._file_started > self.max_seconds
+            self._file_bytes >= self.max_bytes
+            or now - self._file_started > self.max_seconds
+            or len(self._index) >= self.max_keys
         ):
             self._close_files()
         if self._file is None:

@@ -77,3 +77,22 @@ def test_every_rolled_file_has_its_own_complete_index(tmp_path: Path) -> None:
         index = trace.with_name("keys-" + trace.name[len("trace-") :])
         used = {line["id"] for line in read_lines(trace)}
         assert used == {line["id"] for line in read_lines(index)}
+
+
+def test_a_file_rolls_when_its_index_is_full(tmp_path: Path) -> None:
+    """Routing keys that never repeat would grow the in-memory index without bound: the
+    file rolls at max_keys keys, and each index still covers its own file."""
+    writer = TraceWriter(tmp_path, max_keys=2, flush_interval=0.01)
+    for key in ["a", "b", "a", "c", "d", "e"]:
+        writer.record("/", "x", key, raw_header(1), 1, ())
+    writer.close()
+    traces = sorted(tmp_path.glob("trace-*.jsonl"))
+    assert [[line["key"] for line in read_lines(trace)] for trace in traces] == [
+        ["a", "b"],
+        ["a", "c"],
+        ["d", "e"],
+    ]
+    for trace in traces:
+        index = read_lines(trace.with_name("keys-" + trace.name[len("trace-") :]))
+        assert len(index) <= 2
+        assert {line["id"] for line in read_lines(trace)} == {line["id"] for line in index}
