@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import hashlib
 import json
 import logging
@@ -93,9 +94,18 @@ def key_id(fragment: str) -> int:
 
 
 def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
-    """The headers (as JSON text, or None) and delivery mode of a raw content header."""
+    """The headers (as JSON text, or None) and delivery mode of a raw content header
+    payload (class id, weight, body size, then the property flags and values)."""
+    return _decode_properties(raw_header[:4], raw_header[12:])
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_properties(start: bytes, properties: bytes) -> tuple[str | None, int | None]:
+    # Cached by the property bytes (the body size before them varies): publishers that set
+    # no per-message property send the same bytes again and again, and decoding is most of
+    # a line's cost (this thread shares the interpreter with the broker's event loop).
     content = pamqp_header.ContentHeader()
-    content.unmarshal(raw_header)
+    content.unmarshal(start + bytes(8) + properties)
     props = content.properties
     headers = props.headers
     headers_json = (
