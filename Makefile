@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
+RABBITMQADMIN := $(VENV)/bin/rabbitmqadmin
+
 .PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps
 
 $(STAMP): pyproject.toml
@@ -18,6 +20,18 @@ system-deps:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
 	@command -v java >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q default-jre-headless)
 
+# RabbitMQ's own management CLI, to test our management API with the real tool: the one
+# Python script, taken out of Debian's rabbitmq-server package (downloaded, not installed:
+# no Erlang, no service).
+$(RABBITMQADMIN): $(STAMP)
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cd "$$tmp"; \
+	apt-get download -q rabbitmq-server >/dev/null 2>&1 || \
+		(apt-get update -q >/dev/null && apt-get download -q rabbitmq-server); \
+	dpkg-deb -x rabbitmq-server_*.deb root; \
+	cp root/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/rabbitmqadmin \
+		"$(abspath $(RABBITMQADMIN))"
+	chmod +x $(RABBITMQADMIN)
+
 run: $(STAMP)
 	$(VENV)/bin/leveret serve --host 127.0.0.1 --port 5672 --data-dir ./data
 
@@ -28,7 +42,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-unit: $(STAMP) system-deps
+unit: $(STAMP) system-deps $(RABBITMQADMIN)
 	$(PY) -m pytest -q
 
 test: lint typecheck unit

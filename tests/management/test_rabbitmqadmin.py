@@ -1,0 +1,139 @@
+"""RabbitMQ's own ``rabbitmqadmin`` (3.10.8, from Debian's package; ``make test`` extracts it
+into the venv) driving Leveret's management API: what an operator's scripts would do.
+
+The script talks HTTP only; it runs as a subprocess against a broker in the test's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import aiormq
+import pytest
+
+from .helpers import Mgmt
+
+SCRIPT = Path(sys.executable).parent / "rabbitmqadmin"
+
+
+async def admin(mgmt: Mgmt, *args: str) -> str:
+    """Run ``rabbitmqadmin`` against ``mgmt``; its stdout (a failure fails the test)."""
+    assert SCRIPT.exists(), f"{SCRIPT} is missing: `make test` extracts it (Makefile)"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SCRIPT),
+        "-H",
+        "127.0.0.1",
+        "-P",
+        str(mgmt.handle.port),
+        "-u",
+        "guest",
+        "-p",
+        "guest",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, (args, out.decode(), err.decode())
+    return out.decode()
+
+
+async def listing(mgmt: Mgmt, what: str, *columns: str) -> list[dict[str, Any]]:
+    """``rabbitmqadmin -f raw_json list WHAT``, each row cut to ``columns`` (raw_json prints
+    whole objects)."""
+    rows: list[dict[str, Any]] = json.loads(await admin(mgmt, "-f", "raw_json", "list", what))
+    return [{c: row.get(c) for c in columns} for row in rows] if columns else rows
+
+
+async def test_topology_messages_and_definitions(mgmt: Mgmt, tmp_path: Path) -> None:
+    assert await admin(mgmt, "declare", "exchange", "name=orders", "type=topic") == (
+        "exchange declared\n"
+    )
+    await admin(mgmt, "declare", "queue", "name=orders.eu", "durable=true")
+    await admin(
+        mgmt, "declare", "binding", "source=orders", "destination=orders.eu", "routing_key=*.eu"
+    )
+    queues = await listing(mgmt, "queues", "name", "durable", "messages")
+    assert queues == [{"name": "orders.eu", "durable": True, "messages": 0}]
+    bindings = await listing(mgmt, "bindings", "source", "destination", "routing_key")
+    assert {"source": "orders", "destination": "orders.eu", "routing_key": "*.eu"} in bindings
+    exchanges = {row["name"]: row["type"] for row in await listing(mgmt, "exchanges")}
+    assert exchanges["orders"] == "topic" and exchanges["amq.topic"] == "topic"
+
+    # A message published through the API is routed by the broker and read back by it.
+    published = await admin(
+        mgmt, "publish", "exchange=orders", "routing_key=paid.eu", "payload=hello"
+    )
+    assert published == "Message published\n"
+    await admin(mgmt, "publish", "exchange=orders", "routing_key=paid.us", "payload=lost")
+    got = json.loads(
+        await admin(mgmt, "-f", "raw_json", "get", "queue=orders.eu", "ackmode=ack_requeue_false")
+    )
+    assert [(m["payload"], m["routing_key"], m["message_count"]) for m in got] == [
+        ("hello", "paid.eu", 0)
+    ]
+
+    # An AMQP client sees what rabbitmqadmin declared.
+    connection = await aio_pika.connect(mgmt.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("orders.eu", passive=True)
+        exchange = await channel.get_exchange("orders")
+        await exchange.publish(aio_pika.Message(b"via amqp"), "shipped.eu")
+        message = await queue.get(timeout=5)
+        assert message is not None and message.body == b"via amqp"
+        await message.ack()
+
+    # Definitions out and back in: the export is RabbitMQ's format.
+    exported = tmp_path / "definitions.json"
+    assert "Exported definitions" in await admin(mgmt, "export", str(exported))
+    definitions = json.loads(exported.read_text())
+    assert {q["name"] for q in definitions["queues"]} == {"orders.eu"}
+    assert {"source": "orders", "destination": "orders.eu"}.items() <= next(
+        b for b in definitions["bindings"] if b["source"] == "orders"
+    ).items()
+    await admin(mgmt, "delete", "queue", "name=orders.eu")
+    assert await listing(mgmt, "queues", "name") == []
+    assert "Uploaded definitions" in await admin(mgmt, "import", str(exported))
+    assert [q["name"] for q in await listing(mgmt, "queues", "name")] == ["orders.eu"]
+
+
+async def test_users_vhosts_and_permissions(mgmt: Mgmt) -> None:
+    await admin(mgmt, "declare", "vhost", "name=shop")
+    await admin(mgmt, "declare", "user", "name=alice", "password=secret", "tags=monitoring")
+    await admin(
+        mgmt,
+        "declare",
+        "permission",
+        "vhost=shop",
+        "user=alice",
+        "configure=^alice\\.",
+        "write=.*",
+        "read=.*",
+    )
+    assert {row["name"] for row in await listing(mgmt, "vhosts", "name")} == {"/", "shop"}
+    users = {row["name"]: row["tags"] for row in await listing(mgmt, "users", "name", "tags")}
+    assert users["alice"] in ("monitoring", ["monitoring"])
+    permissions = await listing(mgmt, "permissions", "vhost", "user", "configure")
+    assert {"vhost": "shop", "user": "alice", "configure": "^alice\\."} in permissions
+
+    # The new user can log in over AMQP and is held to its configure permission.
+    connection = await aio_pika.connect(f"amqp://alice:secret@127.0.0.1:{mgmt.server.port}/shop")
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_queue("alice.inbox")
+        refused = "configure access to queue 'bob.inbox' in vhost 'shop' refused for user 'alice'"
+        with pytest.raises(aiormq.exceptions.ChannelAccessRefused, match=refused):
+            await channel.declare_queue("bob.inbox")
+
+    overview = json.loads(await admin(mgmt, "-f", "raw_json", "show", "overview"))
+    assert overview[0]["object_totals"]["queues"] == 1
+    await admin(mgmt, "delete", "user", "name=alice")
+    await admin(mgmt, "delete", "vhost", "name=shop")
+    assert [row["name"] for row in await listing(mgmt, "vhosts", "name")] == ["/"]
