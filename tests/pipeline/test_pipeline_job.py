@@ -194,3 +194,27 @@ def test_a_bad_topology_stops_the_count(spark: SparkSession, tmp_path: Path) -> 
     with pytest.raises(SourceError):
         job.run(options, spark)
     assert not spark.sparkContext.statusTracker().getActiveJobsIds()
+
+
+def test_a_directory_with_v1_and_v2_files_is_read_whole(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A broker upgraded mid-trace leaves version 1 files (no index) next to version 2 ones:
+    the job reads them all whole, and counts every message once."""
+    records = shop_records()
+    trace = write_trace(tmp_path / "trace", records[: len(records) // 2], files=1)
+    newer = write_trace_v2(tmp_path / "v2", records[len(records) // 2 :], files=1)
+    for path in newer.iterdir():  # same directory, later file names
+        path.rename(trace / path.name.replace("-0001", "-0002"))
+    options = job.JobOptions(
+        trace=[str(trace)],
+        topology=str(write_dump(tmp_path / "current.jsonl", SHOP_EVENTS)),
+        out=tmp_path / "out",
+        report=False,
+        progress_interval=0,
+    )
+    summary = job.run(options, spark)
+    assert summary["indexed"] is False
+    assert summary["messages"] == EXPECTED_MESSAGES
+    assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
+    assert summary["distinct_keys"] == 15
