@@ -14,7 +14,7 @@ import datetime
 import decimal
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pamqp import commands, encode, header
@@ -94,6 +94,26 @@ def encode_table(table: dict[str, Any]) -> bytes:
     """A field table, length prefix included."""
     body = b"".join([_shortstr(str(k)) + encode_value(v) for k, v in table.items()])
     return _LONG.pack(len(body)) + body
+
+
+def amqp_json(value: Any) -> Any:
+    """An AMQP field value as JSON, as RabbitMQ shows it (rabbit_misc:amqp_table/1): strings
+    and numbers as they are, byte strings decoded, timestamps as seconds, decimals as
+    numbers, tables and arrays recursively. The management API and the traffic trace both
+    use it, so a header reads the same in both."""
+    if isinstance(value, Mapping):
+        return {str(k): amqp_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [amqp_json(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return value
 
 
 def marshal_content_header(body_size: int, properties: commands.Basic.Properties) -> bytes:

@@ -11,7 +11,8 @@ when the index reaches ``max_keys`` keys (it is kept in memory while the file is
      "size": 100,                             # body size in bytes (bodies are never recorded)
      "mode": 2,                               # delivery mode; absent when the publisher set none
      "vhost": "/", "exchange": "amq.topic", "key": "a.b",   # "key": the routing key
-     "headers": {"k": "v"},                   # the headers table, JSON-safe; absent when none
+     "headers": {"k": "v"},                   # the headers table as the management API shows
+                                              # it (broker.fieldtable.amqp_json); absent if none
      "queues": ["q1", "q2"]}                  # queues reached, sorted ([] = unroutable)
 
 Messages that share vhost, exchange, routing key, headers and queues share a *key*, and
@@ -37,8 +38,6 @@ the buffer is full, records are dropped and counted (``dropped``), and the count
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import functools
 import hashlib
 import json
@@ -51,6 +50,8 @@ from typing import Any
 
 from pamqp import header as pamqp_header
 
+from broker.fieldtable import amqp_json
+
 SCHEMA_VERSION = 2
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
 log = logging.getLogger(__name__)
@@ -59,21 +60,6 @@ log = logging.getLogger(__name__)
 Record = tuple[float, str, str, str, bytes, int, tuple[str, ...]]
 # What makes two messages the same key: vhost, exchange, routing key, headers JSON, queues.
 KeyFields = tuple[str, str, str, str | None, tuple[str, ...]]
-
-
-def json_safe(value: Any) -> Any:
-    """An AMQP field value as plain JSON (bytes as text, timestamps as ISO strings)."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    return value
 
 
 def key_fragment(fields: KeyFields) -> str:
@@ -109,7 +95,7 @@ def _decode_properties(start: bytes, properties: bytes) -> tuple[str | None, int
     props = content.properties
     headers = props.headers
     headers_json = (
-        json.dumps(json_safe(headers), separators=(",", ":")) if headers is not None else None
+        json.dumps(amqp_json(headers), separators=(",", ":")) if headers is not None else None
     )
     return headers_json, props.delivery_mode
 

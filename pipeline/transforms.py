@@ -325,14 +325,10 @@ def per_binding(routed: DataFrame, bindings: DataFrame, total_messages: int) -> 
     return out.withColumn("share", share.cast("double"))
 
 
-def unroutable(routed: DataFrame) -> DataFrame:
-    """Unroutable traffic by vhost, exchange, routing-key pattern and reason."""
-    reason = sf.when(~sf.col("exchange_exists"), sf.lit("no such exchange")).otherwise(
-        sf.lit("no matching binding")
-    )
+def _by_pattern(rows: DataFrame, reason: Column) -> DataFrame:
+    """Messages, bytes, keys and an example key by vhost, exchange, key pattern, reason."""
     return (
-        routed.where(sf.col("fanout") == 0)
-        .withColumn("pattern", key_pattern(sf.col("routing_key")))
+        rows.withColumn("pattern", key_pattern(sf.col("routing_key")))
         .withColumn("reason", reason)
         .groupBy("vhost", "exchange", "pattern", "reason")
         .agg(
@@ -342,6 +338,14 @@ def unroutable(routed: DataFrame) -> DataFrame:
             sf.min("routing_key").alias("example"),
         )
     )
+
+
+def unroutable(routed: DataFrame) -> DataFrame:
+    """Unroutable traffic by vhost, exchange, routing-key pattern and reason."""
+    reason = sf.when(~sf.col("exchange_exists"), sf.lit("no such exchange")).otherwise(
+        sf.lit("no matching binding")
+    )
+    return _by_pattern(routed.where(sf.col("fanout") == 0), reason)
 
 
 def fanout_distribution(routed: DataFrame) -> DataFrame:
@@ -430,18 +434,8 @@ def whatif_unroutable(routed: DataFrame) -> DataFrame:
     reason = sf.when(~sf.col("proposed_exchange_exists"), sf.lit("exchange removed")).otherwise(
         sf.lit("no matching binding")
     )
-    return (
-        routed.where((sf.col("fanout") > 0) & (sf.col("proposed_fanout") == 0))
-        .withColumn("pattern", key_pattern(sf.col("routing_key")))
-        .withColumn("reason", reason)
-        .groupBy("vhost", "exchange", "pattern", "reason")
-        .agg(
-            sum0("messages").alias("messages"),
-            sum0("bytes").alias("bytes"),
-            sf.size(sf.collect_set("routing_key")).alias("keys"),
-            sf.min("routing_key").alias("example"),
-        )
-    )
+    stranded = routed.where((sf.col("fanout") > 0) & (sf.col("proposed_fanout") == 0))
+    return _by_pattern(stranded, reason)
 
 
 # -- topology tables ---------------------------------------------------------------------------

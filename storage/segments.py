@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage.errors import LogFormatError
-from storage.files import fsync_dir, truncate_tail, write_all
+from storage.files import create_atomically, truncate_tail
 
 log = logging.getLogger("leveret.storage")
 
@@ -153,16 +153,8 @@ def message_record(
 def replace_segment(path: Path, records: list[memoryview]) -> int:
     """Atomically replace a segment with one holding ``records`` (tmp, fsync, rename,
     fsync dir); returns the new file's size."""
-    tmp = path.with_name(path.name + ".tmp")
     data = b"".join([SEGMENT_HEADER, *records])
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    create_atomically(path, data)
     return len(data)
 
 

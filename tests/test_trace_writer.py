@@ -7,6 +7,8 @@ pins the file format itself, which the Spark pipeline depends on.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from pathlib import Path
 
@@ -96,3 +98,14 @@ def test_a_file_rolls_when_its_index_is_full(tmp_path: Path) -> None:
         index = read_lines(trace.with_name("keys-" + trace.name[len("trace-") :]))
         assert len(index) <= 2
         assert {line["id"] for line in read_lines(trace)} == {line["id"] for line in index}
+
+
+def test_headers_read_as_the_management_api_shows_them(tmp_path: Path) -> None:
+    """Timestamps as seconds, decimals as numbers (broker.fieldtable.amqp_json)."""
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    writer = TraceWriter(tmp_path, flush_interval=0.01)
+    headers = {"when": when, "price": decimal.Decimal("1.25"), "n": [1, "a"]}
+    writer.record("/", "x", "k", raw_header(0, headers=headers), 0, ())
+    writer.close()
+    (line,) = read_lines(next(tmp_path.glob("trace-*.jsonl")))
+    assert line["headers"] == {"when": int(when.timestamp()), "price": 1.25, "n": [1, "a"]}

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.auth import Permission
 from broker.errors import AMQPError
+from broker.fieldtable import amqp_json
 from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
@@ -70,7 +71,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
                     "type": "classic",
                     "durable": queue.durable,
                     "auto_delete": queue.auto_delete,
-                    "arguments": views.amqp_json(queue.arguments),
+                    "arguments": amqp_json(queue.arguments),
                 }
             )
         for binding in host.projection.bindings():

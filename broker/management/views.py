@@ -10,8 +10,6 @@ Erlang internals (pids, reductions, garbage collection, memory) are left out.
 from __future__ import annotations
 
 import base64
-import datetime
-import decimal
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +17,7 @@ from urllib.parse import quote_plus
 
 from broker import __version__
 from broker.auth import Permission, User
+from broker.fieldtable import amqp_json
 from broker.management.stats import COUNTERS, GAUGES, details
 from exchanges.model import Binding, DestKind, Exchange, freeze
 
@@ -38,24 +37,6 @@ PRODUCT_VERSION = __version__
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 
 JSON = dict[str, Any]
-
-
-def amqp_json(value: Any) -> Any:
-    """An AMQP field value as JSON (rabbit_misc:amqp_table/1): strings and numbers as they
-    are, byte strings decoded, timestamps as seconds, tables and arrays recursively."""
-    if isinstance(value, Mapping):
-        return {str(k): amqp_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [amqp_json(v) for v in value]
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)
-        return int(value.timestamp())
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    return value
 
 
 def message_stats(counters: Mapping[str, int], rates: Mapping[str, float]) -> JSON:
