@@ -30,27 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import struct
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-
-def _amqpbench_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    candidates = [os.environ.get("AMQPBENCH"), os.getcwd(), here.parent.parent / "shared/amqpbench"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "amqpwire.py").is_file():
-            return Path(candidate).resolve()
-    raise SystemExit("amqpwire.py not found: set AMQPBENCH to the amqpbench directory")
-
-
-sys.path.insert(0, str(_amqpbench_dir()))
-
-import amqpwire  # noqa: E402
-from pamqp import commands  # noqa: E402
+from amqpbench_path import amqpwire
+from pamqp import commands
 
 MODES = ("ttl-dlx", "dead-letter", "expire", "plain")
 FIGURE = {
