@@ -62,8 +62,12 @@ def route_fanout(index: FanoutIndex, routing_keys: Sequence[str], headers: Heade
     return index.names()
 
 
-def route_topic(index: TopicIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
-    """Names whose binding pattern matches one of ``routing_keys`` (cached per key)."""
+def route_patterns(
+    index: TopicIndex | RTopicIndex, routing_keys: Sequence[str], headers: Headers
+) -> Names:
+    """Names one of ``routing_keys`` reaches through a cached pattern index, one lookup per
+    key: topic (routing keys against binding patterns) and x-rtopic (each routing key, CC
+    and BCC included, is a pattern against literal binding keys)."""
     if not len(index):
         return EMPTY
     if len(routing_keys) == 1:
@@ -74,19 +78,7 @@ def route_topic(index: TopicIndex, routing_keys: Sequence[str], headers: Headers
     return found
 
 
-def route_rtopic(index: RTopicIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
-    """Names whose literal binding key one of the routing patterns matches (cached per key).
-
-    Each of ``routing_keys`` (the routing key, then CC and BCC) is a pattern of its own.
-    """
-    if not len(index):
-        return EMPTY
-    if len(routing_keys) == 1:
-        return index.lookup(routing_keys[0])
-    found: set[str] = set()
-    for key in routing_keys:
-        found |= index.lookup(key)
-    return found
+route_topic = route_rtopic = route_patterns
 
 
 def route_headers(index: HeadersIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
