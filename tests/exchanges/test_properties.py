@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -62,9 +63,14 @@ def test_trie_matches_brute_force(bindings: list[tuple[str, int]], routing_keys:
         assert trie.match(routing_key) == expected
 
 
-@given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
-def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> None:
-    trie: TopicTrie[int] = TopicTrie()
+Ops = list[tuple[bool, str, int]]
+
+
+def add_remove_and_rebuild(make: Callable[[], Any], ops: Ops) -> tuple[Any, Any, int]:
+    """Apply ``ops`` (add or remove ``key -> dest``) to a new trie, checking each remove's
+    answer; return it, a trie freshly built from what is left, and how many bindings are
+    left."""
+    trie = make()
     alive: dict[tuple[str, int], int] = {}
     for add, key, dest in ops:
         if add:
@@ -77,13 +83,19 @@ def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> 
                 alive[key, dest] -= 1
                 if not alive[key, dest]:
                     del alive[key, dest]
-    fresh: TopicTrie[int] = TopicTrie()
+    fresh = make()
     for (key, dest), count in alive.items():
         for _ in range(count):
             fresh.add(key, dest)
+    return trie, fresh, sum(alive.values())
+
+
+@given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
+def test_trie_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> None:
+    trie, fresh, left = add_remove_and_rebuild(TopicTrie[int], ops)
     assert trie.dump() == fresh.dump()  # pruned: no dead nodes left behind
     assert trie.node_count() == fresh.node_count()
-    assert len(trie) == sum(alive.values())
+    assert len(trie) == left
 
 
 # Routing patterns for x-rtopic: longer, so that runs of wildcards and several '#' occur.
@@ -122,26 +134,10 @@ def test_rtopic_matches_brute_force(
 
 @given(st.lists(st.tuples(st.booleans(), KEYS, st.integers(0, 2)), max_size=60))
 def test_rtopic_add_remove_equals_fresh_trie(ops: list[tuple[bool, str, int]]) -> None:
-    trie: ReverseTopicTrie[int] = ReverseTopicTrie()
-    alive: dict[tuple[str, int], int] = {}
-    for add, key, dest in ops:
-        if add:
-            trie.add(key, dest)
-            alive[key, dest] = alive.get((key, dest), 0) + 1
-        else:
-            removed = trie.remove(key, dest)
-            assert removed == ((key, dest) in alive)
-            if removed:
-                alive[key, dest] -= 1
-                if not alive[key, dest]:
-                    del alive[key, dest]
-    fresh: ReverseTopicTrie[int] = ReverseTopicTrie()
-    for (key, dest), count in alive.items():
-        for _ in range(count):
-            fresh.add(key, dest)
+    trie, fresh, left = add_remove_and_rebuild(ReverseTopicTrie[int], ops)
     assert trie.dump() == fresh.dump()  # both tries pruned, counts right
     assert trie.node_count() == fresh.node_count()
-    assert len(trie) == sum(alive.values())
+    assert len(trie) == left
 
 
 # -- random topologies ------------------------------------------------------------------------
