@@ -491,9 +491,7 @@ def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
         assert state.current is not None
         current, proposed = state.current, state.proposed
 
-        routed_minutes = transforms.with_routes(
-            transforms.key_minutes(result.counts, result.keys), result.routes
-        )
+        routed_minutes = transforms.minute_routes(result.counts, result.keys, result.routes)
         tables = transforms.reports(
             routed,
             routed_minutes,

@@ -6,7 +6,7 @@ The data flow (see :mod:`pipeline.job` for the order in which they run)::
      (v2: ts, id, size, mode)   (key id, minute)               │    (key)       │
     key index ─────index_keys──────────> keys ─ distinct_keys ─┼─ route_keys ─> routes
      (v2: once per key and file)        (key id: strings)      │                │
-                                                  key_minutes ─┴─ with_routes ──┤
+                                                minute_routes ─┴─ with_routes ──┤
     or, without an index (v1, --no-index):                        (per minute)  │
     whole lines ──aggregate──split_groups──> counts, keys      rates,     with_routes (per
                                                                queue_rates key: "routed")
@@ -189,9 +189,15 @@ def key_totals(counts: DataFrame, keys: DataFrame) -> DataFrame:
     )
 
 
-def key_minutes(counts: DataFrame, keys: DataFrame) -> DataFrame:
-    """``counts`` with the key's columns (for the per-minute reports)."""
-    return counts.join(sf.broadcast(keys.select("id", *KEY)), "id")
+def minute_routes(counts: DataFrame, keys: DataFrame, routes: DataFrame) -> DataFrame:
+    """``counts`` (per key id and minute) with the key's vhost, ``queues`` and ``fanout``:
+    what the per-minute reports need.
+
+    The routes are first attached to the key ids (one row per key), so the many key-minute
+    groups join a small broadcast table on one number instead of on the key's strings.
+    """
+    by_id = with_routes(keys.select("id", *KEY), routes).select("id", "vhost", "queues", "fanout")
+    return counts.join(sf.broadcast(by_id), "id")
 
 
 def distinct_keys(keys: DataFrame) -> DataFrame:
@@ -475,8 +481,8 @@ def reports(
 ) -> dict[str, DataFrame]:
     """Every output table, by name (lazy: nothing runs until they are written).
 
-    ``routed`` is :func:`with_routes` of :func:`key_totals`, ``routed_minutes`` the same of
-    :func:`aggregate`; ``topology`` is :func:`topology_tables` of the current topology;
+    ``routed`` is :func:`with_routes` of :func:`key_totals`, ``routed_minutes``
+    :func:`minute_routes`; ``topology`` is :func:`topology_tables` of the current topology;
     ``total_messages`` (from :func:`versions`) is the denominator of binding shares.
     """
     tables = {
