@@ -18,13 +18,16 @@ RabbitMQ semantics (docs/dlx.md; ``rabbit_dead_letter.erl`` in 3.12/3.13):
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pamqp import commands
+
+from broker.message import Message, cached_by_properties, marshal_properties, unmarshal_properties
 from exchanges.routing import route
 
 if TYPE_CHECKING:
-    from broker.message import Message
     from broker.queue import Queue
 
 
@@ -32,8 +35,8 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _routing_keys(message: Message, headers: dict[str, Any]) -> list[str]:
-    keys = [message.routing_key]
+def _routing_keys(routing_key: str, headers: dict[str, Any]) -> list[str]:
+    keys = [routing_key]
     cc = headers.get("CC")
     if isinstance(cc, list):
         keys += [_text(k) for k in cc if isinstance(k, str | bytes)]
@@ -41,7 +44,13 @@ def _routing_keys(message: Message, headers: dict[str, Any]) -> list[str]:
 
 
 def _updated_deaths(
-    deaths: list[Any], queue: str, reason: str, exchange: str, keys: list[str], expiration: Any
+    deaths: list[Any],
+    queue: str,
+    reason: str,
+    exchange: str,
+    keys: list[str],
+    expiration: Any,
+    now: int,
 ) -> list[Any]:
     for index, entry in enumerate(deaths):
         if (
@@ -56,7 +65,7 @@ def _updated_deaths(
         "count": 1,
         "reason": reason,
         "queue": queue,
-        "time": datetime.now(UTC).replace(microsecond=0),
+        "time": datetime.fromtimestamp(now, UTC),
         "exchange": exchange,
         "routing-keys": keys,
     }
@@ -77,6 +86,63 @@ def is_cycle(queue: str, deaths: list[Any]) -> bool:
     return False
 
 
+class _Death(NamedTuple):
+    """A dead-lettered copy's properties (encoded and decoded), headers, ``x-death`` and the
+    routing keys it is republished with."""
+
+    encoded: bytes  # the content header payload from the property flags on
+    properties: commands.Basic.Properties
+    headers: dict[str, Any]
+    deaths: list[Any]
+    keys: list[str]
+
+
+@cached_by_properties(maxsize=1024)
+def _death(
+    encoded: bytes,
+    queue: str,
+    reason: str,
+    exchange: str,
+    routing_key: str,
+    dlrk: str | None,
+    now: int,
+) -> _Death:
+    """The copy of a message with properties ``encoded`` that ``queue`` dead-letters.
+
+    A function of its arguments alone (``now`` in whole seconds, as ``x-death`` records it),
+    so cached: a queue dead-letters runs of messages with the same properties, and decoding
+    and encoding their headers was most of the cost of dead-lettering. The results are
+    shared between copies, which never change a message's properties (:class:`Message`).
+    """
+    properties = unmarshal_properties(encoded)
+    headers = dict(properties.headers or {})
+    keys = _routing_keys(routing_key, headers)
+    deaths = headers.get("x-death")
+    deaths = _updated_deaths(
+        list(deaths) if isinstance(deaths, list) else [],
+        queue,
+        reason,
+        exchange,
+        keys,
+        properties.expiration,
+        now,
+    )
+    headers["x-death"] = deaths
+    if "x-first-death-queue" not in headers:
+        headers["x-first-death-queue"] = queue
+        headers["x-first-death-reason"] = reason
+        headers["x-first-death-exchange"] = exchange
+    headers["x-last-death-queue"] = queue
+    headers["x-last-death-reason"] = reason
+    headers["x-last-death-exchange"] = exchange
+    if dlrk is not None:
+        keys = [dlrk]
+        headers.pop("CC", None)
+    properties.headers = headers
+    properties.expiration = None
+    return _Death(marshal_properties(properties), properties, headers, deaths, keys)
+
+
 def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     """Dead-letter ``message`` from ``queue`` for ``reason`` (no-op without a DLX)."""
     dlx = queue.dlx
@@ -85,38 +151,24 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     vhost = queue.vhost
     if dlx not in vhost.projection.exchanges:
         return
-    properties = message.copy_properties()
-    headers = dict(properties.headers or {})
-    keys = _routing_keys(message, headers)
-    deaths = headers.get("x-death")
-    deaths = _updated_deaths(
-        list(deaths) if isinstance(deaths, list) else [],
+    death = _death(
+        message.header[12:],
         queue.name,
         reason,
         message.exchange,
-        keys,
-        properties.expiration,
+        message.routing_key,
+        queue.dlrk,
+        int(time.time()),
     )
-    headers["x-death"] = deaths
-    if "x-first-death-queue" not in headers:
-        headers["x-first-death-queue"] = queue.name
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-exchange"] = message.exchange
-    headers["x-last-death-queue"] = queue.name
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-exchange"] = message.exchange
-    if queue.dlrk is not None:
-        keys = [queue.dlrk]
-        headers.pop("CC", None)
-    properties.headers = headers
-    properties.expiration = None
-    copy = message.with_properties(properties, exchange=dlx, routing_key=keys[0])
-    copy.ttl = None
+    # The same body, so the same class, weight and body size before the properties.
+    copy = Message(dlx, death.keys[0], message.header[:12] + death.encoded, message.body)
+    copy._properties = death.properties
+    headers = death.headers
     targets: set[str] = set()
-    for key in keys:
+    for key in death.keys:
         targets.update(route(vhost.projection, dlx, key, headers))
     for name in sorted(targets):
         target = vhost.queues.get(name)
-        if target is None or (reason != "rejected" and is_cycle(name, deaths)):
+        if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):
             continue
         target.publish(copy)

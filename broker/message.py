@@ -6,14 +6,25 @@ without encoding anything; properties are decoded only when a feature reads them
 
 from __future__ import annotations
 
+import functools
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pamqp import commands, header
 
 from broker.fieldtable import marshal_content_header
 
 _HEADER_FIXED = struct.Struct(">HHQ")
+# The fixed part of a Basic content header payload (class 60, weight 0, body size 0), to
+# decode and encode properties apart from any message's body size.
+_NO_BODY = _HEADER_FIXED.pack(60, 0, 0)
+# Caches keyed by encoded properties (cached_by_properties) keep only properties up to this
+# size: a cache of N entries then holds a few times N x 2 KiB at most, whatever clients send.
+CACHED_PROPERTIES_MAX = 2048
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
 FLAG_HEADERS = 0x2000
@@ -44,6 +55,45 @@ def expiration_error(expiration: str) -> str | None:
     if value > MAX_EXPIRY:
         return f"{{value_too_large,{value}}}"
     return None
+
+
+def unmarshal_properties(encoded: bytes) -> commands.Basic.Properties:
+    """Basic properties from their encoding: a content header payload from the property
+    flags on (``Message.header[12:]``)."""
+    content = header.ContentHeader()
+    content.unmarshal(_NO_BODY + encoded)
+    return content.properties
+
+
+def marshal_properties(properties: commands.Basic.Properties) -> bytes:
+    """The encoding :func:`unmarshal_properties` reads (headers with RabbitMQ's types)."""
+    return marshal_content_header(0, properties)[len(_NO_BODY) :]
+
+
+def cached_by_properties(
+    maxsize: int,
+) -> Callable[[Callable[Concatenate[bytes, _P], _R]], Callable[Concatenate[bytes, _P], _R]]:
+    """Memoise a function whose first argument is encoded properties (``header[12:]``).
+
+    Publishers that set no per-message property send the same bytes again and again, so
+    decoding them once pays off wherever the broker reads or rewrites properties in bulk.
+    Properties over ``CACHED_PROPERTIES_MAX`` bytes bypass the cache (bounded memory).
+    """
+
+    def wrap(
+        function: Callable[Concatenate[bytes, _P], _R],
+    ) -> Callable[Concatenate[bytes, _P], _R]:
+        cached = functools.lru_cache(maxsize=maxsize)(function)
+
+        @functools.wraps(function)
+        def call(encoded: bytes, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            if len(encoded) <= CACHED_PROPERTIES_MAX:
+                return cached(encoded, *args, **kwargs)  # type: ignore[arg-type]
+            return function(encoded, *args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 class Message:

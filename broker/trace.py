@@ -38,7 +38,6 @@ the buffer is full, records are dropped and counted (``dropped``), and the count
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -48,9 +47,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pamqp import header as pamqp_header
-
 from broker.fieldtable import amqp_json
+from broker.message import cached_by_properties, unmarshal_properties
 
 SCHEMA_VERSION = 2
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
@@ -82,17 +80,14 @@ def key_id(fragment: str) -> int:
 def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
     """The headers (as JSON text, or None) and delivery mode of a raw content header
     payload (class id, weight, body size, then the property flags and values)."""
-    return _decode_properties(raw_header[:4], raw_header[12:])
+    return _decode_properties(raw_header[12:])
 
 
-@functools.lru_cache(maxsize=4096)
-def _decode_properties(start: bytes, properties: bytes) -> tuple[str | None, int | None]:
-    # Cached by the property bytes (the body size before them varies): publishers that set
-    # no per-message property send the same bytes again and again, and decoding is most of
-    # a line's cost (this thread shares the interpreter with the broker's event loop).
-    content = pamqp_header.ContentHeader()
-    content.unmarshal(start + bytes(8) + properties)
-    props = content.properties
+@cached_by_properties(maxsize=4096)
+def _decode_properties(encoded: bytes) -> tuple[str | None, int | None]:
+    # Cached: decoding is most of a line's cost (this thread shares the interpreter with the
+    # broker's event loop), and most publishers repeat their properties.
+    props = unmarshal_properties(encoded)
     headers = props.headers
     headers_json = (
         json.dumps(amqp_json(headers), separators=(",", ":")) if headers is not None else None

@@ -556,6 +556,50 @@ async def test_dead_letter_on_nack_without_requeue(ch, declare, cleanup):
         assert deaths(message) == [death(queue.name, "rejected")]
 
 
+async def test_dead_lettered_copies_keep_their_own_properties_and_queue(ch, declare, cleanup):
+    """Messages dead-lettered in a burst, some with the same properties, from two queues:
+    each copy carries its own properties and the queue it died in."""
+    dlx, dlq = await dead_letter_queue(ch, declare, cleanup)
+    first = await declare("src", **{"x-dead-letter-exchange": dlx.name})
+    second = await declare("src", **{"x-dead-letter-exchange": dlx.name})
+    same = {"message_id": "m-1", "headers": {"n": 1}}
+    await publish(ch, first.name, b"a", b"b", **same)
+    await publish(ch, first.name, b"c", message_id="m-2", headers={"n": 2})
+    await publish(ch, second.name, b"d", **same)
+    for queue, count in ((first, 3), (second, 1)):
+        for _ in range(count):
+            await (await queue.get()).reject(requeue=False)
+    await wait_ready(ch, dlq.name, 4)
+    dead = [await dlq.get(no_ack=True) for _ in range(4)]
+
+    assert [(m.body, m.message_id, m.routing_key) for m in dead] == [
+        (b"a", "m-1", first.name),
+        (b"b", "m-1", first.name),
+        (b"c", "m-2", first.name),
+        (b"d", "m-1", second.name),
+    ]
+    for message, queue, n in zip(dead, [first, first, first, second], [1, 1, 2, 1], strict=True):
+        assert deaths(message) == [death(queue.name, "rejected")]
+        assert other_headers(message, (queue.name, "rejected", "")) == {
+            "n": n,
+            **first_death(queue.name, "rejected"),
+        }
+
+
+async def test_dead_letter_keeps_a_large_headers_table(ch, declare, cleanup):
+    """A 20 KB headers table survives dead-lettering (Leveret decodes such properties
+    without its cache: broker.message.CACHED_PROPERTIES_MAX)."""
+    dlx, dlq = await dead_letter_queue(ch, declare, cleanup)
+    queue = await declare("src", **{"x-dead-letter-exchange": dlx.name})
+    blob = "x" * 20_000
+    await publish(ch, queue.name, b"big", headers={"blob": blob})
+    await (await queue.get()).reject(requeue=False)
+    await wait_ready(ch, dlq.name, 1)
+    dead = await dlq.get(no_ack=True)
+    assert dead.headers["blob"] == blob
+    assert deaths(dead) == [death(queue.name, "rejected")]
+
+
 async def test_no_dead_letter_on_requeue_or_without_dlx(ch, declare, cleanup):
     dlx, dlq = await dead_letter_queue(ch, declare, cleanup)
     queue = await declare("src", **{"x-dead-letter-exchange": dlx.name})
