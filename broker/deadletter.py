@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
-from broker.message import Message, cached_by_properties, marshal_properties, unmarshal_properties
+from broker.message import (
+    PROPERTIES_AT,
+    Message,
+    cached_by_properties,
+    marshal_properties,
+    unmarshal_properties,
+)
 from exchanges.routing import route
 
 if TYPE_CHECKING:
@@ -152,7 +158,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     if dlx not in vhost.projection.exchanges:
         return
     death = _death(
-        message.header[12:],
+        message.header[PROPERTIES_AT:],
         queue.name,
         reason,
         message.exchange,
@@ -161,7 +167,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         int(time.time()),
     )
     # The same body, so the same class, weight and body size before the properties.
-    copy = Message(dlx, death.keys[0], message.header[:12] + death.encoded, message.body)
+    copy = Message(dlx, death.keys[0], message.header[:PROPERTIES_AT] + death.encoded, message.body)
     copy._properties = death.properties
     headers = death.headers
     targets: set[str] = set()

@@ -16,6 +16,9 @@ from pamqp import commands, header
 from broker.fieldtable import marshal_content_header
 
 _HEADER_FIXED = struct.Struct(">HHQ")
+# Where the property flags start in a content header payload (after class id, weight and
+# body size): ``header[PROPERTIES_AT:]`` is a message's encoded properties.
+PROPERTIES_AT = _HEADER_FIXED.size
 # The fixed part of a Basic content header payload (class 60, weight 0, body size 0), to
 # decode and encode properties apart from any message's body size.
 _NO_BODY = _HEADER_FIXED.pack(60, 0, 0)
@@ -59,7 +62,7 @@ def expiration_error(expiration: str) -> str | None:
 
 def unmarshal_properties(encoded: bytes) -> commands.Basic.Properties:
     """Basic properties from their encoding: a content header payload from the property
-    flags on (``Message.header[12:]``)."""
+    flags on (``Message.header[PROPERTIES_AT:]``)."""
     content = header.ContentHeader()
     content.unmarshal(_NO_BODY + encoded)
     return content.properties
@@ -73,7 +76,7 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
 def cached_by_properties(
     maxsize: int,
 ) -> Callable[[Callable[Concatenate[bytes, _P], _R]], Callable[Concatenate[bytes, _P], _R]]:
-    """Memoise a function whose first argument is encoded properties (``header[12:]``).
+    """Memoise a function whose first argument is encoded properties (``unmarshal_properties``).
 
     Publishers that set no per-message property send the same bytes again and again, so
     decoding them once pays off wherever the broker reads or rewrites properties in bulk.
@@ -152,16 +155,12 @@ class Message:
     def properties(self) -> commands.Basic.Properties:
         """The decoded Basic properties (decoded once, on first use)."""
         if self._properties is None:
-            content = header.ContentHeader()
-            content.unmarshal(self.header)
-            self._properties = content.properties
+            self._properties = self.copy_properties()
         return self._properties
 
     def copy_properties(self) -> commands.Basic.Properties:
         """A freshly decoded properties object that the caller may modify."""
-        content = header.ContentHeader()
-        content.unmarshal(self.header)
-        return content.properties
+        return unmarshal_properties(self.header[PROPERTIES_AT:])
 
     @property
     def headers(self) -> dict[str, Any] | None:

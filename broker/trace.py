@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.fieldtable import amqp_json
-from broker.message import cached_by_properties, unmarshal_properties
+from broker.message import PROPERTIES_AT, cached_by_properties, unmarshal_properties
 
 SCHEMA_VERSION = 2
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
@@ -80,7 +80,7 @@ def key_id(fragment: str) -> int:
 def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
     """The headers (as JSON text, or None) and delivery mode of a raw content header
     payload (class id, weight, body size, then the property flags and values)."""
-    return _decode_properties(raw_header[12:])
+    return _decode_properties(raw_header[PROPERTIES_AT:])
 
 
 @cached_by_properties(maxsize=4096)
