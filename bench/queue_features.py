@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""queue-features: what queue TTL and dead-lettering cost, in the amqpbench style.
+"""queue-features: what queue TTL, dead-lettering and property-driven features cost, in the
+amqpbench style.
 
 A fanout dead-letter exchange (DLX) is bound to a dead-letter queue (DLQ); the work queue
 names it in x-dead-letter-exchange. Separate publisher and consumer connections (one
@@ -21,6 +22,14 @@ process), default exchange -> work queue, transient --body-size byte bodies (def
                       Figure: expired_dead_lettered_per_s.
   --mode plain        control for ttl-dlx: the same code with a work queue without arguments.
 
+Three more controls-with-a-feature run the same consumer as plain, each with one feature the
+broker has to read message properties for (figure: msgs_per_s, compare with plain):
+
+  --mode priority     the work queue has x-max-priority=10, every message priority 5.
+  --mode message-ttl  every message has the expiration property "60000" (never triggered).
+  --mode headers      messages go through a headers exchange (x-match all on two headers,
+                      bound to the work queue) and carry those two headers.
+
 Uses amqpwire from amqpbench: the directory in $AMQPBENCH, else the working directory if it
 holds amqpwire.py (run.py and profile.py run scripts there), else ../shared/amqpbench from
 the repo root. The last stdout line is one JSON object (ok, figures, harness/broker CPU).
@@ -37,10 +46,11 @@ from typing import Any
 from amqpbench_path import amqpwire
 from pamqp import commands
 
-MODES = ("ttl-dlx", "dead-letter", "expire", "plain")
+# Modes whose work queue has a manual-ack consumer (pubsub_direct --ack single).
+CONSUMED = ("ttl-dlx", "plain", "priority", "message-ttl", "headers")
+MODES = (*CONSUMED, "dead-letter", "expire")
 FIGURE = {
-    "ttl-dlx": "msgs_per_s",
-    "plain": "msgs_per_s",
+    **{mode: "msgs_per_s" for mode in CONSUMED},
     "dead-letter": "dead_lettered_per_s",
     "expire": "expired_dead_lettered_per_s",
 }
@@ -59,8 +69,14 @@ def nack_multiple_frame(channel: int, tag: int) -> bytes:
     return _REJECT.pack(1, channel, 13, 60, 120, tag, 1) + b"\xce"
 
 
+# --mode headers: the headers every message carries and the binding matches on.
+HEADERS = {"type": "order", "region": "eu"}
+
+
 def queue_arguments(args: argparse.Namespace, dlx: str) -> dict[str, Any]:
-    if args.mode == "plain":
+    if args.mode == "priority":
+        return {"x-max-priority": 10}
+    if args.mode in ("plain", "message-ttl", "headers"):
         return {}
     arguments: dict[str, Any] = {"x-dead-letter-exchange": dlx}
     if args.mode in ("ttl-dlx", "expire"):
@@ -131,6 +147,17 @@ def settling_consumer(conn: amqpwire.AMQPConnection, n: int, how: str) -> Counte
     return counter
 
 
+def message_properties(mode: str) -> commands.Basic.Properties | None:
+    """The properties every published message carries (None: none at all)."""
+    if mode == "priority":
+        return commands.Basic.Properties(priority=5)
+    if mode == "message-ttl":
+        return commands.Basic.Properties(expiration="60000")
+    if mode == "headers":
+        return commands.Basic.Properties(headers=dict(HEADERS))
+    return None
+
+
 async def passive_depth(conn: amqpwire.AMQPConnection, queue: str) -> int | None:
     try:
         ok = await conn.rpc(1, commands.Queue.Declare(queue=queue, passive=True), timeout=10)
@@ -150,6 +177,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
     if mode == "dead-letter":
         sink = await amqpwire.connect(args.url, name="amqpbench-dlq-consumer")
     declared_q = declared_dlq = declared_dlx = False
+    declared_exchanges: list[str] = []
     tags: list[str] = []
     try:
         await cons.channel(1)
@@ -171,9 +199,24 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
             commands.Queue.Declare(queue=q, durable=False, auto_delete=False, arguments=arguments),
         )
         declared_q = True
+        exchange = ""
+        if mode == "headers":
+            exchange = f"{q}.headers"
+            await cons.rpc(
+                1,
+                commands.Exchange.Declare(
+                    exchange=exchange, exchange_type="headers", durable=False, auto_delete=False
+                ),
+            )
+            declared_exchanges.append(exchange)
+            binding = {"x-match": "all", **HEADERS}
+            await cons.rpc(
+                1,
+                commands.Queue.Bind(queue=q, exchange=exchange, routing_key="", arguments=binding),
+            )
 
         # The counter whose n-th message stops the clock, and what consumes what.
-        if mode in ("ttl-dlx", "plain"):
+        if mode in CONSUMED:
             await cons.rpc(1, commands.Basic.Qos(prefetch_count=args.prefetch))
             clock = settling_consumer(cons, n, "ack")
             await cons.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c1"))
@@ -194,7 +237,14 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
             await cons.rpc(1, commands.Basic.Consume(queue=dlq, consumer_tag="d1", no_ack=True))
             tags.append("d1")
 
-        msg = amqpwire.encode_publish("", q, b"x" * args.body_size, 1, frame_max=pub.frame_max)
+        msg = amqpwire.encode_publish(
+            exchange,
+            q,
+            b"x" * args.body_size,
+            1,
+            properties=message_properties(mode),
+            frame_max=pub.frame_max,
+        )
         publisher = amqpwire.Publisher(pub, msg, batch=args.batch)
         meter = amqpwire.CpuMeter(args.broker_pid)
         meter.start()
@@ -225,7 +275,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
                 "publish_phase_msgs_per_s": round(n / (t_pub - t0), 1),
             }
         )
-        if mode in ("ttl-dlx", "plain"):
+        if mode in CONSUMED:
             s["delivered"] = clock.count
             # configured, not triggered: nothing may have reached the dead-letter queue
             s["dead_letter_queue_depth"] = await passive_depth(cons, dlq)
@@ -245,7 +295,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
                 1,
                 consumer_tags=tags,
                 queues=[name for name, ok in ((q, declared_q), (dlq, declared_dlq)) if ok],
-                exchanges=[dlx] if declared_dlx else [],
+                exchanges=declared_exchanges + ([dlx] if declared_dlx else []),
             )
         )
         if any(errors):

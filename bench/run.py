@@ -11,7 +11,7 @@ is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary 
   .venv/bin/python bench/run.py --quick            # smoke run: 1 rep, small -n
   .venv/bin/python bench/run.py                    # 3 reps of the core workloads
   .venv/bin/python bench/run.py --extended         # + latency and aio-pika workloads
-  .venv/bin/python bench/run.py --features         # + queue TTL / dead-lettering workloads
+  .venv/bin/python bench/run.py --features         # + queue features (TTL, DLX, priority, headers)
   .venv/bin/python bench/run.py --no-rabbitmq      # Leveret only
   .venv/bin/python bench/run.py --rabbitmq amqp://guest:guest@127.0.0.1:5691/ --rabbitmq-pid N
 """
@@ -453,7 +453,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--features",
         action="store_true",
-        help="also run " + ", ".join(workloads_in({"features"})) + " (queue TTL, dead-lettering)",
+        help="also run "
+        + ", ".join(workloads_in({"features"}))
+        + " (queue features, property-driven paths)",
     )
     parser.add_argument(
         "--workloads",
