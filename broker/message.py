@@ -40,6 +40,7 @@ FLAG_USER_ID = 0x0010
 MAX_EXPIRY = 4294967295
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of a short string; publishers repeat it
 def expiration_error(expiration: str) -> str | None:
     """Why an ``expiration`` property is invalid, in RabbitMQ's terms, or None
     (rabbit_basic:parse_expiration/1 and rabbit_misc:check_expiry/1)."""
@@ -99,6 +100,14 @@ def cached_by_properties(
     return wrap
 
 
+@cached_by_properties(maxsize=1024)
+def _shared_properties(encoded: bytes) -> commands.Basic.Properties:
+    # Decoded once per distinct encoding and shared by every message that carries it: a
+    # message never changes its properties (Message), and copy_properties decodes afresh
+    # for the callers that do.
+    return unmarshal_properties(encoded)
+
+
 class Message:
     """A published message. Shared by every queue it was routed to; never mutated
     after routing except through :meth:`with_properties`, which makes a copy."""
@@ -153,9 +162,10 @@ class Message:
 
     @property
     def properties(self) -> commands.Basic.Properties:
-        """The decoded Basic properties (decoded once, on first use)."""
+        """The decoded Basic properties (decoded on first use, shared by the messages
+        with the same property bytes: read them, never change them)."""
         if self._properties is None:
-            self._properties = self.copy_properties()
+            self._properties = _shared_properties(self.header[PROPERTIES_AT:])
         return self._properties
 
     def copy_properties(self) -> commands.Basic.Properties:
