@@ -113,6 +113,26 @@ async def test_round_trip_preserves_properties_and_headers(ch, queue):
     assert got.headers == headers
 
 
+async def test_sender_selected_cc_and_bcc(ch, cleanup):
+    """CC and BCC headers add routing keys; BCC is removed from every copy, CC kept
+    (docs/sender-selected.md). Sent twice with the same property bytes: the second
+    message routes like the first (stripping BCC from one changes no other message)."""
+    to, cc, bcc = [await ch.declare_queue(unique(name)) for name in ("to", "cc", "bcc")]
+    cleanup.queues.extend(q.name for q in (to, cc, bcc))
+    headers = {"CC": [cc.name], "BCC": [bcc.name], "app": "x"}
+    for body in (b"first", b"second"):
+        # A fixed message_id: aio-pika would give each message its own.
+        message = Message(body, headers=headers, message_id="same")
+        await ch.default_exchange.publish(message, to.name)
+
+    for queue in (to, cc, bcc):
+        got = [await queue.get(no_ack=True) for _ in range(2)]
+        assert [m.body for m in got] == [b"first", b"second"]
+        for message in got:
+            assert message.routing_key == to.name
+            assert message.headers == {"CC": [cc.name], "app": "x"}
+
+
 async def test_large_body_crossing_frame_max(ch, queue):
     body = os.urandom(1024 * 1024 + 17)  # several body frames at frame_max 131072
     await ch.default_exchange.publish(Message(body), queue.name)
