@@ -77,11 +77,12 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
 def cached_by_properties(
     maxsize: int,
 ) -> Callable[[Callable[Concatenate[bytes, _P], _R]], Callable[Concatenate[bytes, _P], _R]]:
-    """Memoise a function whose first argument is encoded properties (``unmarshal_properties``).
+    """Memoise a function whose first argument is encoded properties (``unmarshal_properties``)
+    or a part of them (a headers table).
 
     Publishers that set no per-message property send the same bytes again and again, so
     decoding them once pays off wherever the broker reads or rewrites properties in bulk.
-    Properties over ``CACHED_PROPERTIES_MAX`` bytes bypass the cache (bounded memory).
+    Arguments over ``CACHED_PROPERTIES_MAX`` bytes bypass the cache (bounded memory).
     """
 
     def wrap(
@@ -98,6 +99,30 @@ def cached_by_properties(
         return call
 
     return wrap
+
+
+def _headers_span(header: bytes, flags: int) -> tuple[int, int]:
+    """Where the headers table (length prefix included) starts and ends in a content header
+    payload; start == end without one. The delivery mode, when set, is at the end."""
+    offset = PROPERTIES_AT + 2
+    # Spec order: content_type and content_encoding (short strings), headers, delivery_mode.
+    if flags & 0x8000:
+        offset += 1 + header[offset]
+    if flags & 0x4000:
+        offset += 1 + header[offset]
+    if not flags & FLAG_HEADERS:
+        return offset, offset
+    return offset, offset + 4 + int.from_bytes(header[offset : offset + 4], "big")
+
+
+def headers_and_mode(header: bytes) -> tuple[bytes | None, int | None]:
+    """The encoded headers table (length prefix included, or None) and the delivery mode
+    (or None) of a content header payload, read without decoding the other properties."""
+    flags = int.from_bytes(header[PROPERTIES_AT : PROPERTIES_AT + 2], "big")
+    start, end = _headers_span(header, flags)
+    table = header[start:end] if flags & FLAG_HEADERS else None
+    mode = header[end] if flags & FLAG_DELIVERY_MODE and end < len(header) else None
+    return table, mode
 
 
 @cached_by_properties(maxsize=1024)
@@ -145,14 +170,7 @@ class Message:
         if not flags & FLAG_DELIVERY_MODE:
             return False
         data = self.header
-        offset = 14
-        # delivery_mode follows content_type, content_encoding and headers (spec order).
-        if flags & 0x8000:
-            offset += 1 + data[offset]
-        if flags & 0x4000:
-            offset += 1 + data[offset]
-        if flags & FLAG_HEADERS:
-            offset += 4 + int.from_bytes(data[offset : offset + 4], "big")
+        offset = _headers_span(data, flags)[1]
         return offset < len(data) and data[offset] == 2
 
     @property

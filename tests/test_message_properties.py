@@ -1,13 +1,20 @@
-"""Encoded message properties: decoding and encoding them apart from a message, and the
-cache keyed by them (broker.message)."""
+"""Encoded message properties: decoding and encoding them apart from a message, reading
+the headers table and delivery mode from raw bytes, and the cache keyed by them
+(broker.message)."""
 
 from __future__ import annotations
 
-from pamqp import commands
+from typing import Any
 
+import pytest
+from pamqp import commands, decode
+
+from broker.fieldtable import marshal_content_header
 from broker.message import (
     CACHED_PROPERTIES_MAX,
+    Message,
     cached_by_properties,
+    headers_and_mode,
     marshal_properties,
     unmarshal_properties,
 )
@@ -42,3 +49,33 @@ def test_cache_keeps_small_properties_and_passes_large_ones_through() -> None:
     assert [length(large, 0), length(large, 0)] == [2049, 2049]
     # Each distinct small argument list computed once; the large one every time.
     assert calls == [small, small, large, large]
+
+
+@pytest.mark.parametrize("content_type", [None, "application/json"])
+@pytest.mark.parametrize("content_encoding", [None, "gzip"])
+@pytest.mark.parametrize("headers", [None, {}, {"a": 1, "list": ["x", 2]}])
+@pytest.mark.parametrize("delivery_mode", [None, 1, 2])
+def test_headers_and_mode_read_from_the_raw_header(
+    content_type: str | None,
+    content_encoding: str | None,
+    headers: dict[str, Any] | None,
+    delivery_mode: int | None,
+) -> None:
+    """The raw-bytes reading agrees with pamqp's full decode, whatever precedes or follows."""
+    properties = commands.Basic.Properties(
+        content_type=content_type,
+        content_encoding=content_encoding,
+        headers=headers,
+        delivery_mode=delivery_mode,
+        message_id="m-1",
+    )
+    payload = marshal_content_header(7, properties)
+    table, mode = headers_and_mode(payload)
+    decoded = Message("", "k", payload, b"1234567").copy_properties()
+    assert mode == decoded.delivery_mode == delivery_mode
+    if headers is None:
+        assert table is None
+    else:
+        assert table is not None
+        assert decode.field_table(table) == (len(table), decoded.headers)
+    assert Message("", "k", payload, b"1234567").persistent == (delivery_mode == 2)
