@@ -296,7 +296,7 @@ class Channel:
         self.conn.published = True
         flags = message.flags
         if flags & _CHECKED_FLAGS:
-            message = self._checked(message, method)
+            message = self._checked(message, flags, method)
         if self.tx is not None:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
@@ -333,10 +333,10 @@ class Channel:
         if not waiting and not self.pending_commits and self.vhost.persistence is not None:
             self.vhost.persistence.unsubscribe(self._on_synced)
 
-    def _checked(self, message: Message, method: tuple[int, int]) -> Message:
+    def _checked(self, message: Message, flags: int, method: tuple[int, int]) -> Message:
         """rabbit_channel:check_user_id_header/2, check_expiration_header/1 and the direct
         reply-to rewrite of ``reply_to`` (docs/direct-reply-to.md)."""
-        if message.flags & FLAG_USER_ID:
+        if flags & FLAG_USER_ID:
             user_id = message.properties.user_id
             if user_id != self.conn.user:
                 raise AMQPChannelError(
@@ -345,7 +345,7 @@ class Channel:
                     f"'{self.conn.user}'",
                     method,
                 )
-        if message.flags & FLAG_EXPIRATION:
+        if flags & FLAG_EXPIRATION:
             expiration = str(message.properties.expiration)
             problem = expiration_error(expiration)
             if problem is not None:
@@ -353,7 +353,7 @@ class Channel:
                     PRECONDITION_FAILED, f"invalid expiration '{expiration}': {problem}", method
                 )
             message.ttl = int(expiration)
-        if message.flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
+        if flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
             if self.reply_consumer is None:
                 raise AMQPChannelError(
                     PRECONDITION_FAILED, "fast reply consumer does not exist", method
