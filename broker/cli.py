@@ -163,7 +163,13 @@ async def serve(config: Config) -> None:
     # default of every 700 allocations, whose full collections walk everything.
     gc.set_threshold(50_000, 20, 20)
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except OSError as exc:
+        # A port in use, an address this host does not have: one line and exit status 1,
+        # not a traceback (RabbitMQ also stops when a listener cannot start).
+        await server.stop()
+        raise SystemExit(f"leveret: cannot listen: {exc}") from None
     if server.management is not None:
         logging.getLogger("broker").info("management API on %s", server.management.url)
     stop = asyncio.Event()

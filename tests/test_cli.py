@@ -90,6 +90,26 @@ def test_signal_closes_clients_with_320_and_exits_0(
     assert list(workdir.iterdir()) == []
 
 
+def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "broker", "serve", "--port", str(port), "--data-dir", "data"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("leveret: cannot listen: ")
+    assert "address already in use" in last.lower()
+
+
 def test_leveret_console_script_help() -> None:
     script = Path(sys.executable).with_name("leveret")
     result = subprocess.run(
