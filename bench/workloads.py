@@ -66,6 +66,7 @@ MSGS = Metric("msgs_per_s", "msgs/s")
 # Not an amqpbench script: lives here, imports amqpwire from the amqpbench directory.
 QUEUE_FEATURES = str(BENCH_DIR / "queue_features.py")
 PERSISTENT_CONFIRMS = str(BENCH_DIR / "persistent.py")
+BACKLOG = str(BENCH_DIR / "backlog.py")
 WORKLOADS: dict[str, Workload] = {
     w.key: w
     for w in [
@@ -155,6 +156,17 @@ WORKLOADS: dict[str, Workload] = {
             ("-n", "20000"),
             (MSGS,),
             "as queue-plain, through a headers exchange (x-match all, 2 headers) to the queue",
+            group="features",
+        ),
+        Workload(
+            "backlog",
+            BACKLOG,
+            ("--properties", "pika"),
+            ("-n", "1000000"),
+            ("-n", "100000"),
+            (Metric("rss_per_message_bytes", "broker RSS bytes per queued message", False),),
+            "1M 100-byte messages queued without a consumer: broker memory per message",
+            timeout_s=300.0,
             group="features",
         ),
         Workload(
