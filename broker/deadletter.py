@@ -96,7 +96,7 @@ class _Death(NamedTuple):
     """A dead-lettered copy's properties (encoded and decoded), headers, ``x-death`` and the
     routing keys it is republished with."""
 
-    encoded: bytes  # the content header payload from the property flags on
+    payload: bytes  # the copy's content header payload from the property flags on
     properties: commands.Basic.Properties
     headers: dict[str, Any]
     deaths: list[Any]
@@ -167,7 +167,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         int(time.time()),
     )
     # The same body, so the same class, weight and body size before the properties.
-    copy = Message(dlx, death.keys[0], message.header[:PROPERTIES_AT] + death.encoded, message.body)
+    copy = Message(dlx, death.keys[0], message.header[:PROPERTIES_AT] + death.payload, message.body)
     copy._properties = death.properties
     headers = death.headers
     targets: set[str] = set()
