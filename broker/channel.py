@@ -31,6 +31,7 @@ from broker.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
+    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_FOUND,
@@ -46,6 +47,7 @@ from broker.message import (
     FLAG_USER_ID,
     Message,
     expiration_error,
+    properties_decode,
 )
 from broker.queue import Consumer, Entry, Queue
 from broker.vhost import generated_name
@@ -206,6 +208,7 @@ class Channel:
             or exchange.internal
             or (payload[12] << 8 | payload[13]) & _CHECKED_FLAGS
             or self.tx is not None
+            or not properties_decode(payload)
         ):
             self._publish = publish
             self._on_header(header, frame.body)
@@ -292,6 +295,11 @@ class Channel:
                 f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
                 method,
             )
+        if not properties_decode(header.payload):
+            # rabbit_channel decodes every publish's properties (ensure_content_decoded); when
+            # they do not decode the channel process crashes and the reader closes the
+            # connection with the bare constant (observed on 3.10.8).
+            raise AMQPConnectionError(INTERNAL_ERROR, "", (0, 0))
         message = Message(publish.exchange, publish.routing_key, header.payload, body)
         self.conn.published = True
         flags = message.flags

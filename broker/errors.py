@@ -70,7 +70,10 @@ HARD_CODES = frozenset(
 
 def reply_text(code: int, explanation: str) -> str:
     """RabbitMQ's ``"<CONSTANT> - <explanation>"``, cut to 255 characters
-    (rabbit_binary_generator:amqp_exception_explanation/2)."""
+    (rabbit_binary_generator:amqp_exception_explanation/2). Without an explanation, the bare
+    constant: what RabbitMQ's reader sends when a channel crashes (``INTERNAL_ERROR``)."""
+    if not explanation:
+        return NAMES.get(code, "UNKNOWN")
     text = f"{NAMES.get(code, 'UNKNOWN')} - {explanation}"
     encoded = text.encode("utf-8")
     if len(encoded) > 255:

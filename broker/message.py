@@ -133,6 +133,24 @@ def _shared_properties(encoded: bytes) -> commands.Basic.Properties:
     return unmarshal_properties(encoded)
 
 
+def properties_decode(header: bytes) -> bool:
+    """Whether a content header payload's properties decode (cached: see _shared_properties).
+
+    RabbitMQ decodes the properties of every publish and, when they do not decode, closes
+    the connection with 541 (tested). Text that is not UTF-8 is no reason: Erlang keeps
+    short strings as bytes, so RabbitMQ takes such a message, and so does Leveret.
+    """
+    if len(header) == PROPERTIES_AT + 2 and not header[PROPERTIES_AT] | header[PROPERTIES_AT + 1]:
+        return True  # no properties at all
+    try:
+        _shared_properties(header[PROPERTIES_AT:])
+    except UnicodeDecodeError:
+        return True
+    except ValueError:  # pamqp: truncated values, tables longer than the frame, unknown types
+        return False
+    return True
+
+
 class Message:
     """A published message. Shared by every queue it was routed to; never mutated
     after routing except through :meth:`with_properties`, which makes a copy."""

@@ -38,6 +38,7 @@ the buffer is full, records are dropped and counted (``dropped``), and the count
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -83,7 +84,20 @@ def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
     """The headers (as JSON text, or None) and delivery mode of a raw content header
     payload (class id, weight, body size, then the property flags and values)."""
     table, mode = headers_and_mode(raw_header)
-    return (_headers_json(table) if table is not None else None), mode
+    if table is None:
+        return None, mode
+    try:
+        return _headers_json(table), mode
+    except ValueError:
+        # Text that is not UTF-8 (the broker takes it, as RabbitMQ does; JSON cannot hold
+        # it): the line goes without its headers rather than stopping the writer.
+        _warn_undecodable()
+        return None, mode
+
+
+@functools.cache
+def _warn_undecodable() -> None:
+    log.warning("trace: headers that are not UTF-8 are recorded as no headers")
 
 
 @cached_by_properties(maxsize=4096)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import struct
 from pathlib import Path
 
 from pamqp import commands, header
@@ -109,3 +110,17 @@ def test_headers_read_as_the_management_api_shows_them(tmp_path: Path) -> None:
     writer.close()
     (line,) = read_lines(next(tmp_path.glob("trace-*.jsonl")))
     assert line["headers"] == {"when": int(when.timestamp()), "price": 1.25, "n": [1, "a"]}
+
+
+def test_headers_that_are_not_utf8_do_not_stop_the_writer(tmp_path: Path) -> None:
+    """The broker takes a header name that is not UTF-8 (as RabbitMQ does; pamqp cannot
+    decode it): its line goes without headers, and the lines after it are written."""
+    table = b"\x02\xff\xfeS\x00\x00\x00\x01a"  # a header name that is not UTF-8 -> "a"
+    bad = struct.pack(">HHQH", 60, 0, 0, 0x2000) + struct.pack(">I", len(table)) + table
+    writer = TraceWriter(tmp_path, flush_interval=0.01)
+    writer.record("/", "x", "bad", bad, 0, ())
+    writer.record("/", "x", "good", raw_header(0, headers={"n": 1}), 0, ())
+    writer.close()
+    first, second = read_lines(next(tmp_path.glob("trace-*.jsonl")))
+    assert first["key"] == "bad" and "headers" not in first
+    assert second["key"] == "good" and second["headers"] == {"n": 1}

@@ -27,6 +27,7 @@ from pamqp.header import ContentHeader
 from .helpers import unique
 from .wire import (
     FRAME_BODY,
+    FRAME_HEADER,
     FRAME_METHOD,
     PROTOCOL_HEADER,
     PeerClosedError,
@@ -447,6 +448,28 @@ def test_method_instead_of_content_body_is_505(opened: WireClient) -> None:
         60,
         40,
     )
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        struct.pack(">H", 0x8000 | 0x2000) + b"\x05ab",  # content_type cut short
+        struct.pack(">HI", 0x2000, 16) + b"\x01a",  # headers longer than the frame
+        struct.pack(">HI", 0x2000, 3) + b"\x01aZ",  # a field of unknown type Z
+    ],
+    ids=["truncated", "table-too-long", "unknown-field-type"],
+)
+def test_properties_that_do_not_decode_are_541(
+    opened: WireClient, bystander: WireClient, properties: bytes
+) -> None:
+    # rabbit_channel decodes the properties of every publish; when they do not decode the
+    # channel process crashes and the reader closes the connection with the bare constant.
+    queue = declare_queue(opened)
+    opened.send(commands.Basic.Publish(routing_key=queue), 1)
+    opened.send_raw(raw_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 2) + properties))
+    opened.send_raw(raw_frame(FRAME_BODY, 1, b"hi"))
+    assert reply(close_frame(opened)) == (541, "INTERNAL_ERROR", 0, 0)
+    assert_alive(bystander)
 
 
 def test_unsolicited_channel_close_ok_is_503(opened: WireClient) -> None:
