@@ -137,17 +137,17 @@ def properties_decode(header: bytes) -> bool:
     """Whether a content header payload's properties decode (cached: see _shared_properties).
 
     RabbitMQ decodes the properties of every publish and, when they do not decode, closes
-    the connection with 541 (tested). Text that is not UTF-8 is no reason: Erlang keeps
-    short strings as bytes, so RabbitMQ takes such a message, and so does Leveret.
+    the connection with 541 (tested). Leveret also counts text that is not UTF-8 as not
+    decoding: RabbitMQ keeps short strings as bytes and takes it, but pamqp cannot decode
+    it, and every later reader (routing on headers, TTL, the trace, the management API)
+    would fail on it.
     """
     if len(header) == PROPERTIES_AT + 2 and not header[PROPERTIES_AT] | header[PROPERTIES_AT + 1]:
         return True  # no properties at all
     try:
         _shared_properties(header[PROPERTIES_AT:])
-    except UnicodeDecodeError:
-        return True
-    except ValueError:  # pamqp: truncated values, tables longer than the frame, unknown types
-        return False
+    except ValueError:  # pamqp: truncated values, tables longer than the frame, unknown
+        return False  # types, text that is not UTF-8 (UnicodeDecodeError)
     return True
 
 

@@ -89,15 +89,15 @@ def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
     try:
         return _headers_json(table), mode
     except ValueError:
-        # Text that is not UTF-8 (the broker takes it, as RabbitMQ does; JSON cannot hold
-        # it): the line goes without its headers rather than stopping the writer.
+        # Publishing refuses properties that do not decode (broker.message.properties_decode),
+        # but this thread must not die on a record that slips through: no headers, a warning.
         _warn_undecodable()
         return None, mode
 
 
 @functools.cache
 def _warn_undecodable() -> None:
-    log.warning("trace: headers that are not UTF-8 are recorded as no headers")
+    log.warning("trace: headers that do not decode are recorded as no headers")
 
 
 @cached_by_properties(maxsize=4096)

@@ -113,8 +113,9 @@ def test_headers_read_as_the_management_api_shows_them(tmp_path: Path) -> None:
 
 
 def test_headers_that_are_not_utf8_do_not_stop_the_writer(tmp_path: Path) -> None:
-    """The broker takes a header name that is not UTF-8 (as RabbitMQ does; pamqp cannot
-    decode it): its line goes without headers, and the lines after it are written."""
+    """A record whose headers pamqp cannot decode (a name that is not UTF-8; the broker
+    refuses such publishes, but the writer must not depend on it) goes without headers,
+    and the lines after it are written."""
     table = b"\x02\xff\xfeS\x00\x00\x00\x01a"  # a header name that is not UTF-8 -> "a"
     bad = struct.pack(">HHQH", 60, 0, 0, 0x2000) + struct.pack(">I", len(table)) + table
     writer = TraceWriter(tmp_path, flush_interval=0.01)

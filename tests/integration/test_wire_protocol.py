@@ -24,6 +24,8 @@ from pamqp import commands
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
+from broker.inspect import BrokerThread
+
 from .helpers import unique
 from .wire import (
     FRAME_BODY,
@@ -470,6 +472,21 @@ def test_properties_that_do_not_decode_are_541(
     opened.send_raw(raw_frame(FRAME_BODY, 1, b"hi"))
     assert reply(close_frame(opened)) == (541, "INTERNAL_ERROR", 0, 0)
     assert_alive(bystander)
+
+
+def test_property_text_that_is_not_utf8_is_541(leveret: BrokerThread) -> None:
+    # Leveret only: RabbitMQ keeps short strings as bytes and takes this message; pamqp,
+    # which decodes Leveret's frames, cannot decode it, so Leveret refuses it the way
+    # RabbitMQ refuses properties it cannot decode (broker.message.properties_decode).
+    with WireClient(leveret.url) as client:
+        client.connect()
+        client.open_channel(1)
+        queue = declare_queue(client)
+        client.send(commands.Basic.Publish(routing_key=queue), 1)
+        properties = struct.pack(">H", 0x8000) + b"\x02\xff\xfe"  # content_type
+        client.send_raw(raw_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 2) + properties))
+        client.send_raw(raw_frame(FRAME_BODY, 1, b"hi"))
+        assert reply(close_frame(client)) == (541, "INTERNAL_ERROR", 0, 0)
 
 
 def test_unsolicited_channel_close_ok_is_503(opened: WireClient) -> None:
