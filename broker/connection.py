@@ -38,6 +38,7 @@ from broker.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
+    INTERNAL_ERROR,
     NOT_ALLOWED,
     UNEXPECTED_FRAME,
     AMQPConnectionError,
@@ -206,7 +207,14 @@ class Connection(asyncio.Protocol):
         self._last_recv = self.loop.time()
         self._in_read = True
         try:
-            self._process(data)
+            try:
+                self._process(data)
+            except Exception:
+                # A bug, not a protocol error: log it, and close this connection the way
+                # RabbitMQ's reader does when a channel process crashes (541 and the bare
+                # constant), instead of dropping the socket. Other connections go on.
+                log.exception("internal error on connection %s", self._peer_text())
+                self._fail(AMQPConnectionError(INTERNAL_ERROR, "", (0, 0)), 0)
             if self._to_drain:
                 queues, self._to_drain = self._to_drain, set()
                 for queue in queues:

@@ -489,6 +489,28 @@ def test_property_text_that_is_not_utf8_is_541(leveret: BrokerThread) -> None:
         assert reply(close_frame(client)) == (541, "INTERNAL_ERROR", 0, 0)
 
 
+def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
+    leveret: BrokerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Leveret only (a fault injected into the in-process broker): an unexpected exception
+    # is logged and closes its connection as RabbitMQ's reader does when a channel process
+    # crashes, instead of dropping the socket; the other connections go on.
+    def broken(self: object, *args: object) -> None:
+        raise RuntimeError("injected")
+
+    with WireClient(leveret.url) as client, WireClient(leveret.url) as other:
+        other.connect()
+        other.open_channel(1)
+        client.connect()
+        # Before the channel opens: a channel binds its handlers when it is created.
+        monkeypatch.setattr("broker.channel.Channel._on_basic_qos", broken, raising=True)
+        client.open_channel(1)
+        client.send(commands.Basic.Qos(prefetch_count=1), 1)
+        assert reply(close_frame(client)) == (541, "INTERNAL_ERROR", 0, 0)
+        monkeypatch.undo()
+        assert_alive(other)
+
+
 def test_unsolicited_channel_close_ok_is_503(opened: WireClient) -> None:
     opened.send(commands.Channel.CloseOk(), 1)
     assert reply(close_frame(opened)) == (503, "COMMAND_INVALID - unimplemented method", 20, 41)
