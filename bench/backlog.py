@@ -2,8 +2,9 @@
 """backlog: what a queued message costs the broker in memory, in the amqpbench style.
 
 One connection declares a transient queue with no consumer, publishes ``-n`` messages of
-``--body-size`` bytes (default 100; transient, the same properties on every message, as
-pika sends them with ``--properties``) and polls a passive declare until the queue holds them
+``--body-size`` bytes (default 100; transient; ``--properties pika``: the same properties on
+every message, as pika sends them; ``message-id``: each with its own ``message_id`` too, as
+aio-pika and RPC clients send them) and polls a passive declare until the queue holds them
 all. The broker's process-tree RSS (``--broker-pid``, required for the figure) is read
 before publishing and, after ``--settle`` seconds, with the backlog in place:
 
@@ -31,6 +32,30 @@ PROPERTIES = {
     # pika's BlockingChannel.basic_publish with a content type and delivery mode 1
     "pika": commands.Basic.Properties(content_type="text/plain", delivery_mode=1),
 }
+# --properties message-id: the pika properties plus a message_id of its own on each of
+# this many pre-encoded messages (cycled): more than the broker's caches hold.
+DISTINCT_IDS = 5000
+
+
+def messages(args: argparse.Namespace, queue: str, frame_max: int) -> list[bytes]:
+    """The pre-encoded publishes the run cycles through."""
+    body = b"x" * args.body_size
+    if args.properties != "message-id":
+        properties = PROPERTIES[args.properties]
+        return [amqpwire.encode_publish("", queue, body, 1, properties, frame_max)]
+    return [
+        amqpwire.encode_publish(
+            "",
+            queue,
+            body,
+            1,
+            commands.Basic.Properties(
+                content_type="text/plain", delivery_mode=1, message_id=f"id-{i:08d}"
+            ),
+            frame_max,
+        )
+        for i in range(DISTINCT_IDS)
+    ]
 
 
 def tree_rss_kb(pid: int | None) -> int | None:
@@ -53,14 +78,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         declared = True
         await asyncio.sleep(args.settle)
         before = tree_rss_kb(args.broker_pid)
-        msg = amqpwire.encode_publish(
-            "",
-            queue,
-            b"x" * args.body_size,
-            1,
-            properties=PROPERTIES[args.properties],
-            frame_max=conn.frame_max,
-        )
+        msg = messages(args, queue, conn.frame_max)
         meter = amqpwire.CpuMeter(args.broker_pid)
         meter.start()
         t0 = time.monotonic()
@@ -104,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     amqpwire.common_args(parser, n_default=1_000_000)
-    parser.add_argument("--properties", choices=list(PROPERTIES), default="pika")
+    parser.add_argument("--properties", choices=[*PROPERTIES, "message-id"], default="pika")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before each RSS read")
     parser.add_argument("--batch", type=int, default=1000, help="messages per socket write")
     return parser.parse_args(argv)

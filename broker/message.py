@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from pamqp import commands, header
+from pamqp import commands, decode, header
 
 from broker.fieldtable import marshal_content_header
 
@@ -133,21 +133,87 @@ def _shared_properties(encoded: bytes) -> commands.Basic.Properties:
     return unmarshal_properties(encoded)
 
 
-def properties_decode(header: bytes) -> bool:
-    """Whether a content header payload's properties decode (cached: see _shared_properties).
+# The Basic properties in wire order (AMQP 0-9-1 spec, class basic): flag bit and size, 0
+# for a short string, -1 for the headers table, else a fixed number of octets.
+_PROPERTY_LAYOUT = (
+    (0x8000, 0),  # content_type
+    (0x4000, 0),  # content_encoding
+    (FLAG_HEADERS, -1),
+    (FLAG_DELIVERY_MODE, 1),
+    (FLAG_PRIORITY, 1),
+    (0x0400, 0),  # correlation_id
+    (FLAG_REPLY_TO, 0),
+    (FLAG_EXPIRATION, 0),
+    (0x0080, 0),  # message_id
+    (0x0040, 8),  # timestamp
+    (0x0020, 0),  # type
+    (FLAG_USER_ID, 0),
+    (0x0008, 0),  # app_id
+    (0x0004, 0),  # cluster_id
+)
 
-    RabbitMQ decodes the properties of every publish and, when they do not decode, closes
-    the connection with 541 (tested). Leveret also counts text that is not UTF-8 as not
-    decoding: RabbitMQ keeps short strings as bytes and takes it, but pamqp cannot decode
-    it, and every later reader (routing on headers, TTL, the trace, the management API)
-    would fail on it.
+
+@functools.lru_cache(maxsize=256)
+def _field_sizes(flags: int) -> tuple[int, ...]:
+    """The sizes (as in _PROPERTY_LAYOUT) of the properties ``flags`` says are present."""
+    return tuple(size for bit, size in _PROPERTY_LAYOUT if flags & bit)
+
+
+@cached_by_properties(maxsize=1024)
+def decoded_table(table: bytes) -> dict[str, Any]:
+    """A headers table (length prefix included) decoded by pamqp; cached by its bytes and
+    shared: read it, never change it. Raises ValueError when it does not decode."""
+    return decode.field_table(table)[1]
+
+
+# Content header payloads already found well formed (the codec shares repeated ones, whose
+# hash is then computed once): most publishers repeat their headers. Bounded: cleared when
+# full, and payloads over CACHED_PROPERTIES_MAX bytes are not kept.
+_WELL_FORMED: set[bytes] = set()
+_WELL_FORMED_MAX = 4096
+
+
+def properties_decode(header: bytes) -> bool:
+    """Whether a content header payload's properties decode.
+
+    RabbitMQ decodes the properties of every publish and, when they do not decode (a value
+    cut short, a table longer than the frame, an unknown field type, bytes left over),
+    closes the connection with 541 (tested). Decoding every message's properties with
+    pamqp would halve the publish rate of messages that carry their own ``message_id``, so
+    this walks the property list instead and decodes only the headers table (cached by its
+    bytes: headers repeat even when ids do not). Short strings must be UTF-8: RabbitMQ
+    keeps them as bytes, but pamqp cannot decode them, and later readers would fail.
     """
-    if len(header) == PROPERTIES_AT + 2 and not header[PROPERTIES_AT] | header[PROPERTIES_AT + 1]:
-        return True  # no properties at all
-    try:
-        _shared_properties(header[PROPERTIES_AT:])
-    except ValueError:  # pamqp: truncated values, tables longer than the frame, unknown
-        return False  # types, text that is not UTF-8 (UnicodeDecodeError)
+    if header in _WELL_FORMED:
+        return True
+    end = len(header)
+    flags = header[PROPERTIES_AT] << 8 | header[PROPERTIES_AT + 1]
+    offset = PROPERTIES_AT + 2
+    for size in _field_sizes(flags):
+        if size == 0:
+            if offset >= end:
+                return False
+            length = header[offset]
+            try:
+                header[offset + 1 : offset + 1 + length].decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+            offset += 1 + length
+        elif size < 0:
+            length = 4 + int.from_bytes(header[offset : offset + 4], "big")
+            try:
+                decoded_table(header[offset : offset + length])
+            except ValueError:  # pamqp: cut short, too long, unknown types, not UTF-8
+                return False
+            offset += length
+        else:
+            offset += size
+    if offset != end:
+        return False
+    if end <= CACHED_PROPERTIES_MAX:
+        if len(_WELL_FORMED) >= _WELL_FORMED_MAX:
+            _WELL_FORMED.clear()
+        _WELL_FORMED.add(header)
     return True
 
 
@@ -210,11 +276,10 @@ class Message:
 
     @property
     def headers(self) -> dict[str, Any] | None:
-        """The ``headers`` table, or None; cheap when the header has no table."""
-        if not self.flags & FLAG_HEADERS:
-            return None
-        value = self.properties.headers
-        return value if isinstance(value, dict) else None
+        """The ``headers`` table, or None (decoded alone, cached by its bytes: read it,
+        never change it)."""
+        table = headers_and_mode(self.header)[0]
+        return None if table is None else decoded_table(table)
 
     @property
     def priority(self) -> int:

@@ -48,10 +48,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from pamqp import decode
-
 from broker.fieldtable import amqp_json
-from broker.message import cached_by_properties, headers_and_mode
+from broker.message import cached_by_properties, decoded_table, headers_and_mode
 
 SCHEMA_VERSION = 2
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
@@ -105,7 +103,7 @@ def _headers_json(table: bytes) -> str:
     # Cached by the table's bytes alone: decoding is most of a line's cost (this thread
     # shares the interpreter with the broker's event loop), and publishers repeat their
     # headers even when other properties (aio-pika's message_id) change on every message.
-    return json.dumps(amqp_json(decode.field_table(table)[1]), separators=(",", ":"))
+    return json.dumps(amqp_json(decoded_table(table)), separators=(",", ":"))
 
 
 class KeyIndex:

@@ -458,8 +458,9 @@ def test_method_instead_of_content_body_is_505(opened: WireClient) -> None:
         struct.pack(">H", 0x8000 | 0x2000) + b"\x05ab",  # content_type cut short
         struct.pack(">HI", 0x2000, 16) + b"\x01a",  # headers longer than the frame
         struct.pack(">HI", 0x2000, 3) + b"\x01aZ",  # a field of unknown type Z
+        struct.pack(">H", 0x1000) + b"\x02\x00\x00",  # delivery_mode, then 2 bytes too many
     ],
-    ids=["truncated", "table-too-long", "unknown-field-type"],
+    ids=["truncated", "table-too-long", "unknown-field-type", "bytes-left-over"],
 )
 def test_properties_that_do_not_decode_are_541(
     opened: WireClient, bystander: WireClient, properties: bytes
