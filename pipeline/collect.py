@@ -1,8 +1,9 @@
 """From the job's tables to the summary and the HTML report.
 
-:func:`gather` brings the report's rows to the driver with as few Spark queries as it can:
-the tables that stay small whatever the trace (exchanges, rates, fan-out, the what-if
-summary) whole, the others as their top N rows. :func:`summarise` and :func:`build_report`
+:func:`queries` are the Spark queries that bring the report's rows to the driver (the job
+runs them a few at a time): the tables that stay small whatever the trace (exchanges, rates,
+fan-out, the what-if summary) whole, the others as their top N rows; :func:`assemble` puts
+their results together. :func:`summarise` and :func:`build_report`
 then work on plain Python rows.
 """
 
@@ -105,12 +106,7 @@ def queries(tables: Mapping[str, DataFrame], top: int) -> dict[str, Query]:
     return queries
 
 
-def gather(tables: Mapping[str, DataFrame], top: int) -> Gathered:
-    """Run :func:`queries` one after the other and :func:`assemble` the rows."""
-    return assemble(tables, {name: query() for name, query in queries(tables, top).items()})
-
-
-def assemble(tables: Mapping[str, DataFrame], got: Mapping[str, Any]) -> Gathered:
+def assemble(got: Mapping[str, Any]) -> Gathered:
     """The :class:`Gathered` rows from the results of :func:`queries`, by name."""
     mismatch_total = got["mismatch_total"]
     out = Gathered(
@@ -122,11 +118,11 @@ def assemble(tables: Mapping[str, DataFrame], got: Mapping[str, Any]) -> Gathere
         mismatch=got["mismatch"],
         mismatch_messages=int(mismatch_total[0]) if mismatch_total is not None else 0,
     )
-    if "bindings" in tables:
+    if "hot" in got:  # per-binding attribution ran
         out.hot_bindings, out.never_bindings = got["hot"], got["never"]
         counts = got["binding_counts"]
         out.binding_counts = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
-    if "whatif_summary" in tables:
+    if "whatif" in got:
         row = got["whatif"]
         out.whatif = row.asDict() if row is not None else {}
         out.whatif_queues = got["whatif_queues"]
@@ -267,7 +263,8 @@ def build_report(
     notes += [f"proposed: {n}" for n in proposed.notes] if proposed is not None else []
     notes.append(
         "Routing uses exchanges.routing.route, the broker's own function; headers come from "
-        "the trace's JSON (bytes as text, decimals and timestamps as strings)."
+        "the trace's JSON (bytes as text, decimals as numbers, timestamps as epoch seconds), so "
+        "headers-exchange bindings on decimal or timestamp values do not match them."
     )
     return report.Report(
         title="Leveret traffic analysis",

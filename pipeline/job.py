@@ -423,8 +423,7 @@ class _Job:
 
     def full_pass(self, files: Sequence[str]) -> Pass:
         """Aggregate the trace read whole, then route its distinct keys."""
-        if self.current is None:
-            self.read_topology()
+        self.read_topology()
         with self.progress.stage("aggregate the trace by key and minute") as done:
             trace = extract_trace(self.spark, files)
             groups_frame = self.keep(transforms.aggregate(trace, recorded=self.options.recorded))
@@ -498,9 +497,8 @@ def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
             state.topology_tables,
             result.messages,
             whatif=proposed is not None,
+            bindings=options.bindings,
         )
-        if not options.bindings:
-            del tables["bindings"]
         for name, frame in tables.items():  # every table is an aggregate: keep it for the report
             if not frame.is_cached:
                 tables[name] = state.keep(frame)
@@ -510,7 +508,7 @@ def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
             queries = collect.queries(tables, options.top)
             results = run_all([*writes, *queries.values()])
             rows = dict(zip(queries, results[len(writes) :], strict=True))
-            gathered = collect.assemble(tables, rows)
+            gathered = collect.assemble(rows)
             summary.update(collect.summarise(gathered))
             if summary["messages"] != result.messages and index is not None:
                 # Lines whose key id the index lacks, or an id the index gives two keys:

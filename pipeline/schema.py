@@ -5,7 +5,8 @@ data once more and guesses differently per file). ``headers`` is read as a *stri
 object, Spark keeps its raw JSON text, which :func:`pipeline.router.parse_headers` turns
 back into a table with JSON's types (ints stay ints, floats floats, booleans booleans), so
 headers-exchange matching sees the values the broker saw, as far as the trace keeps them
-(``broker/trace.py`` writes bytes as text and decimals and timestamps as strings).
+(``broker/trace.py`` writes them as the management API shows them, ``broker.fieldtable.amqp_json``:
+bytes as text, decimals as numbers, timestamps as epoch seconds).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pyspark.sql.types import (
 # Trace versions this pipeline reads (broker/trace.py SCHEMA_VERSION). A new version needs
 # its own reader and a test per version.
 SUPPORTED_VERSIONS = frozenset({1, 2})
-INDEXED_VERSION = 2  # the first version with a key index (keys-*.jsonl next to trace-*.jsonl)
 
 # Version 2 message lines, the fields the aggregation needs: Spark's JSON reader skips the
 # others (the strings come once per key from the index), which is what makes the pass cheap.

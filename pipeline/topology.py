@@ -54,9 +54,6 @@ from exchanges.projection import Projection
 
 DEFAULT_VHOST = "/"
 
-# The exchanges every vhost of the broker has from the start (the same tuple the broker uses).
-PREDECLARED: tuple[Exchange, ...] = PREDECLARED_EXCHANGES
-
 _EXCHANGE_TYPES = {t.value: t for t in ExchangeType}
 _DEST_KINDS = {k.value: k for k in DestKind}
 
@@ -165,7 +162,7 @@ def numbered_bindings(projections: Mapping[str, Projection]) -> Iterator[tuple[i
 
 def empty_projection() -> Projection:
     """A projection holding only the predeclared exchanges, as a fresh broker vhost."""
-    return Projection.replay(ExchangeDeclared(exchange) for exchange in PREDECLARED)
+    return Projection.replay(ExchangeDeclared(exchange) for exchange in PREDECLARED_EXCHANGES)
 
 
 # -- argument values ---------------------------------------------------------------------------

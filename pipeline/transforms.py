@@ -169,24 +169,17 @@ def key_totals(counts: DataFrame, keys: DataFrame) -> DataFrame:
     Groups by the key's columns, not its id: keys that differ only in what ``keys`` no longer
     tells apart (``recorded`` left out) are one row.
     """
-    per_id = counts.groupBy("id").agg(
-        sum0("messages").alias("messages"),
-        sum0("bytes").alias("bytes"),
-        sum0("persistent").alias("persistent"),
-        sf.min("minute").alias("first_minute"),
-        sf.max("minute").alias("last_minute"),
-    )
-    return (
-        per_id.join(sf.broadcast(keys), "id")
-        .groupBy(*KEY, "recorded")
-        .agg(
-            sum0("messages").alias("messages"),
-            sum0("bytes").alias("bytes"),
-            sum0("persistent").alias("persistent"),
-            sf.min("first_minute").alias("first_minute"),
-            sf.max("last_minute").alias("last_minute"),
-        )
-    )
+
+    def totals(first: str, last: str) -> list[Column]:
+        return [
+            *(sum0(c).alias(c) for c in ("messages", "bytes", "persistent")),
+            sf.min(first).alias("first_minute"),
+            sf.max(last).alias("last_minute"),
+        ]
+
+    per_id = counts.groupBy("id").agg(*totals("minute", "minute"))
+    joined = per_id.join(sf.broadcast(keys), "id")
+    return joined.groupBy(*KEY, "recorded").agg(*totals("first_minute", "last_minute"))
 
 
 def minute_routes(counts: DataFrame, keys: DataFrame, routes: DataFrame) -> DataFrame:
@@ -238,7 +231,7 @@ def route_keys(
 
 
 def with_routes(counts: DataFrame, routes: DataFrame) -> DataFrame:
-    """``counts`` (per key, or per key and minute) joined with their routes.
+    """``counts`` (one row per key) joined with their routes.
 
     Adds ``queues``, ``fanout`` (queues reached, 0 = unroutable), ``exchange_exists``,
     ``bindings``, ``proposed_queues``, ``proposed_fanout``, ``proposed_exchange_exists``.
@@ -478,24 +471,27 @@ def reports(
     topology: dict[str, DataFrame],
     total_messages: int,
     whatif: bool = False,
+    bindings: bool = True,
 ) -> dict[str, DataFrame]:
     """Every output table, by name (lazy: nothing runs until they are written).
 
     ``routed`` is :func:`with_routes` of :func:`key_totals`, ``routed_minutes``
     :func:`minute_routes`; ``topology`` is :func:`topology_tables` of the current topology;
-    ``total_messages`` (from :func:`versions`) is the denominator of binding shares.
+    ``total_messages`` (from :func:`versions`) is the denominator of binding shares;
+    ``bindings=False`` leaves out the per-binding table (no attribution was routed).
     """
     tables = {
         "keys": routed,
         "exchanges": per_exchange(routed, topology["exchanges"]),
         "queues": per_queue(routed, topology["queues"]),
-        "bindings": per_binding(routed, topology["bindings"], total_messages),
         "unroutable": unroutable(routed),
         "fanout": fanout_distribution(routed),
         "rates": rates(routed_minutes),
         "queue_rates": queue_rates(routed_minutes),
         "recorded_mismatch": recorded_mismatch(routed),
     }
+    if bindings:
+        tables["bindings"] = per_binding(routed, topology["bindings"], total_messages)
     if whatif:
         tables["whatif_queues"] = whatif_queues(routed)
         tables["whatif_summary"] = whatif_summary(routed)

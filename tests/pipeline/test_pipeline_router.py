@@ -11,7 +11,13 @@ import pytest
 from pipeline_helpers import EXPECTED_BINDINGS, SHOP_EVENTS, SHOP_TRAFFIC, projection_of
 from pyspark.sql import SparkSession
 
-from exchanges.model import BindingAdded, DestKind, ExchangeDeclared, QueueDeclared
+from exchanges.model import (
+    PREDECLARED_EXCHANGES,
+    BindingAdded,
+    DestKind,
+    ExchangeDeclared,
+    QueueDeclared,
+)
 from exchanges.projection import Projection
 from exchanges.routing import route
 from pipeline import topology, transforms
@@ -54,7 +60,7 @@ def test_matched_bindings_agree_with_single_binding_routing() -> None:
     projection holding only that binding routes the message to its destination."""
     rng = random.Random(7)
     words = ["a", "b", "c", "*", "#"]
-    events = [ExchangeDeclared(e) for e in topology.PREDECLARED]
+    events = [ExchangeDeclared(e) for e in PREDECLARED_EXCHANGES]
     from exchanges.model import Binding, Exchange, ExchangeType, Queue
 
     events.append(ExchangeDeclared(Exchange("t", ExchangeType.TOPIC)))

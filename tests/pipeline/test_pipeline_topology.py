@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from pipeline_helpers import SHOP_EVENTS, dump_objects, projection_of, write_dump
 
-from broker.vhost import DEFAULT_EXCHANGES
 from exchanges.model import DestKind, ExchangeType
 from exchanges.routing import route
 from pipeline import topology
@@ -18,10 +17,6 @@ from pipeline.topology import SourceError
 from storage.records import value_to_json
 
 DATA = Path(__file__).parent / "data"
-
-
-def test_predeclared_exchanges_are_the_brokers() -> None:
-    assert topology.PREDECLARED == DEFAULT_EXCHANGES
 
 
 def test_dump_objects_replay_to_the_brokers_projection() -> None:
