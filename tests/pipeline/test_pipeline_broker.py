@@ -137,6 +137,7 @@ def test_broker_trace_read_whole_gives_the_same_answers(
         argv = ["--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out), *flag]
         assert job.run_args(job.build_parser().parse_args(argv), topology=dump) == 0
         outs[bool(flag)] = out
+    assert json.loads((outs[False] / "summary.json").read_text())["indexed"] is True
     assert json.loads((outs[True] / "summary.json").read_text())["indexed"] is False
     tables = sorted(path.name for path in outs[False].iterdir() if path.is_dir())
     assert len(tables) == 9
