@@ -1,5 +1,5 @@
 """``amqpwire`` (raw AMQP frames, from ``../shared/amqpbench``) for the bench scripts that
-speak the protocol themselves (``queue_features.py``, ``persistent.py``).
+speak the protocol themselves (``queue_features.py``, ``persistent.py``, ``backlog.py``).
 
 amqpbench is found at ``$AMQPBENCH``, else the working directory if it holds ``amqpwire.py``
 (``run.py`` runs scripts there), else ``../shared/amqpbench`` from the repository root.

@@ -28,7 +28,6 @@ from amqpbench_path import amqpwire
 from pamqp import commands
 
 PROPERTIES = {
-    "none": None,
     # pika's BlockingChannel.basic_publish with a content type and delivery mode 1
     "pika": commands.Basic.Properties(content_type="text/plain", delivery_mode=1),
 }

@@ -38,6 +38,8 @@ ROOT = HERE.parent
 # bench/profile.py would shadow the standard library's profile (which pyspark imports).
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
+from bench.topicwords import binding_words, vocabulary  # noqa: E402
+from broker.trace import SCHEMA_VERSION  # noqa: E402
 from exchanges.model import (  # noqa: E402
     Binding,
     BindingAdded,
@@ -54,34 +56,6 @@ from exchanges.routing import route  # noqa: E402
 DEFAULT_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "leveret-pipeline-bench"
 EXCHANGE = "bench.topic"
 T0 = 1_763_779_980  # 2025-11-22 02:53:00 UTC
-TRACE_VERSION = 2  # broker.trace.SCHEMA_VERSION the generated trace has (older: regenerate)
-
-
-def word_list(size: int) -> list[str]:
-    """topicgen's vocabulary: ``wa``, ``wb``, ... in base-26 letters."""
-    out = []
-    for i in range(size):
-        text, k = "", i
-        while True:
-            text = chr(97 + k % 26) + text
-            k //= 26
-            if k == 0:
-                break
-        out.append("w" + text)
-    return out
-
-
-def binding_key(rng: random.Random, vocab: list[str]) -> list[str]:
-    """3-7 words: literal 70 %, ``*`` 20 %, ``#`` 10 % (never ``#.#``); first word literal."""
-    words: list[str] = []
-    for i in range(rng.randint(3, 7)):
-        while True:
-            r = 0.0 if i == 0 else rng.random()
-            w = rng.choice(vocab) if r < 0.7 else ("*" if r < 0.9 else "#")
-            if not (w == "#" and words and words[-1] == "#"):
-                break
-        words.append(w)
-    return words
 
 
 def routing_key_from(rng: random.Random, words: list[str], vocab: list[str]) -> str:
@@ -102,12 +76,12 @@ def workload(
 ) -> tuple[list[Event], list[tuple[str, list[str]]]]:
     """Topology events and ``(routing_key, queues reached)`` for every distinct key."""
     rng = random.Random(f"leveret-pipeline-bench/{seed}/{bindings}/{vocab_size}/{queues}")
-    vocab = word_list(vocab_size)
+    vocab = vocabulary(vocab_size)
     events: list[Event] = [ExchangeDeclared(Exchange(EXCHANGE, ExchangeType.TOPIC))]
     events += [QueueDeclared(Queue(f"q{i}", durable=True)) for i in range(queues)]
     patterns = []
     for i in range(bindings):
-        words = binding_key(rng, vocab)
+        words = binding_words(rng, vocab)
         patterns.append(words)
         binding = Binding(EXCHANGE, f"q{i % queues}", DestKind.QUEUE, ".".join(words))
         events.append(BindingAdded(binding))
@@ -180,7 +154,7 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
     with Pool(os.cpu_count() or 1) as pool:
         sizes = pool.map(_write_file, [(path, a, b, n, mix) for path, a, b in jobs])
     info = {
-        "trace_version": TRACE_VERSION,
+        "trace_version": SCHEMA_VERSION,
         "messages": n,
         "bindings": args.bindings,
         "queues": args.queues,
@@ -265,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--conf", action="append", default=[], type=lambda s: s.split("=", 1))
-    parser.add_argument("--repeat", type=int, default=1, help="job runs in the same JVM")
+    parser.add_argument(
+        "--repeat", type=lambda v: max(1, int(v)), default=1, help="job runs in the same JVM"
+    )
     parser.add_argument("--no-bindings", action="store_true")
     parser.add_argument("--no-recorded", action="store_true")
     parser.add_argument(
@@ -281,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         marker = args.dir / "workload.json"
         stale = (
             not marker.exists()
-            or json.loads(marker.read_text()).get("trace_version") != TRACE_VERSION
+            or json.loads(marker.read_text()).get("trace_version") != SCHEMA_VERSION
         )
         if args.command == "generate" or args.regenerate or stale:
             print(json.dumps({"generated": generate(args)}), flush=True)

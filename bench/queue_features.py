@@ -2,9 +2,11 @@
 """queue-features: what queue TTL, dead-lettering and property-driven features cost, in the
 amqpbench style.
 
-A fanout dead-letter exchange (DLX) is bound to a dead-letter queue (DLQ); the work queue
-names it in x-dead-letter-exchange. Separate publisher and consumer connections (one
-process), default exchange -> work queue, transient --body-size byte bodies (default 100).
+Every mode declares a fanout dead-letter exchange (DLX) bound to a dead-letter queue (DLQ),
+so that all run the same code; ttl-dlx, dead-letter and expire name it in the work queue's
+x-dead-letter-exchange. Separate publisher and consumer connections (one process), default
+exchange -> work queue (headers: a headers exchange), transient --body-size byte bodies
+(default 100).
 
   --mode ttl-dlx      pubsub_direct.py --ack single --prefetch 1000, but the work queue has
                       x-message-ttl=--ttl-ms (60000) and the DLX: the features are configured,
@@ -277,8 +279,9 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         )
         if mode in CONSUMED:
             s["delivered"] = clock.count
-            # configured, not triggered: nothing may have reached the dead-letter queue
-            s["dead_letter_queue_depth"] = await passive_depth(cons, dlq)
+            if mode == "ttl-dlx":
+                # configured, not triggered: nothing may have reached the dead-letter queue
+                s["dead_letter_queue_depth"] = await passive_depth(cons, dlq)
         else:
             s["dead_lettered"] = clock.count
             if rejecter is not None:

@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from pamqp import commands, header  # noqa: E402
 
+from bench.topicwords import binding_words, vocabulary  # noqa: E402
 from broker.config import Config  # noqa: E402
 from broker.server import Server  # noqa: E402
 from exchanges.model import (  # noqa: E402
@@ -67,32 +68,6 @@ VHOST = "/"
 EXCHANGE = "recovery.topic"
 
 
-def vocabulary(size: int = 1000) -> list[str]:
-    """``w`` + base-26 letters, as amqpbench topicgen.py."""
-    words = []
-    for i in range(size):
-        word, k = "", i
-        while True:
-            word = chr(97 + k % 26) + word
-            k //= 26
-            if k == 0:
-                break
-        words.append("w" + word)
-    return words
-
-
-def binding_key(rng: random.Random, vocab: list[str]) -> str:
-    words: list[str] = []
-    for i in range(rng.randint(3, 7)):
-        while True:
-            r = 0.0 if i == 0 else rng.random()
-            word = rng.choice(vocab) if r < 0.7 else ("*" if r < 0.9 else "#")
-            if not (word == "#" and words and words[-1] == "#"):
-                break
-        words.append(word)
-    return ".".join(words)
-
-
 def topic_bindings(count: int, queues: int, seed: int) -> list[tuple[str, str]]:
     """``count`` distinct (binding key, queue) pairs, round-robin over the queues."""
     rng = random.Random(seed)
@@ -100,7 +75,7 @@ def topic_bindings(count: int, queues: int, seed: int) -> list[tuple[str, str]]:
     seen: set[tuple[str, str]] = set()
     pairs: list[tuple[str, str]] = []
     while len(pairs) < count:
-        pair = (binding_key(rng, vocab), f"recovery.q{len(pairs) % queues}")
+        pair = (".".join(binding_words(rng, vocab)), f"recovery.q{len(pairs) % queues}")
         if pair not in seen:
             seen.add(pair)
             pairs.append(pair)

@@ -9,8 +9,7 @@ records (1,000 routing keys, one queue each, a fresh ``KeyIndex``) with
 ``broker.trace.encode_record``, the writer's own function; the figure is lines per second
 (best of ``--reps``). The content headers are built with pamqp as a client would send them:
 
-* ``same-properties``: every message the same properties (pika's default: none but
-  delivery mode);
+* ``same-properties``: every message the same properties (delivery mode 2 only);
 * ``message-id``: a fresh ``message_id`` per message, as aio-pika sets by default;
 * ``message-id-headers``: the same, plus a four-entry headers table (Celery-like);
 * ``unique-headers``: a headers table whose values differ on every message.
@@ -37,9 +36,9 @@ from broker.trace import KeyIndex, Record, encode_record
 KEYS = [f"orders.{i % 37}.created.{i}" for i in range(1000)]
 
 
-def content_header(properties: commands.Basic.Properties, body_size: int = 100) -> bytes:
-    """A content header payload as a client sends it."""
-    return header.ContentHeader(0, body_size, properties).marshal()
+def content_header(properties: commands.Basic.Properties) -> bytes:
+    """A content header payload (100-byte body) as a client sends it."""
+    return header.ContentHeader(0, 100, properties).marshal()
 
 
 CELERY_HEADERS = {"lang": "py", "task": "tasks.add", "retries": 0, "origin": "gen1@host"}
