@@ -13,59 +13,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import pika
 import pytest
+from broker_traffic import EXPECTED_QUEUES, EXPECTED_UNROUTABLE, PUBLISHED, record_traffic
 from pyspark.sql import SparkSession
 
-from broker.config import Config
 from pipeline import job
 from storage.logtools import read_log
 from storage.records import event_to_json
-from tests.conftest import BrokerThread
 
 pytestmark = pytest.mark.timeout(180)
-
-# (messages, exchange, routing key, headers)
-PUBLISHED: list[tuple[int, str, str, dict[str, Any] | None]] = [
-    (20, "shop.orders", "order.created.eu", None),
-    (15, "shop.orders", "order.paid.us", None),
-    (7, "shop.orders", "invoice.1", None),
-    (5, "shop.hdr", "", {"format": "pdf"}),
-    (3, "shop.hdr", "", {"format": "csv"}),
-    (4, "", "shop.pdf", None),
-    (6, "amq.fanout", "any", None),
-]
-EXPECTED_QUEUES = {"shop.all": 35, "shop.eu": 20, "shop.audit.q": 20, "shop.pdf": 9}
-EXPECTED_UNROUTABLE = 16  # invoice.1 7 + csv 3 + amq.fanout 6
-
-
-def record_traffic(data_dir: Path, trace_dir: Path) -> None:
-    broker = BrokerThread(Config(port=0, data_dir=data_dir, trace_dir=trace_dir)).start()
-    try:
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.exchange_declare("shop.orders", "topic", durable=True)
-        channel.exchange_declare("shop.audit", "fanout", durable=True)
-        channel.exchange_declare("shop.hdr", "headers", durable=True)
-        for name in EXPECTED_QUEUES:
-            channel.queue_declare(name, durable=True)
-        channel.queue_declare("shop.tmp", durable=False)  # transient: not in the binding log
-        channel.queue_bind("shop.all", "shop.orders", "order.#")
-        channel.queue_bind("shop.eu", "shop.orders", "order.*.eu")
-        channel.exchange_bind("shop.audit", "shop.orders", "order.created.*")
-        channel.queue_bind("shop.audit.q", "shop.audit")
-        channel.queue_bind("shop.tmp", "shop.audit")
-        channel.queue_bind("shop.pdf", "shop.hdr", arguments={"x-match": "all", "format": "pdf"})
-        for count, exchange, key, headers in PUBLISHED:
-            properties = pika.BasicProperties(headers=headers, delivery_mode=2)
-            for i in range(count):
-                channel.basic_publish(exchange, key, b"x" * (10 + i), properties)
-        connection.close()
-    finally:
-        broker.stop()  # flushes the trace
 
 
 def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
