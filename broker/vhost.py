@@ -97,13 +97,17 @@ def _arg_mismatch(key: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> s
     """rabbit_misc:assert_args_equivalence1/4: the "received ... but current is ..."
     part of the 406 text, or None when the argument is equivalent."""
     new_value, old_value = new.get(key, _MISSING), old.get(key, _MISSING)
-    if key == "x-queue-type":  # a missing x-queue-type equals classic
-        new_value = "classic" if new_value is _MISSING else new_value
-        old_value = "classic" if old_value is _MISSING else old_value
     if new_value is _MISSING and old_value is _MISSING:
         return None
+    # rabbit_misc:assert_field_equivalence/4 (rabbitmq-common#341): a classic queue need
+    # not carry x-queue-type, so missing and 'classic' are equivalent; missing and any
+    # other type is not, and fails below like any other argument.
+    one_missing = _MISSING in (new_value, old_value)
+    present = old_value if new_value is _MISSING else new_value
+    if key == "x-queue-type" and one_missing and _shown(present) == "classic":
+        return None
     if new_value is not _MISSING and old_value is not _MISSING:
-        if key == "x-queue-type" or (
+        if (
             _type_class(arg_type(new, key)) == _type_class(arg_type(old, key))
             and new_value == old_value
         ):

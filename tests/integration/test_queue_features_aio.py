@@ -356,6 +356,19 @@ async def test_invalid_consumer_priority_is_406(ch, declare):
             "received 'reject-publish' but current is 'drop-head'",
         ),
         (
+            # A missing x-queue-type equals 'classic' only (rabbit_misc:assert_field_equivalence/4).
+            {},
+            {"x-queue-type": "quorum"},
+            "'x-queue-type' for queue '{q}' in vhost '/': "
+            "received the value 'quorum' of type 'longstr' but current is none",
+        ),
+        (
+            {"x-queue-type": "classic"},
+            {"x-queue-type": "stream"},
+            "'x-queue-type' for queue '{q}' in vhost '/': "
+            "received 'stream' but current is 'classic'",
+        ),
+        (
             {"x-max-priority": 5},
             {"x-max-priority": 6},
             "'x-max-priority' for queue '{q}' in vhost '/': received '6' but current is '5'",
@@ -385,6 +398,10 @@ async def test_redeclare_equivalent_arguments_is_fine(ch, cleanup):
     await ch.declare_queue(
         name, arguments={"x-message-ttl": 1000, "x-max-length": 5, "x-queue-type": "classic"}
     )
+    explicit = unique("q")
+    cleanup.queues.append(explicit)
+    await ch.declare_queue(explicit, arguments={"x-queue-type": "classic"})
+    await ch.declare_queue(explicit)
 
 
 # ---------------------------------------------------------------------------------------------
