@@ -136,6 +136,17 @@ class DropConnectionError(Exception):
     method id makes its reader exit: rabbit_framing_amqp_0_9_1:lookup_method_name/1)."""
 
 
+class FramesThenError(Exception):
+    """A malformed frame (``error``) and the frames decoded before it in the same read."""
+
+    def __init__(
+        self, frames: list[tuple[int, Frame]], error: AMQPConnectionError | DropConnectionError
+    ) -> None:
+        super().__init__(str(error))
+        self.frames = frames
+        self.error = error
+
+
 def decode_method(payload: bytes) -> Frame:
     """Decode a method frame's payload, through the fast path when it applies.
 
@@ -284,15 +295,22 @@ class FrameReader:
         """Add ``data`` and return every frame now complete.
 
         Raises :class:`ProtocolHeaderError` for a wrong protocol header and
-        :class:`AMQPConnectionError` for malformed frames; frames decoded before the
-        bad one are lost with it, as the connection is closing anyway.
+        :class:`FramesThenError` for a malformed frame: the frames before it still count
+        (RabbitMQ's reader handles one frame at a time, so they took effect there).
         """
         out: list[tuple[int, Frame]] = []
+        try:
+            self._feed(data, out)
+        except (AMQPConnectionError, DropConnectionError) as exc:
+            raise FramesThenError(out, exc) from exc
+        return out
+
+    def _feed(self, data: bytes, out: list[tuple[int, Frame]]) -> None:
         if self._pending:
             self._pending.append(data)
             self._pending_len += len(data)
             if self._pending_len < self._need:
-                return out
+                return
             data = b"".join(self._pending)
             self._pending = []
         pos = 0
@@ -300,7 +318,7 @@ class FrameReader:
             pos = self._protocol_header(data)
             if not pos:
                 self._keep(data, 0, 8)
-                return out
+                return
         # RabbitMQ accepts payloads up to frame_max itself (an 8-octet "fudge" for clients
         # that forget the frame overhead) but reports the limit as frame_max - 8
         # (rabbit_reader:handle_input/3, ?FRAME_SIZE_FUDGE).
@@ -337,13 +355,20 @@ class FrameReader:
                     continue
                 out.append((channel, publish))
             else:
-                out.append((channel, decode_method(data[pos + 7 : end])))
+                method = decode_method(data[pos + 7 : end])
+                out.append((channel, method))
+                if not channel and type(method) is commands.Connection.TuneOk:
+                    # The frames after Tune-Ok in this read are held to the limit it
+                    # negotiates, as they would be by a reader taking one frame at a time
+                    # (the connection closes anyway if the value is out of range).
+                    self.frame_max = method.frame_max
+                    reported_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+                    size_limit = reported_limit + FRAME_OVERHEAD
             pos = end + 1
         if pos < end_of_data:
             self._keep(
                 data, pos, 7 + unpack_head(data, pos)[2] + 1 if end_of_data - pos >= 7 else 8
             )
-        return out
 
     def _keep(self, data: bytes, pos: int, frame_len: int) -> None:
         """Keep the incomplete frame starting at ``pos`` until ``frame_len`` bytes."""
@@ -463,6 +488,28 @@ def _take_content(
 
 class ProtocolHeaderError(Exception):
     """The client did not start with ``AMQP 0 0 9 1``."""
+
+
+def frame_octets(decoded: Frame) -> tuple[int, bytes]:
+    """The frame type and payload a decoded frame came from, for RabbitMQ's
+    ``type 1, all octets = <<...>>`` texts. Methods are encoded again (the decoder keeps
+    no copy of their bytes), which gives the bytes a client sent for every well-formed
+    method; only error paths call this."""
+    if isinstance(decoded, Header):
+        return FRAME_HEADER, decoded.payload
+    if isinstance(decoded, Body):
+        return FRAME_BODY, decoded.data
+    if isinstance(decoded, Heartbeat):
+        return FRAME_HEARTBEAT, b""
+    if isinstance(decoded, FullPublish):
+        decoded = decoded.publish
+    if isinstance(decoded, Publish):
+        decoded = commands.Basic.Publish(
+            0, decoded.exchange, decoded.routing_key, decoded.mandatory, decoded.immediate
+        )
+    elif isinstance(decoded, Ack):
+        decoded = commands.Basic.Ack(decoded.delivery_tag, decoded.multiple)
+    return FRAME_METHOD, _METHOD_ID.pack(decoded.index) + decoded.marshal()
 
 
 def method_frame(channel: int, method: Any) -> bytes:

@@ -86,6 +86,9 @@ class State(Enum):
     CLOSED = 6
 
 
+# rabbit_reader's 'starting' and 'tuning': errors there close without a Connection.Close.
+_HANDSHAKE_STATES = (State.AWAIT_START_OK, State.AWAIT_TUNE_OK)
+
 # RabbitMQ's names for the connection states, as its error texts print them.
 STATE_NAMES = {
     State.AWAIT_HEADER: "pre_init",
@@ -121,7 +124,9 @@ class Connection(asyncio.Protocol):
         self.config = server.config
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.reader = codec.FrameReader(self.config.frame_max)
+        # Until Tune-Ok, frames are held to the protocol minimum, as rabbit_reader starts
+        # with frame_max = ?FRAME_MIN_SIZE (a bigger Start-Ok is frame_too_large).
+        self.reader = codec.FrameReader(FRAME_MIN)
         self.state = State.AWAIT_HEADER
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
@@ -307,6 +312,7 @@ class Connection(asyncio.Protocol):
 
     def _process(self, data: bytes) -> None:
         awaiting_header = self.reader.need_header
+        error: AMQPError | codec.DropConnectionError | None = None
         try:
             frames = self.reader.feed(data)
         except codec.ProtocolHeaderError:
@@ -316,13 +322,9 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._abort()
             return
-        except codec.DropConnectionError as exc:
-            log.warning("closing connection %s: %s", self.peer, exc)
-            self._abort()
-            return
-        except AMQPError as exc:
-            self._fail(exc, 0)
-            return
+        except codec.FramesThenError as exc:
+            # The frames before the malformed one are handled first, then the error.
+            frames, error = exc.frames, exc.error
         if awaiting_header and not self.reader.need_header:
             self._send_start()
         channels = self.channels
@@ -351,11 +353,22 @@ class Connection(asyncio.Protocol):
                 if exc.method is None:
                     exc.method = method_id_of(frame)
                 self._fail(exc, channel_id)
+        if error is None or self.state in (State.CLOSING, State.CLOSED):
+            return
+        if isinstance(error, codec.DropConnectionError):
+            log.warning("closing connection %s: %s", self.peer, error)
+            self._abort()
+        else:
+            self._fail(error, 0)
 
     def _on_channel_frame(self, channel_id: int, frame: Any) -> None:
         if self.state is not State.OPEN:
+            # rabbit_reader:handle_frame/4 before the connection runs: unexpected_frame.
+            sent_type, payload = codec.frame_octets(frame)
             raise AMQPConnectionError(
-                CHANNEL_ERROR, f"channel frame while connection not running: {channel_id}"
+                UNEXPECTED_FRAME,
+                f"type {sent_type}, all octets = {codec.erl_binary(payload)}",
+                (0, 0),
             )
         channel = self.channels.get(channel_id)
         if channel is not None:
@@ -618,6 +631,13 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, exc: AMQPError, channel_id: int) -> None:
         """Convert ``exc`` into the Close it calls for (the one conversion point)."""
+        if self.state in _HANDSHAKE_STATES and exc.code != ACCESS_REFUSED:
+            # rabbit_reader:handle_exception/3: before Tune-Ok, only a refused login is
+            # answered with a Close (to clients with authentication_failure_close); any
+            # other error closes the socket without one (after 3 s there, at once here).
+            log.warning("closing connection %s in handshake: %s", self._peer_text(), exc.text)
+            self._abort()
+            return
         close = close_method(exc)
         log.info(
             "%s error peer=%s user=%s channel=%d code=%d method=%s text=%r",

@@ -165,17 +165,33 @@ def test_deliver_frames_decode_with_pamqp(
 def test_frame_larger_than_frame_max_is_a_frame_error() -> None:
     reader = codec.FrameReader(4096)
     big = frame.marshal(body.ContentBody(b"x" * 5000), 1)
-    with pytest.raises(AMQPConnectionError) as err:
+    with pytest.raises(codec.FramesThenError) as err:
         reader.feed(codec.PROTOCOL_HEADER + big)
-    assert err.value.code == FRAME_ERROR
+    assert isinstance(err.value.error, AMQPConnectionError)
+    assert err.value.error.code == FRAME_ERROR
+    assert err.value.error.text.endswith("type 3, all octets = <<>>: {frame_too_large,5000,4088}")
 
 
-def test_bad_frame_end_is_a_frame_error() -> None:
+def test_bad_frame_end_is_a_frame_error_after_the_frames_before_it() -> None:
+    good = frame.marshal(commands.Basic.Qos(prefetch_count=5), 1)
     raw = bytearray(frame.marshal(commands.Basic.Qos(prefetch_count=1), 1))
     raw[-1] = 0
-    with pytest.raises(AMQPConnectionError) as err:
-        codec.FrameReader(131072).feed(codec.PROTOCOL_HEADER + bytes(raw))
-    assert err.value.code == FRAME_ERROR
+    with pytest.raises(codec.FramesThenError) as err:
+        codec.FrameReader(131072).feed(codec.PROTOCOL_HEADER + good + bytes(raw))
+    assert isinstance(err.value.error, AMQPConnectionError)
+    assert err.value.error.code == FRAME_ERROR
+    # RabbitMQ's reader took the good frame before it met the bad one.
+    ((channel, qos),) = err.value.frames
+    assert channel == 1 and qos.prefetch_count == 5
+
+
+def test_tune_ok_sets_the_limit_for_the_frames_after_it_in_the_same_read() -> None:
+    reader = codec.FrameReader(4096)  # the pre-tune limit
+    tune_ok = frame.marshal(commands.Connection.TuneOk(2047, 131072, 60), 0)
+    big = frame.marshal(body.ContentBody(b"x" * 5000), 1)
+    frames = reader.feed(codec.PROTOCOL_HEADER + tune_ok + big)
+    assert [type(f) for _, f in frames] == [commands.Connection.TuneOk, codec.Body]
+    assert reader.frame_max == 131072
 
 
 def test_wrong_protocol_header_is_detected_early() -> None:

@@ -9,8 +9,8 @@ RabbitMQ (3.10.8 from Debian) and checked against the RabbitMQ sources for 3.13,
 Several texts embed Erlang terms (``<<0,60,...>>`` binaries, ``{frame_too_large,N,M}``
 tuples): they are what RabbitMQ sends and are asserted as they are.
 
-Where RabbitMQ closes a socket without any Connection.Close (a failed tune-ok, an unknown
-method id, a missed heartbeat), the test asserts exactly that: no frame, then EOF.
+Where RabbitMQ closes a socket without any Connection.Close (any error before Tune-Ok but a
+refused login, an unknown method id, a missed heartbeat), the test asserts exactly that: no frame, then EOF.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 from pamqp import commands
+from pamqp import frame as pframe
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
@@ -198,6 +199,146 @@ def test_tune_ok_frame_max_at_minimum_is_accepted(client: WireClient) -> None:
     client.connect(frame_max=4096)
     client.open_channel(1)
     assert_alive(client)
+
+
+def _start_ok(client: WireClient, mechanism: str = "PLAIN", **properties: object) -> None:
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    client.send(
+        commands.Connection.StartOk(
+            client_properties={
+                "capabilities": {"authentication_failure_close": True},
+                **properties,
+            },
+            mechanism=mechanism,
+            response="\0guest\0guest",
+            locale="en_US",
+        )
+    )
+
+
+def _bad_frame_end(channel: int = 0) -> bytes:
+    return raw_frame(FRAME_METHOD, channel, struct.pack(">HH", 10, 11), end=b"\x00")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "start-ok-over-4096",
+        "bad-frame-end-while-starting",
+        "channel-open-while-starting",
+        "connection-open-while-starting",
+        "unknown-mechanism",
+        "bad-frame-end-while-tuning",
+    ],
+)
+def test_errors_before_tune_ok_close_without_a_close_frame(client: WireClient, case: str) -> None:
+    # rabbit_reader:handle_exception/3 answers an error in the 'starting' or 'tuning' state
+    # with a Close only for a refused login (tested above): anything else closes the socket
+    # without one (after 3 s). Until Tune-Ok the frame limit is ?FRAME_MIN_SIZE (4096),
+    # so a Start-Ok carrying 5 KB of client properties is frame_too_large.
+    if case == "start-ok-over-4096":
+        _start_ok(client, big="x" * 5000)
+    elif case == "unknown-mechanism":
+        _start_ok(client, mechanism="CRAM-MD5")
+    elif case == "bad-frame-end-while-tuning":
+        _start_ok(client)
+        client.expect(commands.Connection.Tune)
+        client.send_raw(_bad_frame_end())
+    else:
+        client.send_raw(PROTOCOL_HEADER)
+        client.expect(commands.Connection.Start)
+        if case == "bad-frame-end-while-starting":
+            client.send_raw(_bad_frame_end())
+        elif case == "channel-open-while-starting":
+            client.send(commands.Channel.Open(), 1)
+        else:
+            client.send(commands.Connection.Open(virtual_host="/"))
+    assert client.wait_closed(timeout=6) == []
+
+
+def test_start_ok_within_4096_octets_is_accepted(client: WireClient) -> None:
+    _start_ok(client, big="x" * 3500)
+    client.expect(commands.Connection.Tune)
+
+
+def test_channel_frame_before_connection_open_is_505(client: WireClient) -> None:
+    # rabbit_reader:handle_frame/4 in the 'opening' state: unexpected_frame, with the
+    # frame's octets, and a Close (unlike the states before Tune-Ok).
+    client.negotiate()
+    client.send(commands.Channel.Open(), 1)
+    assert reply(close_frame(client)) == (
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>",
+        0,
+        0,
+    )
+
+
+def test_frame_error_while_opening_gets_a_close(client: WireClient) -> None:
+    client.negotiate()
+    client.send_raw(_bad_frame_end())
+    assert reply(close_frame(client, timeout=6)) == (
+        501,
+        "FRAME_ERROR - type 1, all octets = <<0,10,0,11>>: {invalid_frame_end_marker,0}",
+        0,
+        0,
+    )
+
+
+def test_handshake_pipelined_in_one_write_uses_the_negotiated_frame_max(
+    client: WireClient,
+) -> None:
+    # A client that sends Tune-Ok, Open, Channel.Open and a 6 KB publish in one write: the
+    # publish's frames are over the pre-tune limit but within the frame_max just agreed.
+    _start_ok(client)
+    tune = client.expect(commands.Connection.Tune)
+    queue = unique("pipelined")
+    data = b"".join(
+        [
+            pframe.marshal(commands.Connection.TuneOk(tune.channel_max, tune.frame_max, 0), 0),
+            pframe.marshal(commands.Connection.Open(virtual_host=client.url.vhost), 0),
+            pframe.marshal(commands.Channel.Open(), 1),
+            pframe.marshal(commands.Queue.Declare(queue=queue, exclusive=True), 1),
+            pframe.marshal(commands.Basic.Publish(routing_key=queue), 1),
+            pframe.marshal(ContentHeader(0, 6000, commands.Basic.Properties()), 1),
+            pframe.marshal(ContentBody(b"x" * 6000), 1),
+            pframe.marshal(commands.Basic.Get(queue=queue, no_ack=True), 1),
+        ]
+    )
+    client.send_raw(data)
+    client.expect(commands.Connection.OpenOk, channel=0)
+    client.expect(commands.Channel.OpenOk, channel=1)
+    client.expect(commands.Queue.DeclareOk, channel=1)
+    client.expect(commands.Basic.GetOk, channel=1)
+    header, body = client.content(1)
+    assert (header.body_size, body) == (6000, b"x" * 6000)
+
+
+def test_frames_before_a_malformed_one_take_effect(opened: WireClient, amqp_url: str) -> None:
+    # RabbitMQ's reader handles one frame at a time: a publish that came before a bad frame
+    # in the same write is routed before the connection closes.
+    queue = unique("before-error")
+    with WireClient(amqp_url) as other:
+        other.connect()
+        other.open_channel(1)
+        other.send(commands.Queue.Declare(queue=queue, auto_delete=False), 1)
+        other.expect(commands.Queue.DeclareOk, channel=1)
+        data = b"".join(
+            [
+                pframe.marshal(commands.Basic.Publish(routing_key=queue), 1),
+                pframe.marshal(ContentHeader(0, 5, commands.Basic.Properties()), 1),
+                pframe.marshal(ContentBody(b"hello"), 1),
+                _bad_frame_end(1),
+            ]
+        )
+        opened.send_raw(data)
+        assert reply(close_frame(opened))[:2] == (
+            501,
+            "FRAME_ERROR - type 1, all octets = <<0,10,0,11>>: {invalid_frame_end_marker,0}",
+        )
+        other.send(commands.Queue.Delete(queue=queue), 1)
+        assert other.expect(commands.Queue.DeleteOk, channel=1).message_count == 1
 
 
 def test_channel_max_is_enforced(client: WireClient, bystander: WireClient) -> None:
