@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -23,6 +24,18 @@ from typing import Any
 from broker.errors import ACCESS_REFUSED, AMQPChannelError
 
 SALT_BYTES = 4
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether a peer address is loopback, as rabbit_net:is_loopback/1 decides for
+    ``loopback_users``: all of 127.0.0.0/8, ``::1``, and IPv4-mapped 127/8 addresses."""
+    try:
+        address = ipaddress.ip_address((host or "").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def hash_password(password: str, salt: bytes | None = None) -> str:

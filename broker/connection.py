@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands, decode
 
 from broker import codec
+from broker.auth import is_loopback
 from broker.channel import Channel
 from broker.config import FRAME_MIN
 from broker.errors import (
@@ -493,7 +494,7 @@ class Connection(asyncio.Protocol):
         self.client_properties = dict(frame.client_properties or {})
         mechanism = frame.mechanism or ""
         user, password = self._credentials(mechanism, frame.response)
-        loopback = bool(self.peer) and str(self.peer[0]) in ("127.0.0.1", "::1", "localhost")
+        loopback = bool(self.peer) and is_loopback(str(self.peer[0]))
         if self.server.access.authenticate(user, password) is None or (
             user in self.config.loopback_users and not loopback
         ):

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.auth import User
+from broker.auth import User, is_loopback
 from broker.management.errors import not_authenticated, not_authorised
 
 if TYPE_CHECKING:
     from broker.server import Server
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
-LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost", "::ffff:127.0.0.1"})
 # Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).
 USER_KEY = web.RequestKey("user", User)
 SERVER_KEY: web.AppKey[Server] = web.AppKey("server")
@@ -67,7 +66,7 @@ def authenticate(server: Server, request: web.Request) -> User:
     user = server.access.authenticate(*given)
     if user is None:
         raise not_authenticated()
-    if user.name in server.config.loopback_users and request.remote not in LOOPBACK:
+    if user.name in server.config.loopback_users and not is_loopback(request.remote):
         raise not_authorised("User can only log in via localhost")
     if not MANAGEMENT_TAGS & set(user.tags):
         raise not_authorised("Not management user")

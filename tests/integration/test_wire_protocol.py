@@ -10,7 +10,8 @@ Several texts embed Erlang terms (``<<0,60,...>>`` binaries, ``{frame_too_large,
 tuples): they are what RabbitMQ sends and are asserted as they are.
 
 Where RabbitMQ closes a socket without any Connection.Close (any error before Tune-Ok but a
-refused login, an unknown method id, a missed heartbeat), the test asserts exactly that: no frame, then EOF.
+refused login, an unknown method id, a missed heartbeat), the test asserts exactly that: no
+frame, then EOF.
 """
 
 from __future__ import annotations
@@ -193,6 +194,16 @@ def test_tune_ok_frame_max_out_of_range_closes_silently(client: WireClient, fram
     client.negotiate(frame_max=frame_max)
     client.send(commands.Connection.Open(virtual_host=client.url.vhost))
     assert client.wait_closed(timeout=6) == []
+
+
+@pytest.mark.parametrize("source", ["127.0.0.2", "127.1.2.3"])
+def test_guest_may_log_in_from_any_127_address(amqp_url: str, source: str) -> None:
+    # loopback_users: rabbit_net:is_loopback/1 takes all of 127.0.0.0/8 (and ::1 and
+    # IPv4-mapped 127/8), not only 127.0.0.1. Linux routes the whole /8 to lo.
+    with WireClient(amqp_url, source_address=source) as c:
+        c.connect()
+        c.open_channel(1)
+        assert_alive(c)
 
 
 def test_tune_ok_frame_max_at_minimum_is_accepted(client: WireClient) -> None:

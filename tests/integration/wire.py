@@ -98,10 +98,16 @@ def amqplain_response(user: str, password: str) -> bytes:
 class WireClient:
     """One blocking TCP connection to a broker, read frame by frame."""
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, url: str, timeout: float = DEFAULT_TIMEOUT, source_address: str | None = None
+    ) -> None:
         self.url = parse_url(url)
         self.timeout = timeout
-        self.sock = socket.create_connection((self.url.host, self.url.port), timeout=timeout)
+        self.sock = socket.create_connection(
+            (self.url.host, self.url.port),
+            timeout=timeout,
+            source_address=None if source_address is None else (source_address, 0),
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buffer = bytearray()
         self._eof = False
