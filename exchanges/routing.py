@@ -40,6 +40,7 @@ Router = Callable[[Any, Sequence[str], Headers], Names]
 
 _BINARY = (str, bytes, bytearray)
 _SCALARS = frozenset({str, bytes, int, float, bool})
+_NUMBERS = frozenset({int, float})  # not bool: Erlang's true is an atom, never 1
 _ABSENT = object()
 
 
@@ -134,6 +135,12 @@ def headers_match(spec: HeadersSpec, message: Mapping[str, Any]) -> bool:
 def _equal(expected: Any, actual: Any) -> bool:
     # Most header values are scalars of the same type: settle those without a call.
     if type(expected) is type(actual) and type(actual) in _SCALARS:
+        return bool(expected == actual)
+    # rabbit_exchange_type_headers:headers_match/5 compares a header's value with the
+    # binding's by Erlang's ==, whatever their field types: an integer 1 matches a float
+    # 1.0 (observed on RabbitMQ 3.10.8). Inside arrays and tables the values keep their
+    # type tags, so there amqp_equal's stricter rule applies.
+    if type(expected) in _NUMBERS and type(actual) in _NUMBERS:
         return bool(expected == actual)
     return amqp_equal(expected, actual)
 
