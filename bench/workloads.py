@@ -217,6 +217,17 @@ WORKLOADS: dict[str, Workload] = {
             "fanout exchange -> 10 queues, one no-ack consumer connection each",
         ),
         Workload(
+            "pubsub-1mb",
+            "pubsub_direct.py",
+            ("--ack", "single", "--prefetch", "100", "--body-size", "1048576"),
+            ("-n", "3000"),
+            ("-n", "300"),
+            (MSGS,),
+            "as pubsub-ack with 1 MiB bodies (8 body frames each way at frame_max 131072), "
+            "prefetch 100",
+            group="extended",
+        ),
+        Workload(
             "latency",
             "latency.py",
             ("--rate", "5000"),

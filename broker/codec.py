@@ -598,6 +598,30 @@ def deliver_frames(
     return b"".join(_content(parts, channel, header_payload, body, frame_max))
 
 
+def deliver_parts(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    route: bytes,
+    header_payload: bytes,
+    body: bytes,
+    frame_max: int,
+) -> list[bytes | memoryview]:
+    """:func:`deliver_frames` as a list of buffers, the body frames views of ``body``:
+    for a body of several frames, handed to the transport's ``writelines`` instead of
+    being copied into one buffer first."""
+    size = 4 + len(consumer_tag) + 9 + len(route)
+    parts: list[bytes | memoryview] = [
+        _DELIVER_HEAD.pack(FRAME_METHOD, channel, size, DELIVER_INDEX),
+        consumer_tag,
+        _TAG_REDELIVERED.pack(delivery_tag, redelivered),
+        route,
+        FRAME_END_BYTE,
+    ]
+    return _content(parts, channel, header_payload, body, frame_max)
+
+
 def get_ok_method(
     channel: int,
     delivery_tag: int,
@@ -671,6 +695,7 @@ __all__ = [
     "content_frames",
     "decode_method",
     "deliver_frames",
+    "deliver_parts",
     "erl_binary",
     "get_ok_method",
     "method_frame",

@@ -142,7 +142,8 @@ class Connection(asyncio.Protocol):
         self.published = False  # has this connection published (memory alarm blocks it)
         self.blocked = False
         self._paused: set[str] = set()  # why reading is paused: "write", "memory"
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._out_views = False  # _out holds views of a large body: writelines, no join
         self._in_read = False
         self._flush_handle: asyncio.Handle | None = None
         self._confirms: set[Channel] = set()
@@ -243,12 +244,24 @@ class Connection(asyncio.Protocol):
         if not self._in_read and self._flush_handle is None:
             self._flush_handle = self.loop.call_soon(self._flush)
 
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue several buffers (views of a large body) for the socket: they go to the
+        transport's ``writelines`` as they are, without being joined into one copy."""
+        self._out.extend(parts)
+        self._out_views = True
+        if not self._in_read and self._flush_handle is None:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_handle = None
         if self._out and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"".join(self._out))
+            if self._out_views:
+                self.transport.writelines(self._out)
+            else:
+                self.transport.write(b"".join(self._out))
             self._last_send = self.loop.time()
         self._out.clear()
+        self._out_views = False
 
     def send_method(self, channel: int, method: Any) -> None:
         """Send a pamqp method frame."""
