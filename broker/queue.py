@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
+from broker.policies import Policy, queue_arguments
 from broker.prioritydeque import PriorityDeque, insert_by_seq
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class Queue:
         "overflow",
         "owner",
         "plain",
+        "policy",
         "published_total",
         "ready_bytes",
         "seq",
@@ -177,6 +179,26 @@ class Queue:
         self.published_total: int = 0
         self.delivered_total: int = 0
         self.acked_total: int = 0
+        self.max_priority = _int_arg(arguments, "x-max-priority")
+        self.single_active = arguments.get("x-single-active-consumer") is True
+        self.messages: deque[Entry] | PriorityDeque = (
+            PriorityDeque(self.max_priority) if self.max_priority else deque()
+        )
+        self.policy: Policy | None = None
+        # Whether entries may carry an expiry (a queue TTL, or a message with one seen).
+        self.expiring = False
+        self._configure()
+        self._prioritised_consumers = False
+        self._ttl_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._last_used = 0.0
+        if self.expires is not None:
+            self.touch()
+
+    def _configure(self) -> None:
+        """The feature settings from the queue's arguments and its policy's keys
+        (rabbit_amqqueue_process:process_args_policy/1)."""
+        arguments = queue_arguments(self.arguments, self.policy)
         self.message_ttl = _int_arg(arguments, "x-message-ttl")
         self.expires = _int_arg(arguments, "x-expires")
         self.max_length = _int_arg(arguments, "x-max-length")
@@ -184,11 +206,6 @@ class Queue:
         self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
         self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
         self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
-        self.max_priority = _int_arg(arguments, "x-max-priority")
-        self.single_active = arguments.get("x-single-active-consumer") is True
-        self.messages: deque[Entry] | PriorityDeque = (
-            PriorityDeque(self.max_priority) if self.max_priority else deque()
-        )
         # True when no TTL, length limit or priority applies: publish skips all checks.
         self.plain = (
             self.message_ttl is None
@@ -196,13 +213,28 @@ class Queue:
             and self.max_length_bytes is None
             and not self.max_priority
         )
-        # Whether entries may carry an expiry (a queue TTL, or a message with one seen).
-        self.expiring = self.message_ttl is not None
-        self._prioritised_consumers = False
-        self._ttl_timer: asyncio.TimerHandle | None = None
-        self._expiry_timer: asyncio.TimerHandle | None = None
-        self._last_used = 0.0
-        if self.expires is not None:
+        self.expiring = self.expiring or self.message_ttl is not None
+
+    def apply_policy(self, policy: Policy | None) -> None:
+        """Take ``policy`` (None: no policy) as a classic queue does on a policy change:
+        the new limits apply now (drop-head drops the excess, dead-lettered as
+        ``maxlen``), the new TTL to messages published from now on, a new ``expires``
+        restarts the expiry clock."""
+        if policy == self.policy:
+            return
+        expires = self.expires
+        self.policy = policy
+        self._configure()
+        if self.deleted:
+            return
+        if self.overflow == "drop-head":
+            self._enforce_drop_head()
+        if self.expiring and self.messages:
+            self._expire_head()
+        if self.expires != expires:
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+                self._expiry_timer = None
             self.touch()
 
     # -- messages ---------------------------------------------------------------------

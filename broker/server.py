@@ -17,6 +17,8 @@ from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
+from broker.policies import Policy
+from broker.policies import parse as parse_policy
 from broker.trace import TraceWriter
 from broker.vhost import VHost
 
@@ -89,7 +91,27 @@ class Server:
         if self.persistence is not None:
             document = self.access.to_document()
             document["vhosts"] = sorted(self.vhosts)
+            document["policies"] = [
+                policy.to_json()
+                for name in sorted(self.vhosts)
+                for policy in sorted(self.vhosts[name].policies.values(), key=lambda p: p.name)
+            ]
             self.persistence.save_access(document)
+
+    def set_policy(self, policy: Policy) -> bool:
+        """Add or replace a policy of its vhost (which must exist), apply it, and save it
+        with the users (on disk before the caller answers). True when it is new."""
+        created = self.vhosts[policy.vhost].set_policy(policy)
+        self._save_access()
+        return created
+
+    def delete_policy(self, vhost: str, name: str) -> bool:
+        """Remove a policy; False when the vhost has none of that name."""
+        host = self.vhosts.get(vhost)
+        if host is None or not host.delete_policy(name):
+            return False
+        self._save_access()
+        return True
 
     def add_vhost(self, name: str) -> VHost:
         """Create the vhost ``name`` (idempotent; durable with a data dir)."""
@@ -141,6 +163,10 @@ class Server:
             self.access = AccessControl.from_document(saved)
             for name in saved.get("vhosts", []):
                 self.vhost(name)
+            # Before the log replay, so that recovered queues and exchanges get theirs.
+            for item in saved.get("policies", []):
+                policy = parse_policy(item["vhost"], item["name"], item)
+                self.vhost(policy.vhost).set_policy(policy)
         self.access.listeners.append(self._save_access)
         for name in self.config.vhosts:
             self.vhost(name)

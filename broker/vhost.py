@@ -25,6 +25,9 @@ from broker.errors import (
 )
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
+from broker.policies import Policy
+from broker.policies import alternate_exchange as policy_alternate
+from broker.policies import match as match_policy
 from broker.queue import Consumer, Queue
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
@@ -141,6 +144,8 @@ class VHost:
         self.queues: dict[str, Queue] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
+        # Policies by name (broker/policies.py); persisted by the server beside the users.
+        self.policies: dict[str, Policy] = {}
         for exchange in DEFAULT_EXCHANGES:
             # Predeclared on every start: never written to the definitions log.
             self._apply(ExchangeDeclared(exchange), replaying=True)
@@ -158,11 +163,49 @@ class VHost:
         if self.persistence is not None and not replaying:
             self.persistence.record(self, event)
         self.projection.apply(event)
-        if isinstance(event, ExchangeDeclared) and event.exchange.type is ExchangeType.HEADERS:
-            self._headers_exchanges.add(event.exchange.name)
+        if isinstance(event, ExchangeDeclared):
+            if event.exchange.type is ExchangeType.HEADERS:
+                self._headers_exchanges.add(event.exchange.name)
+            if self.policies:
+                self._apply_exchange_policy(event.exchange.name)
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
+        elif isinstance(event, QueueDeclared) and self.policies:
+            queue = self.queues.get(event.queue.name)
+            if queue is not None:
+                queue.apply_policy(self.policy_for("queue", queue.name))
         self._uses_headers = None
+
+    # -- policies ---------------------------------------------------------------------
+
+    def policy_for(self, kind: str, name: str) -> Policy | None:
+        """The policy that applies to the ``queue`` or ``exchange`` ``name``, if any."""
+        return match_policy(self.policies.values(), kind, name)
+
+    def set_policy(self, policy: Policy) -> bool:
+        """Add or replace a policy and apply the vhost's policies again to every queue
+        and exchange (rabbit_policy:update_policies/1). True when it is new."""
+        created = policy.name not in self.policies
+        self.policies[policy.name] = policy
+        self._apply_policies()
+        return created
+
+    def delete_policy(self, name: str) -> bool:
+        """Remove a policy (False: there was none) and apply what is left."""
+        if self.policies.pop(name, None) is None:
+            return False
+        self._apply_policies()
+        return True
+
+    def _apply_policies(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.apply_policy(self.policy_for("queue", queue.name))
+        for name in self.projection.exchanges:
+            self._apply_exchange_policy(name)
+
+    def _apply_exchange_policy(self, name: str) -> None:
+        policy = self.policy_for("exchange", name)
+        self.projection.set_policy_alternate(name, policy_alternate(policy))
 
     @property
     def projection_uses_headers(self) -> bool:

@@ -254,7 +254,8 @@ class ExchangeIndex:
 class Projection:
     """The in-memory topology: exchanges, queues, bindings and per-exchange routing indexes.
 
-    Mutate only through :meth:`apply`. Everything else is a query.
+    Mutate only through :meth:`apply` (and :meth:`set_policy_alternate` for policies).
+    Everything else is a query.
     """
 
     __slots__ = ("_bindings", "_from", "_to", "exchanges", "indexes", "queue_routes", "queues")
@@ -279,7 +280,8 @@ class Projection:
         return projection
 
     def apply(self, event: Event) -> None:
-        """Apply one topology event. This is the projection's only mutator."""
+        """Apply one topology event. This is the projection's only mutator of the
+        topology (:meth:`set_policy_alternate` overlays policies on it)."""
         match event:
             case BindingAdded(binding):
                 self._add_binding(binding)
@@ -311,6 +313,15 @@ class Projection:
                     del self.queue_routes[name]
             case _:
                 raise TypeError(f"not a topology event: {event!r}")
+
+    def set_policy_alternate(self, exchange: str, alternate: str | None) -> None:
+        """Give ``exchange`` the alternate exchange of its policy (None: no policy, or one
+        without ``alternate-exchange``). The exchange's own argument wins
+        (rabbit_policy:get_arg/3). Not a topology event: policies are kept beside the
+        topology, and the broker calls this again whenever they or the exchange change."""
+        index = self.indexes.get(exchange)
+        if index is not None:
+            index.alternate = self.exchanges[exchange].alternate_exchange or alternate
 
     def _add_binding(self, binding: Binding) -> None:
         key = binding.key

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from broker.errors import AMQPError
-from broker.management import actions, api, clients, messages, metrics, page, topology, trace
+from broker.management import (
+    actions,
+    api,
+    clients,
+    messages,
+    metrics,
+    page,
+    policies,
+    topology,
+    trace,
+)
 from broker.management.access import SERVER_KEY, USER_KEY, authenticate
 from broker.management.errors import ApiError, from_amqp, not_found
 from broker.management.state import state_of
@@ -75,7 +85,7 @@ def build_app(server: Server) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024 * 1024)
     app[SERVER_KEY] = server
     app[api.LISTENER_KEY] = api.HttpListener()
-    for module in (api, clients, topology, messages, actions, metrics, page, trace):
+    for module in (api, clients, topology, policies, messages, actions, metrics, page, trace):
         app.router.add_routes(module.routes)
     return app
 

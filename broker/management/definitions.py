@@ -2,12 +2,12 @@
 
 The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
-``exchanges``, ``queues``, ``bindings``, plus ``topic_permissions``, ``parameters``,
-``global_parameters`` and ``policies``, which Leveret has no use for: they are exported
+``policies``, ``exchanges``, ``queues``, ``bindings``, plus ``topic_permissions``,
+``parameters`` and ``global_parameters``, which Leveret has no use for: they are exported
 empty and ignored (with a log line) on import.
 
-Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, exchanges,
-then queues and bindings; definitions are merged into what exists, an object that exists
+Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, policies,
+then exchanges, queues and bindings; definitions are merged into what exists, an object that exists
 with different properties is an error (immutable objects) or is overwritten (users,
 permissions), the default exchange and ``amq.*`` exchanges and queues are skipped, and an
 error leaves what was already applied in place. Export follows list_exchanges/0,
@@ -28,6 +28,8 @@ from broker.fieldtable import amqp_json
 from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
+from broker.policies import PolicyError
+from broker.policies import parse as parse_policy
 from exchanges.model import DestKind
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
-IGNORED_SECTIONS = ("topic_permissions", "parameters", "global_parameters", "policies")
+IGNORED_SECTIONS = ("topic_permissions", "parameters", "global_parameters")
 
 
 class DefinitionsError(ValueError):
@@ -52,9 +54,10 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
     without their ``vhost`` key)."""
     state = state_of(server)
     names = sorted(server.vhosts) if vhost is None else [vhost]
-    exchanges, queues, bindings = [], [], []
+    exchanges, queues, bindings, policies = [], [], [], []
     for name in names:
         host = server.vhosts[name]
+        policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
                 continue
@@ -79,13 +82,13 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
             del item["properties_key"]
             bindings.append(item)
     if vhost is not None:
-        for item in (*exchanges, *queues, *bindings):
+        for item in (*exchanges, *queues, *bindings, *policies):
             del item["vhost"]
         return {
             "rabbit_version": views.RABBITMQ_VERSION,
             "rabbitmq_version": views.RABBITMQ_VERSION,
             "parameters": [],
-            "policies": [],
+            "policies": policies,
             "queues": queues,
             "exchanges": exchanges,
             "bindings": bindings,
@@ -118,7 +121,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
-        "policies": [],
+        "policies": policies,
         "queues": queues,
         "exchanges": exchanges,
         "bindings": bindings,
@@ -219,7 +222,21 @@ def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     return DefinitionsError(f"{NAMES.get(exc.code, 'error').lower()}: {exc.explanation}")
 
 
+def _add_policies(server: Server, data: dict[str, Any], only: str | None) -> None:
+    for item in _items(data, "policies"):
+        vhost = _vhost_name(server, item, only)
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise DefinitionsError("policy without a name")
+        try:
+            policy = parse_policy(vhost, name, item)
+        except PolicyError as exc:
+            raise DefinitionsError(exc.reason.strip()) from exc
+        server.set_policy(policy)
+
+
 def _add_topology(server: Server, data: dict[str, Any], only: str | None) -> None:
+    _add_policies(server, data, only)
     for item in _items(data, "exchanges"):
         host = server.vhosts[_vhost_name(server, item, only)]
         name = str(item.get("name", ""))

@@ -31,14 +31,17 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (1, str(value))
 
 
-def sort_items(items: list[dict[str, Any]], query: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Apply ``sort`` (a dotted field) and ``sort_reverse``; default order: vhost, name."""
-    field = query.get("sort", "")
+def sort_items(
+    items: list[dict[str, Any]], query: Mapping[str, str], default: str | None = None
+) -> list[dict[str, Any]]:
+    """Apply ``sort`` (a dotted field) and ``sort_reverse``; default order: the
+    ``default`` field if given (then vhost, name), else vhost, name."""
+    field = query.get("sort", "") or default or ""
     reverse = query.get("sort_reverse") == "true"
+    ordered = sorted(items, key=lambda i: (str(i.get("vhost", "")), str(i.get("name", ""))))
     if field:
         path = field.split(".")
-        return sorted(items, key=lambda i: _sort_key(_dotted(i, path)), reverse=reverse)
-    ordered = sorted(items, key=lambda i: (str(i.get("vhost", "")), str(i.get("name", ""))))
+        return sorted(ordered, key=lambda i: _sort_key(_dotted(i, path)), reverse=reverse)
     return list(reversed(ordered)) if reverse else ordered
 
 
@@ -73,10 +76,13 @@ def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-def reply_list(items: list[dict[str, Any]], request: web.Request) -> web.Response:
-    """A list response with the query-string options applied."""
+def reply_list(
+    items: list[dict[str, Any]], request: web.Request, default_sort: str | None = None
+) -> web.Response:
+    """A list response with the query-string options applied (rabbit_mgmt_util:
+    reply_list/4; ``default_sort`` is the field its callers name, e.g. ``priority``)."""
     query = request.query
-    items = sort_items(items, query)
+    items = sort_items(items, query, default_sort)
     if "page" not in query:
         return json_response(select_columns(items, query))
     page = _int_param(query, "page", 1)

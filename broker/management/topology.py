@@ -36,6 +36,12 @@ def exchange_name(request: web.Request, key: str = "name") -> str:
     return "" if name == "amq.default" else name
 
 
+def policy_name(vhost: VHost, exchange: str) -> str | None:
+    """The name of the policy that applies to an exchange, if one does."""
+    policy = vhost.policy_for("exchange", exchange) if vhost.policies else None
+    return policy.name if policy is not None else None
+
+
 def created_or_updated(created: bool) -> web.Response:
     """201 for a new object, 204 for an existing one."""
     return web.Response(status=201 if created else 204)
@@ -49,7 +55,7 @@ def created_or_updated(created: bool) -> web.Response:
 async def list_exchanges(request: web.Request) -> web.Response:
     """GET /api/exchanges[/vhost]."""
     items = [
-        views.exchange_view(vhost.name, exchange)
+        views.exchange_view(vhost.name, exchange, policy_name(vhost, exchange.name))
         for vhost in scoped_vhosts(request)
         for exchange in vhost.projection.exchanges.values()
     ]
@@ -63,7 +69,9 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.projection.exchanges.get(exchange_name(request))
     if exchange is None:
         raise not_found()
-    return json_response(views.exchange_view(vhost.name, exchange))
+    return json_response(
+        views.exchange_view(vhost.name, exchange, policy_name(vhost, exchange.name))
+    )
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")

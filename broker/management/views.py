@@ -98,9 +98,9 @@ def permission_view(user: str, vhost: str, permission: Permission) -> JSON:
 # -- exchanges, queues, bindings --------------------------------------------------------
 
 
-def exchange_view(vhost: str, exchange: Exchange) -> JSON:
-    """rabbit_mgmt_format:exchange/1."""
-    return {
+def exchange_view(vhost: str, exchange: Exchange, policy: str | None = None) -> JSON:
+    """rabbit_mgmt_format:exchange/1 (``policy`` only when one applies, as RabbitMQ)."""
+    view: JSON = {
         "name": exchange.name,
         "vhost": vhost,
         "type": exchange.type.value,
@@ -110,6 +110,9 @@ def exchange_view(vhost: str, exchange: Exchange) -> JSON:
         "arguments": amqp_json(exchange.arguments),
         "user_who_performed_action": "rmq-internal",
     }
+    if policy is not None:
+        view["policy"] = policy
+    return view
 
 
 def queue_view(
@@ -131,9 +134,11 @@ def queue_view(
         "type": "classic",
         "state": "running",
         "node": NODE,
-        "policy": None,
+        "policy": queue.policy.name if queue.policy is not None else None,
         "operator_policy": None,
-        "effective_policy_definition": {},
+        "effective_policy_definition": (
+            dict(sorted(queue.policy.definition.items())) if queue.policy is not None else {}
+        ),
         "consumers": len(consumers),
         "exclusive_consumer_tag": consumers[0].tag if queue.exclusive_consumer else None,
         "single_active_consumer_tag": (
