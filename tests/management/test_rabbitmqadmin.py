@@ -137,3 +137,41 @@ async def test_users_vhosts_and_permissions(mgmt: Mgmt) -> None:
     await admin(mgmt, "delete", "user", "name=alice")
     await admin(mgmt, "delete", "vhost", "name=shop")
     assert [row["name"] for row in await listing(mgmt, "vhosts", "name")] == ["/"]
+
+
+async def test_policies(mgmt: Mgmt) -> None:
+    await admin(mgmt, "declare", "queue", "name=jobs.mail", "durable=true")
+    assert await admin(
+        mgmt,
+        "declare",
+        "policy",
+        "name=jobs-limit",
+        "pattern=^jobs\\.",
+        'definition={"max-length": 1, "overflow": "reject-publish"}',
+        "priority=7",
+        "apply-to=queues",
+    ) == ("policy declared\n")
+    rows = await listing(mgmt, "policies", "name", "pattern", "definition", "priority", "apply-to")
+    assert rows == [
+        {
+            "name": "jobs-limit",
+            "pattern": "^jobs\\.",
+            "definition": {"max-length": 1, "overflow": "reject-publish"},
+            "priority": 7,
+            "apply-to": "queues",
+        }
+    ]
+    queue = await mgmt.get("queues", "/", "jobs.mail")
+    assert (queue["policy"], queue["effective_policy_definition"]) == (
+        "jobs-limit",
+        {"max-length": 1, "overflow": "reject-publish"},
+    )
+    # In force over AMQP: the second publish is refused (a nack with confirms).
+    connection = await aio_pika.connect(mgmt.amqp_url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.default_exchange.publish(aio_pika.Message(b"1"), "jobs.mail")
+        with pytest.raises(aio_pika.exceptions.DeliveryError):
+            await channel.default_exchange.publish(aio_pika.Message(b"2"), "jobs.mail")
+    await admin(mgmt, "delete", "policy", "name=jobs-limit")
+    assert await listing(mgmt, "policies") == []

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
+from broker.auth import Permission
 from broker.config import Config
 from broker.management.access import authenticate
 from broker.management.errors import ApiError
@@ -258,3 +259,28 @@ def test_loopback_users_only_from_loopback() -> None:
             )
         else:
             assert authenticate(server, request).name == "guest"
+
+
+async def test_policies_need_policymaker_or_administrator(mgmt: Mgmt) -> None:
+    # rabbit_mgmt_util:is_authorized_policies/2: administrators, or policymakers on the
+    # vhosts they may access.
+    body = {"pattern": "^x$", "definition": {"expires": 60000}}
+    mgmt.server.access.add_user("viewer", password="pw", tags=["management"])
+    mgmt.server.access.set_permissions("viewer", "/", Permission())
+    refused = {"error": "not_authorised", "reason": "User not authorised to access object"}
+    assert await mgmt.request("GET", "policies", auth=("viewer", "pw")) == (401, refused)
+    assert await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("viewer", "pw")) == (
+        401,
+        refused,
+    )
+    mgmt.server.access.add_user("maker", password="pw", tags=["policymaker"])
+    assert await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("maker", "pw")) == (
+        401,
+        refused,
+    )  # no permissions on "/" yet
+    mgmt.server.access.set_permissions("maker", "/", Permission())
+    assert (await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("maker", "pw")))[
+        0
+    ] == 201
+    assert [p["name"] for p in await mgmt.get("policies", auth=("maker", "pw"))] == ["p"]
+    assert (await mgmt.request("DELETE", "policies", "/", "p", auth=("maker", "pw")))[0] == 204
