@@ -154,5 +154,9 @@ def test_route_keys_in_spark_equals_route(spark: SparkSession) -> None:
         "orders.all",
         "orders.eu",
     ]
-    assert by_key[("/", "reports", "", '{"format": "pdf", "version": 2.0}')]["queues"] == []
+    # The binding's version 2 matches a header 2.0: RabbitMQ's headers exchange compares
+    # values with Erlang's == (rabbit_exchange_type_headers:headers_match/5).
+    assert by_key[("/", "reports", "", '{"format": "pdf", "version": 2.0}')]["queues"] == [
+        "pdf.reports"
+    ]
     assert by_key[("/", "sharded", "10", None)]["exchange_exists"] is False
