@@ -15,6 +15,7 @@ from pathlib import Path
 from broker.auth import AccessControl, Permission
 from broker.config import Config
 from broker.memory import total_memory
+from broker.persistence import USERS_FILE
 from broker.server import Server
 from broker.settings import Settings, add_arguments, resolve
 from storage.logtools import check, read_log
@@ -57,8 +58,17 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
 
 
 def dump_objects(data_dir: Path) -> list[dict[str, object]]:
-    """A data dir's definitions log as `leveret log dump` objects (for the pipeline)."""
-    return [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
+    """A data dir's definitions log as `leveret log dump` objects (for the pipeline), then
+    its policies (saved with the users) as ``policy.set`` objects: an alternate exchange
+    set by a policy changes routing."""
+    objects = [
+        event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")
+    ]
+    users = data_dir / USERS_FILE
+    if users.exists():
+        saved = json.loads(users.read_text("utf-8"))
+        objects += [{"event": "policy.set", **policy} for policy in saved.get("policies", [])]
+    return objects
 
 
 def analyze_command(args: argparse.Namespace) -> int:

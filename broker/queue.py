@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
-from broker.policies import Policy, queue_arguments
 from broker.prioritydeque import PriorityDeque, insert_by_seq
+from exchanges.policies import Policy, queue_arguments
 
 if TYPE_CHECKING:
     from broker.channel import Channel

@@ -17,10 +17,10 @@ from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
 from broker.memory import MemoryMonitor, default_watermark
-from broker.policies import Policy
-from broker.policies import parse as parse_policy
 from broker.trace import TraceWriter
 from broker.vhost import VHost
+from exchanges.policies import Policy
+from exchanges.policies import parse as parse_policy
 
 if TYPE_CHECKING:
     import ssl

@@ -25,9 +25,6 @@ from broker.errors import (
 )
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
-from broker.policies import Policy
-from broker.policies import alternate_exchange as policy_alternate
-from broker.policies import match as match_policy
 from broker.queue import Consumer, Queue
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
@@ -44,6 +41,9 @@ from exchanges.model import (
     QueueDeleted,
 )
 from exchanges.model import Queue as QueueDef
+from exchanges.policies import Policy, apply_alternates
+from exchanges.policies import alternate_exchange as policy_alternate
+from exchanges.policies import match as match_policy
 from exchanges.projection import Projection
 from exchanges.routing import route, validate_binding
 
@@ -144,7 +144,7 @@ class VHost:
         self.queues: dict[str, Queue] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
-        # Policies by name (broker/policies.py); persisted by the server beside the users.
+        # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
         for exchange in DEFAULT_EXCHANGES:
             # Predeclared on every start: never written to the definitions log.
@@ -200,8 +200,7 @@ class VHost:
     def _apply_policies(self) -> None:
         for queue in list(self.queues.values()):
             queue.apply_policy(self.policy_for("queue", queue.name))
-        for name in self.projection.exchanges:
-            self._apply_exchange_policy(name)
+        apply_alternates(self.projection, self.policies.values())
 
     def _apply_exchange_policy(self, name: str) -> None:
         policy = self.policy_for("exchange", name)

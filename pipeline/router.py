@@ -63,6 +63,8 @@ def attribution_projection(
     attribution = Projection()
     for exchange in projection.exchanges.values():
         attribution.apply(ExchangeDeclared(exchange))
+        # The alternate exchange a policy sets (the exchange's own argument wins anyway).
+        attribution.set_policy_alternate(exchange.name, projection.indexes[exchange.name].alternate)
     for binding_id, binding in numbered:
         marker = f"{BINDING_PREFIX}{binding_id}"
         attribution.apply(QueueDeclared(Queue(marker)))

@@ -6,11 +6,16 @@ pipeline reads it from:
 * ``leveret log dump`` output: JSON lines as written by ``storage.records.event_to_json``,
   one event per line (``{"event": "binding.added", "vhost": "/", "source": ...}``), replayed
   in order, deletions included;
-* a RabbitMQ ``definitions.json`` export (``exchanges``, ``queues``, ``bindings`` lists, with
-  ``vhost`` on each item, or none in a single-vhost export);
+* a RabbitMQ ``definitions.json`` export (``exchanges``, ``queues``, ``bindings`` and
+  ``policies`` lists, with ``vhost`` on each item, or none in a single-vhost export);
 * already decoded dump objects (an iterable of dicts): what ``leveret analyze`` passes after
   reading a Leveret data dir's binding log through ``storage`` (the pipeline never reads the
-  binary log itself).
+  binary log itself), plus ``{"event": "policy.set", ...}`` objects for the policies saved
+  beside it.
+
+Policies matter to routing through one key, ``alternate-exchange``: the projections give
+every exchange the alternate exchange its policy sets (:mod:`exchanges.policies`, the
+broker's rules; an exchange's own argument wins).
 
 Either way the result is a :class:`Topology`: ``(vhost, event)`` pairs of
 :mod:`exchanges.model` events that :meth:`Topology.projections` applies to a fresh
@@ -50,6 +55,8 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
+from exchanges.policies import Policy, PolicyError, apply_alternates
+from exchanges.policies import parse as parse_policy
 from exchanges.projection import Projection
 
 DEFAULT_VHOST = "/"
@@ -87,18 +94,24 @@ class Topology:
     vhost_names: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     name: str = ""
+    policies: tuple[Policy, ...] = ()
 
     def vhosts(self) -> list[str]:
         """Every vhost the source mentions, in order of first appearance."""
         seen = dict.fromkeys(self.vhost_names)
         seen.update(dict.fromkeys(vhost for vhost, _ in self.events))
+        seen.update(dict.fromkeys(policy.vhost for policy in self.policies))
         return list(seen) or [DEFAULT_VHOST]
 
     def projections(self) -> dict[str, Projection]:
-        """A projection per vhost: the predeclared exchanges, then the events in order."""
+        """A projection per vhost: the predeclared exchanges, then the events in order,
+        then the alternate exchanges the vhost's policies set."""
         out = {vhost: empty_projection() for vhost in self.vhosts()}
         for vhost, event in self.events:
             out[vhost].apply(event)
+        if self.policies:
+            for vhost, projection in out.items():
+                apply_alternates(projection, (p for p in self.policies if p.vhost == vhost))
         return out
 
     def binding_table(
@@ -287,17 +300,35 @@ def event_from_dump(obj: Mapping[str, Any], notes: list[str]) -> tuple[str, Even
     return None
 
 
+def _policy(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Policy | None:
+    """A policy item (definitions.json, or a ``policy.set`` dump object); None and a note
+    for one the broker would refuse."""
+    name = str(obj.get("name", ""))
+    try:
+        return parse_policy(vhost, name, obj)
+    except PolicyError as exc:
+        reason = exc.reason.strip().replace("\n\n", ": ")
+        notes.append(f"policy {name!r} in vhost {vhost!r} left out: {reason}")
+        return None
+
+
 def from_dump(objects: Iterable[Mapping[str, Any]], name: str = "") -> Topology:
     """A topology from ``leveret log dump`` objects (already parsed JSON), in log order."""
     notes: list[str] = []
     events = []
+    policies: dict[tuple[str, str], Policy] = {}
     for obj in objects:
         if not isinstance(obj, Mapping):
             raise SourceError(f"dump line is not a JSON object: {obj!r}")
+        if obj.get("event") == "policy.set":
+            policy = _policy(obj, notes, str(obj.get("vhost", DEFAULT_VHOST)))
+            if policy is not None:
+                policies[(policy.vhost, policy.name)] = policy
+            continue
         event = event_from_dump(obj, notes)
         if event is not None:
             events.append(event)
-    return Topology(tuple(events), notes=tuple(notes), name=name)
+    return Topology(tuple(events), notes=tuple(notes), name=name, policies=tuple(policies.values()))
 
 
 # -- RabbitMQ definitions.json -----------------------------------------------------------------
@@ -321,11 +352,18 @@ def from_definitions(document: Mapping[str, Any], name: str = "") -> Topology:
         events.append((str(obj.get("vhost", DEFAULT_VHOST)), QueueDeclared(_queue(obj))))
     for obj in document.get("bindings", ()):
         events.append((str(obj.get("vhost", DEFAULT_VHOST)), BindingAdded(_binding(obj))))
-    if document.get("policies"):
-        notes.append(
-            "policies are not applied (alternate exchanges set by policy are not followed)"
-        )
-    return Topology(tuple(events), vhost_names=tuple(vhosts), notes=tuple(notes), name=name)
+    policies = []
+    for obj in document.get("policies", ()):
+        policy = _policy(obj, notes, str(obj.get("vhost", DEFAULT_VHOST)))
+        if policy is not None:
+            policies.append(policy)
+    return Topology(
+        tuple(events),
+        vhost_names=tuple(vhosts),
+        notes=tuple(notes),
+        name=name,
+        policies=tuple(policies),
+    )
 
 
 # -- files -------------------------------------------------------------------------------------

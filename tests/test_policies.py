@@ -1,4 +1,4 @@
-"""Policies: the pure rules (broker/policies.py), and what the broker keeps of them.
+"""Policies: the pure rules (exchanges/policies.py), and what the broker keeps of them.
 
 The management API and the behaviour through AMQP are in tests/integration/test_policies.py
 (run against RabbitMQ too); here: matching and resolution rules, a policy surviving a
@@ -15,13 +15,14 @@ from typing import Any
 import pika
 import pytest
 
+from broker.cli import dump_objects
 from broker.config import Config
 from broker.management.definitions import (
     DefinitionsError,
     export_definitions,
     load_definitions,
 )
-from broker.policies import PolicyError, erl_term, match, parse, queue_arguments
+from exchanges.policies import PolicyError, erl_term, match, parse, queue_arguments
 from tests.conftest import BrokerThread
 
 
@@ -109,6 +110,8 @@ def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: Path
         broker.stop()
     saved = json.loads((tmp_path / "users.json").read_text())
     assert saved["policies"] == [limit.to_json()]
+    # `leveret analyze --topology DATA_DIR` hands the pipeline the policies too.
+    assert dump_objects(tmp_path)[-1] == {"event": "policy.set", **limit.to_json()}
 
     again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
     try:

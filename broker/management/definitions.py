@@ -28,9 +28,9 @@ from broker.fieldtable import amqp_json
 from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
-from broker.policies import PolicyError
-from broker.policies import parse as parse_policy
 from exchanges.model import DestKind
+from exchanges.policies import PolicyError
+from exchanges.policies import parse as parse_policy
 
 if TYPE_CHECKING:
     from broker.server import Server

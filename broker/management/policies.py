@@ -3,7 +3,7 @@
 Access as rabbit_mgmt_util:is_authorized_policies/2: administrators, and users tagged
 ``policymaker`` on the vhosts they may access; others get 401 "User not authorised to
 access object". PUT answers 201 for a new policy and 204 for a replaced one; a refused
-policy is 400 with RabbitMQ's validation text (broker/policies.py), HTML-escaped as the
+policy is 400 with RabbitMQ's validation text (exchanges/policies.py), HTML-escaped as the
 management plugin escapes error reasons.
 """
 
@@ -18,7 +18,7 @@ from broker.management.access import can_login_vhost, current_user, is_admin
 from broker.management.api import server_of
 from broker.management.errors import ApiError, bad_request, not_authorised, not_found
 from broker.management.query import json_response, read_json, reply_list
-from broker.policies import PolicyError, parse
+from exchanges.policies import PolicyError, parse
 
 if TYPE_CHECKING:
     from broker.server import Server

@@ -13,6 +13,7 @@ from pipeline_helpers import SHOP_EVENTS, dump_objects, projection_of, write_dum
 from exchanges.model import DestKind, ExchangeType
 from exchanges.routing import route
 from pipeline import topology
+from pipeline.router import Router
 from pipeline.topology import SourceError
 from storage.records import value_to_json
 
@@ -135,3 +136,79 @@ def test_bad_sources_say_what_is_wrong(tmp_path: Path) -> None:
     garbage.write_text('{"event": "queue.declared", "name": "a"}\nnot json\n')
     with pytest.raises(SourceError, match="line 2"):
         topology.read_source(garbage)
+
+
+def _policy_definitions(*policies: dict[str, object]) -> dict[str, object]:
+    """Two exchanges without bindings, one with its own alternate exchange, plus two
+    alternate exchanges bound to a queue each."""
+
+    def exchange(name: str, kind: str, **arguments: object) -> dict[str, object]:
+        return {"name": name, "vhost": "/", "type": kind, "arguments": arguments}
+
+    def bind(source: str, queue: str) -> dict[str, object]:
+        return {"source": source, "vhost": "/", "destination": queue, "destination_type": "queue"}
+
+    return {
+        "exchanges": [
+            exchange("orders", "direct"),
+            exchange("billing", "direct", **{"alternate-exchange": "own-ae"}),
+            exchange("policy-ae", "fanout"),
+            exchange("own-ae", "fanout"),
+        ],
+        "queues": [{"name": q, "vhost": "/", "arguments": {}} for q in ("stray", "own-stray")],
+        "bindings": [bind("policy-ae", "stray"), bind("own-ae", "own-stray")],
+        "policies": list(policies),
+    }
+
+
+def test_alternate_exchange_set_by_a_policy_is_followed() -> None:
+    # As the broker does (exchanges/policies.py): the policy's alternate exchange applies to
+    # the exchanges it matches, and an exchange's own argument wins over it.
+    policy = {
+        "vhost": "/",
+        "name": "ae",
+        "pattern": "^(orders|billing)$",
+        "apply-to": "exchanges",
+        "definition": {"alternate-exchange": "policy-ae"},
+        "priority": 0,
+    }
+    parsed = topology.from_definitions(_policy_definitions(policy))
+    assert parsed.notes == ()
+    root = parsed.projections()["/"]
+    assert route(root, "orders", "nowhere") == {"stray"}
+    assert route(root, "billing", "nowhere") == {"own-stray"}
+    # Per-binding attribution sees the alternate exchange's binding too.
+    router = Router(parsed, bindings=True)
+    table = {row.binding_id: row.source for row in parsed.binding_table()}
+    assert [table[i] for i in router.matched_bindings("/", "orders", "nowhere", None)] == [
+        "policy-ae"
+    ]
+    # The same policy from a `leveret analyze` data dir: a policy.set dump object.
+    dumped = topology.from_dump(
+        [
+            {"event": "exchange.declared", "vhost": "/", "name": "orders", "type": "direct"},
+            {"event": "exchange.declared", "vhost": "/", "name": "policy-ae", "type": "fanout"},
+            {"event": "queue.declared", "vhost": "/", "name": "stray"},
+            {
+                "event": "binding.added",
+                "vhost": "/",
+                "source": "policy-ae",
+                "destination": "stray",
+                "destination_type": "queue",
+                "routing_key": "",
+                "arguments": {},
+            },
+            {"event": "policy.set", **policy},
+        ]
+    )
+    assert route(dumped.projections()["/"], "orders", "nowhere") == {"stray"}
+
+
+def test_a_policy_the_broker_would_refuse_is_left_out_with_a_note() -> None:
+    bad = {"name": "bad", "pattern": "x", "definition": {"message-ttl": -1}}
+    parsed = topology.from_definitions(_policy_definitions(bad))
+    assert parsed.policies == ()
+    assert parsed.notes == (
+        "policy 'bad' in vhost '/' left out: Validation failed: -1 is not a valid message TTL",
+    )
+    assert route(parsed.projections()["/"], "orders", "nowhere") == set()

@@ -1,6 +1,7 @@
 """Policies: optional queue and exchange arguments applied in bulk by name pattern.
 
-RabbitMQ's model (rabbit_policy.erl, docs/parameters.md "Policies"):
+RabbitMQ's model (rabbit_policy.erl, docs/parameters.md "Policies"); the broker and the
+pipeline share it, as an alternate exchange set by a policy changes routing:
 
 - a policy belongs to a vhost and has a name, a ``pattern`` (a regular expression searched
   in the queue or exchange name), ``apply-to`` (``queues``, ``exchanges`` or ``all``), a
@@ -19,7 +20,8 @@ single-node broker of classic queues (``ha-*``, ``queue-mode``, ``delivery-limit
 are accepted and kept, as a RabbitMQ definitions export carries them.
 
 This module is pure: parsing and validation with RabbitMQ's texts, matching, and the
-resolution of arguments against a definition. :class:`broker.vhost.VHost` applies them.
+resolution of arguments against a definition. The broker's vhosts apply them to queues and
+exchanges; :func:`apply_alternates` gives a projection the alternate exchanges they set.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from exchanges.projection import Projection
 
 APPLY_TO = ("queues", "exchanges", "all")
 
@@ -266,3 +270,12 @@ def alternate_exchange(policy: Policy | None) -> str | None:
         return None
     value = policy.definition.get("alternate-exchange")
     return value if isinstance(value, str) else None
+
+
+def apply_alternates(projection: Projection, policies: Iterable[Policy]) -> None:
+    """Give every exchange of ``projection`` the alternate exchange its policy sets (an
+    exchange's own argument still wins), or none."""
+    policies = list(policies)
+    for name in projection.exchanges:
+        found = match(policies, "exchange", name) if policies else None
+        projection.set_policy_alternate(name, alternate_exchange(found))
