@@ -145,3 +145,71 @@ def argument_error(
             if problem is not None:
                 return key, problem
     return None
+
+
+# The queue arguments each queue type takes, in RabbitMQ's order (rabbit_classic_queue,
+# rabbit_quorum_queue and rabbit_stream_queue capabilities/0; observed on RabbitMQ 3.10.8).
+# A re-declare compares them in this order (rabbit_amqqueue:assert_args_equivalence/2); an
+# argument that another type takes is refused (rabbit_amqqueue:check_arguments_key/4); keys
+# no type knows (x-foo) are ignored.
+QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "classic": (
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-queue-master-locator",
+    ),
+    "quorum": (
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-queue-type",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-message-ttl",
+        "x-queue-leader-locator",
+    ),
+    "stream": (
+        "x-max-length-bytes",
+        "x-queue-type",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    ),
+}
+_KNOWN_ARGUMENTS = frozenset().union(*QUEUE_TYPE_ARGUMENTS.values())
+
+
+def queue_type(arguments: Mapping[str, Any]) -> str:
+    """The queue type ``x-queue-type`` names (``classic`` when it names none)."""
+    value = arguments.get("x-queue-type")
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) and value in QUEUE_TYPE_ARGUMENTS else "classic"
+
+
+def foreign_argument(kind: str, arguments: Mapping[str, Any]) -> str | None:
+    """The first argument (in table order) that queues of type ``kind`` do not take but
+    another type does, or None."""
+    takes = QUEUE_TYPE_ARGUMENTS[kind]
+    for key in arguments:
+        if key in _KNOWN_ARGUMENTS and key not in takes:
+            return key
+    return None

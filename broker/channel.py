@@ -48,6 +48,7 @@ from broker.message import (
     Message,
     expiration_error,
     properties_decode,
+    with_delivery_count,
 )
 from broker.queue import Consumer, Entry, Queue
 from broker.vhost import generated_name
@@ -435,6 +436,10 @@ class Channel:
         self.next_tag = tag + 1
         queue = consumer.queue
         queue.delivered_total += 1
+        content_header = message.header
+        if queue.quorum and redelivered:
+            content_header = with_delivery_count(content_header, redelivered)
+            redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
@@ -452,7 +457,7 @@ class Channel:
                     tag,
                     redelivered,
                     codec.route_shortstrs(message.exchange, message.routing_key),
-                    message.header,
+                    content_header,
                     message.body,
                     self.conn.frame_max,
                 )
@@ -465,7 +470,7 @@ class Channel:
                 tag,
                 redelivered,
                 codec.route_shortstrs(message.exchange, message.routing_key),
-                message.header,
+                content_header,
                 message.body,
                 self.conn.frame_max,
             )
@@ -510,6 +515,12 @@ class Channel:
             raise AMQPChannelError(
                 PRECONDITION_FAILED,
                 f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}: {reason}",
+            )
+        if queue.quorum and self.global_prefetch:
+            # rabbit_quorum_queue:consume/3: a connection error (540).
+            raise AMQPConnectionError(
+                NOT_IMPLEMENTED,
+                f"{self.vhost.rs('queue', queue.name)} does not support global qos",
             )
         if queue.exclusive_consumer or (m.exclusive and queue.consumers):
             raise AMQPChannelError(
@@ -566,6 +577,10 @@ class Channel:
             return
         message = entry[0]
         redelivered = entry[1]
+        content_header = message.header
+        if queue.quorum and redelivered:
+            content_header = with_delivery_count(content_header, redelivered)
+            redelivered = True
         tag = self.next_tag
         self.next_tag = tag + 1
         queue.delivered_total += 1
@@ -585,7 +600,7 @@ class Channel:
                 message.routing_key,
                 queue.message_count,
             )
-            + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
+            + codec.content_frames(self.id, content_header, message.body, self.conn.frame_max)
         )
 
     def _take(self, tag: int, multiple: bool) -> list[tuple[int, Record]]:

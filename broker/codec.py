@@ -579,7 +579,7 @@ def deliver_frames(
     channel: int,
     consumer_tag: bytes,
     delivery_tag: int,
-    redelivered: bool,
+    redelivered: int,  # a bool, or 0/1
     route: bytes,
     header_payload: bytes,
     body: bytes,
@@ -602,7 +602,7 @@ def deliver_parts(
     channel: int,
     consumer_tag: bytes,
     delivery_tag: int,
-    redelivered: bool,
+    redelivered: int,  # a bool, or 0/1
     route: bytes,
     header_payload: bytes,
     body: bytes,
@@ -625,7 +625,7 @@ def deliver_parts(
 def get_ok_method(
     channel: int,
     delivery_tag: int,
-    redelivered: bool,
+    redelivered: int,  # a bool, or 0/1
     exchange: str,
     routing_key: str,
     message_count: int,

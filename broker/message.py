@@ -74,6 +74,17 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
     return marshal_content_header(0, properties)[len(_NO_BODY) :]
 
 
+def with_delivery_count(content_header: bytes, count: int) -> bytes:
+    """A content header whose headers table carries ``x-delivery-count`` = ``count`` (a
+    quorum queue's redelivery: rabbit_fifo_client adds it; any value the publisher put
+    there is replaced)."""
+    properties = unmarshal_properties(content_header[PROPERTIES_AT:])
+    headers = dict(properties.headers or {})
+    headers["x-delivery-count"] = count
+    properties.headers = headers
+    return content_header[:PROPERTIES_AT] + marshal_properties(properties)
+
+
 def cached_by_properties(
     maxsize: int,
 ) -> Callable[[Callable[Concatenate[bytes, _P], _R]], Callable[Concatenate[bytes, _P], _R]]:

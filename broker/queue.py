@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.arguments import queue_type
 from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 
 # (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
 # requeued message goes back to its original place, as in RabbitMQ's classic queues.
-Entry = tuple[Message, bool, float, int]
+# ``redelivered`` is a bool, except in a quorum queue: there it counts the deliveries
+# returned so far (0 = never delivered), which is also truthy once redelivered.
+Entry = tuple[Message, int, float, int]
 
 
 def _int_arg(arguments: dict[str, Any], key: str) -> int | None:
@@ -119,6 +122,7 @@ class Queue:
         "consumers",
         "deleted",
         "delivered_total",
+        "delivery_limit",
         "dlrk",
         "dlx",
         "durable",
@@ -138,6 +142,7 @@ class Queue:
         "plain",
         "policy",
         "published_total",
+        "quorum",
         "ready_bytes",
         "seq",
         "single_active",
@@ -181,6 +186,10 @@ class Queue:
         self.acked_total: int = 0
         self.max_priority = _int_arg(arguments, "x-max-priority")
         self.single_active = arguments.get("x-single-active-consumer") is True
+        # A quorum queue (x-queue-type) keeps every message on disk, counts deliveries
+        # (x-delivery-count, x-delivery-limit), and refuses global qos consumers.
+        self.quorum = queue_type(arguments) == "quorum"
+        self.delivery_limit: int | None = None
         self.messages: deque[Entry] | PriorityDeque = (
             PriorityDeque(self.max_priority) if self.max_priority else deque()
         )
@@ -206,6 +215,8 @@ class Queue:
         self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
         self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
         self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
+        if self.quorum:
+            self.delivery_limit = _int_arg(arguments, "x-delivery-limit")
         # True when no TTL, length limit or priority applies: publish skips all checks.
         self.plain = (
             self.message_ttl is None
@@ -272,7 +283,8 @@ class Queue:
             self.expiring = True
         if self.expiring and self.messages:
             self._expire_head(now)
-        persist = self.store is not None and message.persistent
+        # A quorum queue stores every message, whatever its delivery mode (Raft log).
+        persist = self.store is not None and (message.persistent or self.quorum)
         if not self.messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is not None:
@@ -421,11 +433,21 @@ class Queue:
         if self.deleted:
             return
         messages = self.messages
-        for message, _redelivered, expires, seq in sorted(entries, key=lambda e: e[3]):
+        for message, redelivered, expires, seq in sorted(entries, key=lambda e: e[3]):
+            again: int = True
+            if self.quorum:
+                # The entry's "redelivered" holds the delivery count here: every return
+                # counts, and past x-delivery-limit the message is dead-lettered
+                # (reason delivery_limit) or dropped (rabbit_fifo; observed on 3.10.8).
+                again = int(redelivered) + 1
+                limit = self.delivery_limit
+                if limit is not None and again > limit:
+                    self._drop(message, "delivery_limit")
+                    continue
             if isinstance(messages, deque):
-                insert_by_seq(messages, (message, True, expires, seq))
+                insert_by_seq(messages, (message, again, expires, seq))
             else:
-                messages.requeue((message, True, expires, seq))
+                messages.requeue((message, again, expires, seq))
             self.ready_bytes += message.body_size
             self.memory.add(message.body_size)
         if self.expiring:

@@ -14,7 +14,13 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import argument_error, copy_args
+from broker.arguments import (
+    QUEUE_TYPE_ARGUMENTS,
+    argument_error,
+    copy_args,
+    foreign_argument,
+    queue_type,
+)
 from broker.arguments import type_name as arg_type
 from broker.errors import (
     ACCESS_REFUSED,
@@ -53,22 +59,6 @@ if TYPE_CHECKING:
     from broker.trace import TraceWriter
 
 DEFAULT_EXCHANGES = PREDECLARED_EXCHANGES
-
-# Queue arguments compared on re-declare (the classic queue type's queue_arguments).
-EQUIVALENT_QUEUE_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-version",
-    "x-single-active-consumer",
-    "x-queue-type",
-)
 
 
 def generated_name(prefix: str) -> str:
@@ -407,6 +397,14 @@ class VHost:
             found = self.queue(name, connection)
             found.touch()
             return found
+        kind = queue_type(arguments)
+        if server_named and kind != "classic":
+            # rabbit_channel: rabbit_amqqueue:is_server_named_allowed/1 is false for the
+            # replicated types.
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"Cannot declare a server-named queue for type rabbit_{kind}_queue",
+            )
         if name.startswith("amq.") and not server_named:
             # Checked before the existence lookup, so even an existing amq.* queue
             # is refused (rabbit_channel:check_name/2).
@@ -429,7 +427,9 @@ class VHost:
                         f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
                         f"but current is '{str(old).lower()}'",
                     )
-            self._assert_args(what, EQUIVALENT_QUEUE_ARGS, arguments, queue.arguments)
+            # The queue type's arguments (rabbit_amqqueue:assert_args_equivalence/2).
+            compared = QUEUE_TYPE_ARGUMENTS[queue_type(queue.arguments)]
+            self._assert_args(what, compared, arguments, queue.arguments)
             queue.touch()
             return queue
         # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
@@ -447,6 +447,26 @@ class VHost:
             raise AMQPChannelError(
                 PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}: {reason}"
             )
+        foreign = foreign_argument(kind, arguments)
+        if foreign is not None:
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"invalid arg '{foreign}' for {self.rs('queue', name)} "
+                f"of queue type rabbit_{kind}_queue",
+            )
+        if kind == "quorum":
+            # rabbit_quorum_queue:declare/2: a quorum queue is durable, not exclusive and
+            # not auto-delete, checked in this order.
+            for refused, bad in (
+                ("auto-delete", auto_delete),
+                ("exclusive-owner", exclusive),
+                ("non-durable", not durable),
+            ):
+                if bad:
+                    raise AMQPChannelError(
+                        PRECONDITION_FAILED,
+                        f"invalid property '{refused}' for {self.rs('queue', name)}",
+                    )
         queue = Queue(self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
         self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))

@@ -16,7 +16,7 @@ the lower value for the limits (``message-ttl``, ``expires``, ``max-length``,
 ``max-length-bytes``) and the argument for the rest (``overflow``,
 ``dead-letter-exchange``, ``dead-letter-routing-key``); an exchange's own
 ``alternate-exchange`` argument wins over the policy's. Keys that change nothing on a
-single-node broker of classic queues (``ha-*``, ``queue-mode``, ``delivery-limit``, ...)
+single-node broker (``ha-*``, ``queue-mode``, ``max-age``, ...)
 are accepted and kept, as a RabbitMQ definitions export carries them.
 
 This module is pure: parsing and validation with RabbitMQ's texts, matching, and the
@@ -111,6 +111,7 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "expires": _integer(1, "queue expiry"),
     "max-length": _integer(0, "maximum length"),
     "max-length-bytes": _integer(0, "maximum length in bytes"),
+    "delivery-limit": _integer(0, "delivery limit"),
     "overflow": _overflow,
 }
 # Keys RabbitMQ 3.13 knows that change nothing here (mirroring, queue modes and versions,
@@ -126,7 +127,6 @@ _KEPT = (
     "queue-version",
     "queue-master-locator",
     "queue-leader-locator",
-    "delivery-limit",
     "dead-letter-strategy",
     "max-in-memory-length",
     "max-in-memory-bytes",
@@ -146,6 +146,7 @@ QUEUE_KEYS: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
     "expires": ("x-expires", min),
     "max-length": ("x-max-length", min),
     "max-length-bytes": ("x-max-length-bytes", min),
+    "delivery-limit": ("x-delivery-limit", min),  # quorum queues only
     "overflow": ("x-overflow", lambda argument, _policy: argument),
     "dead-letter-exchange": ("x-dead-letter-exchange", lambda argument, _policy: argument),
     "dead-letter-routing-key": ("x-dead-letter-routing-key", lambda argument, _policy: argument),

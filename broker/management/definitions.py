@@ -71,7 +71,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
                 {
                     "name": queue.name,
                     "vhost": name,
-                    "type": "classic",
+                    "type": "quorum" if queue.quorum else "classic",
                     "durable": queue.durable,
                     "auto_delete": queue.auto_delete,
                     "arguments": amqp_json(queue.arguments),

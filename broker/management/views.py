@@ -131,7 +131,7 @@ def queue_view(
         "auto_delete": queue.auto_delete,
         "exclusive": queue.owner is not None,
         "arguments": amqp_json(queue.arguments),
-        "type": "classic",
+        "type": "quorum" if queue.quorum else "classic",
         "state": "running",
         "node": NODE,
         "policy": queue.policy.name if queue.policy is not None else None,

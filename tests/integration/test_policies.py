@@ -218,6 +218,10 @@ def test_policy_defaults(api: Http) -> None:
             {"pattern": "x", "definition": {"alternate-exchange": 1}},
             "1 is not a valid alternate exchange name",
         ),
+        (
+            {"pattern": "x", "definition": {"delivery-limit": -1}},
+            "-1 is not a valid delivery limit",
+        ),
         ({"pattern": "x", "definition": {}}, "no policy provided"),
         (
             {"pattern": "x", "definition": {"expires": 1}, "apply-to": "foo"},
