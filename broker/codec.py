@@ -218,6 +218,7 @@ _FIELD_TYPES: dict[int, tuple[str, int]] = {
     ord("I"): ("signedint", 4),
     ord("i"): ("unsignedint", 4),
     ord("l"): ("long", 8),
+    ord("L"): ("long", 8),  # rabbit_binary_parser takes both (amqp-0-9-1-errata)
     ord("f"): ("float", 4),
     ord("d"): ("double", 8),
     ord("D"): ("decimal", 5),

@@ -13,6 +13,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pamqp import commands, decode, header
 
+from broker.arguments import MAX_EXPIRY
 from broker.fieldtable import marshal_content_header
 
 _HEADER_FIXED = struct.Struct(">HHQ")
@@ -36,8 +37,6 @@ FLAG_PRIORITY = 0x0800
 FLAG_REPLY_TO = 0x0200
 FLAG_EXPIRATION = 0x0100
 FLAG_USER_ID = 0x0010
-# rabbit_misc: ?MAX_EXPIRY_TIMER, the largest TTL an Erlang timer accepts.
-MAX_EXPIRY = 4294967295
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a short string; publishers repeat it

@@ -3,6 +3,8 @@ fed one byte at a time and all at once, malformed frames."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -268,3 +270,11 @@ def test_rewritten_headers_keep_rabbitmq_types() -> None:
     # 32-bit float).
     assert b"\x05countl\x00\x00\x00\x00\x00\x00\x00\x01" in payload
     assert b"\x05ratiod" in payload
+
+
+def test_argument_tables_take_both_long_tags() -> None:
+    # py-amqp (kombu, Celery) writes integers from 2^31 on as 'L'; rabbit_binary_parser
+    # reads 'l' and 'L' alike as a signed 64-bit long.
+    table = b"\x0dx-message-ttlL" + struct.pack(">q", 2**31) + b"\x01al" + struct.pack(">q", -1)
+    data = struct.pack(">I", len(table)) + table + b"\x00"
+    assert codec.table_types(data, 0) == {"x-message-ttl": "long", "a": "long"}

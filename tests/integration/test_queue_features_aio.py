@@ -234,6 +234,8 @@ async def test_message_expiration_zero_delivers_only_to_a_waiting_consumer(ch, d
         (" 100", "no_integer"),
         ("-1", "{value_negative,-1}"),
         ("1.5", '{leftover_string,".5"}'),
+        # rabbit_misc ?MAX_EXPIRY_TIMER: ten years (315360000000 ms) is the largest.
+        ("315360000001", "{value_too_large,315360000001}"),
     ],
 )
 async def test_invalid_expiration_property_is_406(conn, expiration, reason):
@@ -258,6 +260,8 @@ INVALID_ARGUMENTS = [
     ("x-message-ttl", 1.5, '"expected integer, got float"'),
     ("x-message-ttl", True, '"expected integer, got bool"'),
     ("x-message-ttl", 2**40, "{value_too_large,1099511627776}"),
+    ("x-message-ttl", 315360000001, "{value_too_large,315360000001}"),
+    ("x-expires", 315360000001, "{value_too_large,315360000001}"),
     ("x-expires", 0, "{value_zero,0}"),
     ("x-expires", -5, "{value_negative,-5}"),
     ("x-max-length", -1, "{value_negative,-1}"),
@@ -280,6 +284,19 @@ async def test_invalid_queue_argument_is_406(conn, key, value, reason):
         f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{name}' in vhost '/': {reason}",
     )
     assert not conn.is_closed
+
+
+async def test_ten_years_is_the_longest_ttl_expiry_and_expiration(ch, cleanup):
+    # Ten years, not 2^32 - 1 ms (49.7 days): Celery's native delayed delivery declares
+    # queues with TTLs of up to 2^27 s.
+    name = unique("q")
+    cleanup.queues.append(name)
+    ten_years = 315360000000
+    queue = await ch.declare_queue(
+        name, arguments={"x-message-ttl": ten_years, "x-expires": ten_years}
+    )
+    await publish_raw(ch, queue.name, b"kept", expiration=str(ten_years))
+    assert (await queue.declare()).message_count == 1
 
 
 async def test_dead_letter_routing_key_without_exchange_is_406(ch):

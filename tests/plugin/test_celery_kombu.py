@@ -9,11 +9,13 @@ queue per client, consumed with no-ack).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import kombu
 import pytest
+from amqp.exceptions import PreconditionFailed
 from celery import Celery
 from celery.contrib.testing.worker import TestWorkController, start_worker
 
@@ -112,3 +114,41 @@ def test_celery_task_failure_travels_back(amqp_url: str) -> None:
             fail.delay().get(timeout=10)
     finally:
         app.close()
+
+
+def test_celery_with_quorum_queues(amqp_url: str, leveret: Inspector) -> None:
+    # Celery 5.5+ declares its queues as quorum queues when asked, and then turns global
+    # qos off for its consumer (worker_detect_quorum_queues): a quorum queue refuses a
+    # consumer on a channel with global qos (540), as RabbitMQ does.
+    app = Celery("leveret-test", broker=amqp_url, backend="rpc://", set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+    app.conf.task_default_queue = "celery-quorum"
+    app.conf.task_default_queue_type = "quorum"
+    app.conf.task_default_exchange_type = "topic"  # native delayed delivery needs topic
+
+    @app.task
+    def mul(x: int, y: int) -> int:
+        return x * y
+
+    try:
+        with celery_worker(app):
+            assert [mul.delay(n, 3).get(timeout=10) for n in range(3)] == [0, 3, 6]
+            stats = leveret.wait_until_acked("celery-quorum", 4)  # 1 ping + 3 tasks
+            assert (stats.acked, stats.messages) == (4, 0)
+            # A countdown goes through Celery's native delayed delivery for quorum queues:
+            # its own exchanges and queues (TTL, dead-lettering), declared with arguments
+            # py-amqp encodes as 'L' (integers from 2^31 on).
+            started = time.monotonic()
+            assert mul.apply_async((2, 5), countdown=1).get(timeout=15) == 10
+            assert time.monotonic() - started >= 0.9
+            # Celery set its delay levels up (it falls back to holding ETA tasks in the
+            # worker when the broker refuses them).
+            delayed = [q for q in leveret.queues() if q.startswith("celery_delayed_")]
+            assert len(delayed) == 28  # levels 0..27
+    finally:
+        app.close()
+    # The queue is a quorum queue: declaring it without x-queue-type is refused.
+    with kombu.Connection(amqp_url) as connection:
+        channel = connection.channel()
+        with pytest.raises(PreconditionFailed, match="current is the value 'quorum'"):
+            channel.queue_declare("celery-quorum", durable=True, auto_delete=False)
