@@ -364,6 +364,15 @@ class VHost:
         if kind is DestKind.EXCHANGE:
             self.check_not_default(destination)
         self.check_not_default(source)
+        if not add:
+            targets: Mapping[str, Any] = (
+                self.queues if kind is DestKind.QUEUE else self.projection.exchanges
+            )
+            if source not in self.projection.exchanges or destination not in targets:
+                # Unbinding from or to something that does not exist is unbind-ok, as for
+                # a binding that does not exist (observed on RabbitMQ 3.10.8; clients
+                # rely on it: aio-pika's RPC unbinds after its auto-delete queue went).
+                return
         exchange = self.exchange(source)
         if kind is DestKind.QUEUE:
             self.queue(destination, connection)

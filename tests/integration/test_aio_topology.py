@@ -12,6 +12,7 @@ import re
 import aio_pika
 import pytest
 from aio_pika import ExchangeType, Message
+from aio_pika.patterns import RPC
 from aiormq.exceptions import (
     ChannelAccessRefused,
     ChannelLockedResource,
@@ -608,6 +609,44 @@ async def test_queue_bind_and_unbind(ch, cleanup):
     assert await drain(queue) == []
     # Unbinding a binding that does not exist is not an error.
     await queue.unbind("amq.direct", queue.name)
+
+
+async def test_unbind_from_or_to_something_missing_is_unbind_ok(conn, cleanup):
+    # Unlike bind (404 below), unbind of a missing exchange or queue succeeds, as unbind of
+    # a missing binding does (observed on RabbitMQ 3.10.8).
+    ch = await conn.channel()
+    queue = await declare_queue(ch, cleanup)
+    exchange = await ch.declare_exchange(unique("x"), ExchangeType.DIRECT, auto_delete=True)
+    await queue.unbind(unique("missing-x"), "k")
+    missing = await ch.get_queue(unique("missing-q"), ensure=False)
+    await missing.unbind(exchange, "k")
+    await exchange.unbind(unique("missing-x"), "k")
+    await (await ch.get_exchange(unique("missing-x"), ensure=False)).unbind(exchange, "k")
+    assert not ch.is_closed
+    await exchange.delete()
+
+
+async def test_aio_pika_rpc_pattern(conn):
+    # aio_pika.patterns.RPC: a server-named auto-delete reply queue bound to an auto-delete
+    # headers exchange; close() unbinds after the queue is already gone.
+    ch = await conn.channel()
+    rpc = await RPC.create(ch)
+
+    async def multiply(*, x: int, y: int) -> int:
+        return x * y
+
+    async def fail() -> None:
+        raise ValueError("bad input")
+
+    await rpc.register(unique("rpc-mul"), multiply, auto_delete=True)
+    name = unique("rpc-fail")
+    await rpc.register(name, fail, auto_delete=True)
+    procedures = list(rpc.routes)
+    assert await rpc.call(procedures[0], kwargs={"x": 6, "y": 7}) == 42
+    with pytest.raises(ValueError, match="bad input"):
+        await rpc.call(name)
+    await rpc.close()
+    assert not ch.is_closed
 
 
 async def test_bind_missing_exchange_or_queue(conn, cleanup):
