@@ -109,6 +109,8 @@ class Channel:
         self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, Record]] = []
+        # (loop time, next_tag) snapshots for the consumer timeout (unacked_for).
+        self._delivery_snapshots: deque[tuple[float, int]] = deque()
         self.last_queue: str | None = None
         self.reply_consumer: Consumer | None = None
         self.reply_key = ""
@@ -475,6 +477,28 @@ class Channel:
                 self.conn.frame_max,
             )
         )
+
+    def unacked_for(self, now: float, timeout: float) -> bool:
+        """Whether the oldest unacknowledged delivery is ``timeout`` seconds old or more.
+
+        Called periodically (broker.server); delivery times are not recorded per delivery
+        (that would cost the hot path) but as snapshots: at time ``t`` every tag below
+        ``next_tag`` had been delivered. The oldest unacked tag is below the snapshot of
+        ``timeout`` ago, so it is at least that old, give or take one check period.
+        """
+        snapshots = self._delivery_snapshots
+        unacked = self.unacked
+        if not unacked:
+            snapshots.clear()
+            return False
+        snapshots.append((now, self.next_tag))
+        boundary = None
+        while snapshots and snapshots[0][0] <= now - timeout:
+            boundary = snapshots.popleft()
+        if boundary is None:
+            return False
+        snapshots.appendleft(boundary)
+        return next(iter(unacked)) < boundary[1]
 
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: forget the consumer and tell the client if it can hear

@@ -150,6 +150,7 @@ def config_from(settings: Settings) -> Config:
         channel_max=v["channel_max"],
         heartbeat=v["heartbeat"],
         max_message_size=v["max_message_size"],
+        consumer_timeout=v["consumer_timeout"],
         memory_high_watermark=watermark_bytes(v["memory_high_watermark"]),
         max_connections=v["max_connections"],
         loopback_users=tuple(v["loopback_users"]),

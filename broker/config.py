@@ -19,6 +19,9 @@ HEARTBEAT = 60
 HANDSHAKE_TIMEOUT = 10.0
 # 3.13 profile: max_message_size defaults to 128 MiB (16 MiB from 4.0).
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+# RabbitMQ's consumer_timeout (docs/consumers.md "Delivery Acknowledgement Timeout"):
+# 30 minutes, in ms.
+CONSUMER_TIMEOUT = 1_800_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class Config:
     heartbeat: int = HEARTBEAT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     max_message_size: int = MAX_MESSAGE_SIZE
+    # A delivery left unacknowledged this long (ms) closes its channel with 406; 0: never.
+    consumer_timeout: int = CONSUMER_TIMEOUT
     # Bytes of queued messages above which publishers are blocked; 0: 40 % of RAM
     # (RabbitMQ's vm_memory_high_watermark). See broker/memory.py.
     memory_high_watermark: int = 0

@@ -41,7 +41,9 @@ from broker.errors import (
     CONNECTION_FORCED,
     INTERNAL_ERROR,
     NOT_ALLOWED,
+    PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
+    AMQPChannelError,
     AMQPConnectionError,
     AMQPError,
     close_method,
@@ -642,6 +644,12 @@ class Connection(asyncio.Protocol):
         self._heartbeat_timer = self.loop.call_later(interval / 2, tick)
 
     # -- errors and closing -----------------------------------------------------------
+
+    def fail_channel(self, channel: Channel, explanation: str) -> None:
+        """Close ``channel`` with 406 PRECONDITION_FAILED from outside a read (the
+        consumer timeout); its unacknowledged deliveries are requeued."""
+        if self.channels.get(channel.id) is channel and self.state is State.OPEN:
+            self._fail(AMQPChannelError(PRECONDITION_FAILED, explanation, (0, 0)), channel.id)
 
     def _fail(self, exc: AMQPError, channel_id: int) -> None:
         """Convert ``exc`` into the Close it calls for (the one conversion point)."""

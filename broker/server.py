@@ -61,6 +61,7 @@ class Server:
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._tls_listener: asyncio.Server | None = None
         self.tls_port = config.tls_port
         self.management: ManagementHandle | None = None
@@ -234,7 +235,33 @@ class Server:
             )
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
+        if self.config.consumer_timeout > 0:
+            self._ack_timer = loop.call_later(self._ack_tick, self._check_ack_timeouts)
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
+
+    @property
+    def _ack_tick(self) -> float:
+        # How often unacked deliveries are checked: a twentieth of the timeout, between
+        # 0.1 s and the minute RabbitMQ checks at, so a channel closes at most 5 % late
+        # (RabbitMQ: up to a minute late) and a channel keeps ~21 snapshots.
+        return min(60.0, max(0.1, self.config.consumer_timeout / 1000 / 20))
+
+    def _check_ack_timeouts(self) -> None:
+        """Close, with 406, each channel whose oldest unacked delivery is older than
+        ``consumer_timeout`` (rabbit_channel: evaluate_consumer_timeout)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        timeout = self.config.consumer_timeout
+        for connection in list(self.connections):
+            for channel in list(connection.channels.values()):
+                if channel.unacked_for(now, timeout / 1000):
+                    connection.fail_channel(
+                        channel,
+                        f"delivery acknowledgement on channel {channel.id} timed out. "
+                        f"Timeout value used: {timeout} ms. This timeout value can be "
+                        "configured, see consumers doc guide to learn more",
+                    )
+        self._ack_timer = loop.call_later(self._ack_tick, self._check_ack_timeouts)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         """The AMQPS server context, when a certificate and key are configured."""
@@ -276,6 +303,9 @@ class Server:
         if self._reclaimer is not None:
             self._reclaimer.cancel()
             self._reclaimer = None
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         if self.persistence is not None:
             self.persistence.close()
             self.persistence = None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import CHANNEL_MAX, FRAME_MAX, HEARTBEAT, MAX_MESSAGE_SIZE
+from broker.config import CHANNEL_MAX, CONSUMER_TIMEOUT, FRAME_MAX, HEARTBEAT, MAX_MESSAGE_SIZE
 
 ENV_PREFIX = "LEVERET_"
 
@@ -73,6 +73,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("max_connections", int, 0, "open connections allowed (0: no limit)"),
     Setting("max_message_size", int, MAX_MESSAGE_SIZE, "largest message body in bytes"),
+    Setting(
+        "consumer_timeout",
+        int,
+        CONSUMER_TIMEOUT,
+        "ms a delivery may stay unacknowledged before its channel is closed (0: no limit)",
+    ),
     Setting("frame_max", int, FRAME_MAX, "largest frame offered in connection.tune"),
     Setting("channel_max", int, CHANNEL_MAX, "most channels per connection"),
     Setting("heartbeat", int, HEARTBEAT, "heartbeat interval offered, seconds (0: off)"),
