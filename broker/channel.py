@@ -450,33 +450,21 @@ class Channel:
                 queue.delivered(message)
         elif message.store_ids is not None:
             consumer.queue.forget(message)
+        parts = codec.deliver_frames(
+            self.id,
+            consumer.tag_bytes,
+            tag,
+            redelivered,
+            codec.route_shortstrs(message.exchange, message.routing_key),
+            content_header,
+            message.body,
+            self.conn.frame_max,
+        )
         if len(message.body) > self.conn.frame_max - codec.FRAME_OVERHEAD:
             # A body of several frames goes out as views of itself (no copy).
-            self.conn.write_parts(
-                codec.deliver_parts(
-                    self.id,
-                    consumer.tag_bytes,
-                    tag,
-                    redelivered,
-                    codec.route_shortstrs(message.exchange, message.routing_key),
-                    content_header,
-                    message.body,
-                    self.conn.frame_max,
-                )
-            )
-            return
-        self.conn.write(
-            codec.deliver_frames(
-                self.id,
-                consumer.tag_bytes,
-                tag,
-                redelivered,
-                codec.route_shortstrs(message.exchange, message.routing_key),
-                content_header,
-                message.body,
-                self.conn.frame_max,
-            )
-        )
+            self.conn.write_parts(parts)
+        else:
+            self.conn.write(b"".join(parts))
 
     def unacked_for(self, now: float, timeout: float) -> bool:
         """Whether the oldest unacknowledged delivery is ``timeout`` seconds old or more.

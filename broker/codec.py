@@ -585,33 +585,11 @@ def deliver_frames(
     header_payload: bytes,
     body: bytes,
     frame_max: int,
-) -> bytes:
-    """``Basic.Deliver`` + content header + body frames in one buffer (the delivery
-    hot path). ``consumer_tag`` and ``route`` are pre-encoded short strings."""
-    size = 4 + len(consumer_tag) + 9 + len(route)
-    parts: list[bytes | memoryview] = [
-        _DELIVER_HEAD.pack(FRAME_METHOD, channel, size, DELIVER_INDEX),
-        consumer_tag,
-        _TAG_REDELIVERED.pack(delivery_tag, redelivered),
-        route,
-        FRAME_END_BYTE,
-    ]
-    return b"".join(_content(parts, channel, header_payload, body, frame_max))
-
-
-def deliver_parts(
-    channel: int,
-    consumer_tag: bytes,
-    delivery_tag: int,
-    redelivered: int,  # a bool, or 0/1
-    route: bytes,
-    header_payload: bytes,
-    body: bytes,
-    frame_max: int,
 ) -> list[bytes | memoryview]:
-    """:func:`deliver_frames` as a list of buffers, the body frames views of ``body``:
-    for a body of several frames, handed to the transport's ``writelines`` instead of
-    being copied into one buffer first."""
+    """``Basic.Deliver`` + content header + body frames as a list of buffers (the
+    delivery hot path), the body frames views of ``body``: joined into one write for a
+    small body, handed to the transport's ``writelines`` as they are for a large one.
+    ``consumer_tag`` and ``route`` are pre-encoded short strings."""
     size = 4 + len(consumer_tag) + 9 + len(route)
     parts: list[bytes | memoryview] = [
         _DELIVER_HEAD.pack(FRAME_METHOD, channel, size, DELIVER_INDEX),
@@ -696,7 +674,6 @@ __all__ = [
     "content_frames",
     "decode_method",
     "deliver_frames",
-    "deliver_parts",
     "erl_binary",
     "get_ok_method",
     "method_frame",

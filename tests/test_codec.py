@@ -133,15 +133,17 @@ def test_deliver_frames_decode_with_pamqp(
     tag: str, delivery_tag: int, redelivered: bool, exchange: str, key: str, data: bytes, fmax: int
 ) -> None:
     props = header.ContentHeader(0, len(data), commands.Basic.Properties(message_id="m1"))
-    raw = codec.deliver_frames(
-        5,
-        codec.shortstr(tag),
-        delivery_tag,
-        redelivered,
-        codec.route_shortstrs(exchange, key),
-        props.marshal(),
-        data,
-        fmax,
+    raw = b"".join(
+        codec.deliver_frames(
+            5,
+            codec.shortstr(tag),
+            delivery_tag,
+            redelivered,
+            codec.route_shortstrs(exchange, key),
+            props.marshal(),
+            data,
+            fmax,
+        )
     )
     decoded = []
     offset = 0

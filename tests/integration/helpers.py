@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 # aiormq raises a specific class per reply code with ``args == (reply_text,)``; codes it does
 # not map come as the generic ChannelClosed / ConnectionClosed with ``args == (code, text)``.
@@ -53,3 +54,19 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(interval)
+
+
+async def declare_queue(ch: Any, cleanup: Any, prefix: str = "q", **kwargs: Any) -> Any:
+    """An aio-pika queue with a unique name, deleted after the test (``cleanup`` fixture)."""
+    queue = await ch.declare_queue(unique(prefix), **kwargs)
+    cleanup.queues.append(queue.name)
+    return queue
+
+
+async def declare_exchange(
+    ch: Any, cleanup: Any, type_: Any = "direct", prefix: str = "x", **kwargs: Any
+) -> Any:
+    """An aio-pika exchange with a unique name, deleted after the test."""
+    exchange = await ch.declare_exchange(unique(prefix), type_, **kwargs)
+    cleanup.exchanges.append(exchange.name)
+    return exchange

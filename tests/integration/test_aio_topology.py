@@ -21,22 +21,10 @@ from aiormq.exceptions import (
 )
 from pamqp.commands import Basic
 
-from .helpers import aio_reply, unique, wait_until
+from .helpers import aio_reply, declare_exchange, declare_queue, unique, wait_until
 
 # ---------------------------------------------------------------------------------------------
 # fixtures
-
-
-async def declare_queue(ch, cleanup, prefix: str = "q", **kwargs):
-    queue = await ch.declare_queue(unique(prefix), **kwargs)
-    cleanup.queues.append(queue.name)
-    return queue
-
-
-async def declare_exchange(ch, cleanup, type_=ExchangeType.DIRECT, prefix: str = "x", **kwargs):
-    exchange = await ch.declare_exchange(unique(prefix), type_, **kwargs)
-    cleanup.exchanges.append(exchange.name)
-    return exchange
 
 
 async def drain(queue) -> list:

@@ -40,24 +40,12 @@ from aiormq.exceptions import (
 )
 from pika.adapters.asyncio_connection import AsyncioConnection
 
-from .helpers import aio_reply, unique, wait_until
+from .helpers import aio_reply, declare_exchange, declare_queue, unique, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-async def declare_queue(ch, cleanup, prefix: str = "q", **kwargs: Any):
-    queue = await ch.declare_queue(unique(prefix), **kwargs)
-    cleanup.queues.append(queue.name)
-    return queue
-
-
-async def declare_exchange(ch, cleanup, type_=ExchangeType.DIRECT, prefix: str = "x", **kwargs):
-    exchange = await ch.declare_exchange(unique(prefix), type_, **kwargs)
-    cleanup.exchanges.append(exchange.name)
-    return exchange
 
 
 async def publish(channel, routing_key: str, *bodies: bytes, **properties: Any) -> None:
