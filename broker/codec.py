@@ -320,11 +320,7 @@ class FrameReader:
             if not pos:
                 self._keep(data, 0, 8)
                 return
-        # RabbitMQ accepts payloads up to frame_max itself (an 8-octet "fudge" for clients
-        # that forget the frame overhead) but reports the limit as frame_max - 8
-        # (rabbit_reader:handle_input/3, ?FRAME_SIZE_FUDGE).
-        reported_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
-        size_limit = reported_limit + FRAME_OVERHEAD
+        reported_limit, size_limit = _size_limits(self.frame_max)
         end_of_data = len(data)
         unpack_head = _FRAME_HEAD.unpack_from
         while end_of_data - pos >= 8:
@@ -363,8 +359,7 @@ class FrameReader:
                     # negotiates, as they would be by a reader taking one frame at a time
                     # (the connection closes anyway if the value is out of range).
                     self.frame_max = method.frame_max
-                    reported_limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
-                    size_limit = reported_limit + FRAME_OVERHEAD
+                    reported_limit, size_limit = _size_limits(self.frame_max)
             pos = end + 1
         if pos < end_of_data:
             self._keep(
@@ -391,6 +386,17 @@ class FrameReader:
 
 
 _PUBLISH_ID = _METHOD_ID.pack(PUBLISH_INDEX)
+
+
+def _size_limits(frame_max: int) -> tuple[int, int]:
+    """(the limit a frame_too_large text reports, the largest payload accepted).
+
+    RabbitMQ accepts payloads up to frame_max itself (an 8-octet "fudge" for clients that
+    forget the frame overhead) but reports the limit as frame_max - 8
+    (rabbit_reader:handle_input/3, ?FRAME_SIZE_FUDGE); 0 means no limit.
+    """
+    reported = frame_max - FRAME_OVERHEAD if frame_max else 1 << 32
+    return reported, reported + FRAME_OVERHEAD
 
 
 # Exchange names, routing keys and content headers repeat from message to message: queued

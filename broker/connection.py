@@ -550,8 +550,7 @@ class Connection(asyncio.Protocol):
             self._abort()
             return
         self.channel_max = frame.channel_max
-        self.frame_max = frame.frame_max
-        self.reader.frame_max = frame.frame_max
+        self.frame_max = frame.frame_max  # the reader took it when it decoded Tune-Ok
         self.heartbeat = frame.heartbeat
         self.state = State.AWAIT_OPEN
         if self.heartbeat:

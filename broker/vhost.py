@@ -48,7 +48,6 @@ from exchanges.model import (
 )
 from exchanges.model import Queue as QueueDef
 from exchanges.policies import Policy, apply_alternates
-from exchanges.policies import alternate_exchange as policy_alternate
 from exchanges.policies import match as match_policy
 from exchanges.projection import Projection
 from exchanges.routing import route, validate_binding
@@ -157,7 +156,7 @@ class VHost:
             if event.exchange.type is ExchangeType.HEADERS:
                 self._headers_exchanges.add(event.exchange.name)
             if self.policies:
-                self._apply_exchange_policy(event.exchange.name)
+                apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
         elif isinstance(event, QueueDeclared) and self.policies:
@@ -191,10 +190,6 @@ class VHost:
         for queue in list(self.queues.values()):
             queue.apply_policy(self.policy_for("queue", queue.name))
         apply_alternates(self.projection, self.policies.values())
-
-    def _apply_exchange_policy(self, name: str) -> None:
-        policy = self.policy_for("exchange", name)
-        self.projection.set_policy_alternate(name, policy_alternate(policy))
 
     @property
     def projection_uses_headers(self) -> bool:

@@ -273,10 +273,12 @@ def alternate_exchange(policy: Policy | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def apply_alternates(projection: Projection, policies: Iterable[Policy]) -> None:
-    """Give every exchange of ``projection`` the alternate exchange its policy sets (an
-    exchange's own argument still wins), or none."""
+def apply_alternates(
+    projection: Projection, policies: Iterable[Policy], names: Iterable[str] | None = None
+) -> None:
+    """Give the exchanges ``names`` of ``projection`` (default: all of them) the alternate
+    exchange their policy sets (an exchange's own argument still wins), or none."""
     policies = list(policies)
-    for name in projection.exchanges:
+    for name in projection.exchanges if names is None else names:
         found = match(policies, "exchange", name) if policies else None
         projection.set_policy_alternate(name, alternate_exchange(found))

@@ -36,12 +36,14 @@ def _may_manage(request: web.Request, server: Server, vhost: str) -> bool:
 
 
 def _require(request: web.Request, server: Server, vhost: str | None = None) -> None:
+    """401 unless the user may manage policies (on ``vhost``, when the path names one)."""
     user = current_user(request)
-    if is_admin(user):
-        return
-    if "policymaker" not in user.tags or (
-        vhost is not None and not can_login_vhost(server, user, vhost)
-    ):
+    allowed = (
+        is_admin(user) or "policymaker" in user.tags
+        if vhost is None
+        else _may_manage(request, server, vhost)
+    )
+    if not allowed:
         raise not_authorised(REFUSED)
 
 

@@ -521,13 +521,14 @@ async def test_queue_reserved_amq_prefix(ch):
     )
 
 
-async def test_queue_inequivalent_durable(ch, cleanup):
+@pytest.mark.parametrize("flag", ["durable", "auto_delete"])
+async def test_queue_inequivalent_flag(ch, cleanup, flag):
     queue = await declare_queue(ch, cleanup)
     with pytest.raises(ChannelPreconditionFailed) as err:
-        await ch.declare_queue(queue.name, durable=True)
+        await ch.declare_queue(queue.name, **{flag: True})
     assert aio_reply(err.value) == (
         406,
-        f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{queue.name}' in "
+        f"PRECONDITION_FAILED - inequivalent arg '{flag}' for queue '{queue.name}' in "
         "vhost '/': received 'true' but current is 'false'",
     )
 

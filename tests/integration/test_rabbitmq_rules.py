@@ -10,7 +10,7 @@ exist from 3.13 on), the test accepts both and says so.
 Sections:
 
 * re-declare equivalence: exchange ``auto_delete``/``internal``/``alternate-exchange`` and
-  queue ``auto_delete``;
+  queue ``auto_delete`` (in test_aio_topology.py);
 * acks belong to the channel that received the delivery;
 * the predeclared ``amq.rabbitmq.trace`` exchange;
 * the "last declared queue" shortcut (empty queue name) for bind, unbind, consume, delete;
@@ -120,17 +120,6 @@ async def test_exchange_redeclare_with_different_flag(ch, cleanup, flag):
     assert aio_reply(err.value) == (
         406,
         f"PRECONDITION_FAILED - inequivalent arg '{flag}' for exchange '{exchange.name}' in "
-        "vhost '/': received 'true' but current is 'false'",
-    )
-
-
-async def test_queue_redeclare_with_different_auto_delete(ch, cleanup):
-    queue = await declare_queue(ch, cleanup)
-    with pytest.raises(ChannelPreconditionFailed) as err:
-        await ch.declare_queue(queue.name, auto_delete=True)
-    assert aio_reply(err.value) == (
-        406,
-        f"PRECONDITION_FAILED - inequivalent arg 'auto_delete' for queue '{queue.name}' in "
         "vhost '/': received 'true' but current is 'false'",
     )
 
@@ -324,19 +313,24 @@ async def test_empty_queue_name_without_an_earlier_declare(conn, operation):
 # handle_method(#'basic.qos'{global = true}), docs/consumer-prefetch.md). 4.3 ignores it.
 
 
-async def test_global_qos_limits_all_consumers_of_a_channel_together(conn, ch, cleanup):
-    q1 = await declare_queue(ch, cleanup)
-    q2 = await declare_queue(ch, cleanup)
-    await publish(ch, q1.name, b"a0", b"a1", b"a2", b"a3")
-    await publish(ch, q2.name, b"b0", b"b1", b"b2", b"b3")
-
+async def consume_two_queues(conn, ch, cleanup, count, *qos):
+    """Two queues of ``count`` messages each (a0.., b0..), both consumed on one new channel
+    set up with ``qos`` (``(prefetch_count, global_)`` pairs); (queues, inbox)."""
+    queues = [await declare_queue(ch, cleanup) for _ in range(2)]
+    for prefix, queue in zip((b"a", b"b"), queues, strict=True):
+        await publish(ch, queue.name, *(prefix + str(n).encode() for n in range(count)))
     consumer = await conn.channel()
-    await consumer.set_qos(prefetch_count=2, global_=True)
+    for prefetch_count, global_ in qos:
+        await consumer.set_qos(prefetch_count=prefetch_count, global_=global_)
     inbox: asyncio.Queue = asyncio.Queue()
-    for queue in (q1, q2):
+    for queue in queues:
         handle = await consumer.get_queue(queue.name, ensure=False)
         await handle.consume(inbox.put)
+    return queues, inbox
 
+
+async def test_global_qos_limits_all_consumers_of_a_channel_together(conn, ch, cleanup):
+    (q1, q2), inbox = await consume_two_queues(conn, ch, cleanup, 4, (2, True))
     first = await take(inbox, 2)
     await asyncio.sleep(0.3)
     # Two unacked deliveries in total across both consumers, not two each.
@@ -353,19 +347,8 @@ async def test_global_qos_limits_all_consumers_of_a_channel_together(conn, ch, c
 
 
 async def test_global_and_per_consumer_qos_both_apply(conn, ch, cleanup):
-    q1 = await declare_queue(ch, cleanup)
-    q2 = await declare_queue(ch, cleanup)
-    await publish(ch, q1.name, b"a0", b"a1", b"a2")
-    await publish(ch, q2.name, b"b0", b"b1", b"b2")
-
-    consumer = await conn.channel()
-    await consumer.set_qos(prefetch_count=1)  # per consumer
-    await consumer.set_qos(prefetch_count=3, global_=True)  # per channel
-    inbox: asyncio.Queue = asyncio.Queue()
-    for queue in (q1, q2):
-        handle = await consumer.get_queue(queue.name, ensure=False)
-        await handle.consume(inbox.put)
-
+    # 1 per consumer, 3 per channel.
+    _queues, inbox = await consume_two_queues(conn, ch, cleanup, 3, (1, False), (3, True))
     got = await take(inbox, 2)
     await asyncio.sleep(0.3)
     # The channel would allow 3, but each consumer may only hold 1.
