@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker.codec import TypedTable
+from broker.errors import ChannelCrashError
 
 # rabbit_misc ?MAX_EXPIRY_TIMER: ten years in ms, the largest TTL, x-expires or expiration
 # RabbitMQ takes (observed on 3.10.8: 315360000000 passes, one more is value_too_large).
@@ -120,6 +121,42 @@ def _one_of(name: str, *allowed: str) -> Check:
     return check
 
 
+# rabbit_amqqueue:check_max_age/1 units (a month is 30 days, a year 365).
+_UNIT_MS = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+
+
+def interval_ms(text: str | bytes) -> int | None:
+    """A stream interval (``"7D"``, ``"12h"``: digits then one of ``YMDhms``) in ms, or None
+    when it is not one (or is zero).
+
+    Text that does not start with a digit raises :class:`~broker.errors.ChannelCrashError`:
+    RabbitMQ 3.10's parser crashes on it (observed: ``x-max-age: "h"`` and
+    ``x-stream-offset: "bogus"`` both close the connection with 541).
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    digits = len(text) - len(text.lstrip("0123456789"))
+    if digits == 0:
+        raise ChannelCrashError()
+    unit = _UNIT_MS.get(text[digits:])
+    value = int(text[:digits])
+    return value * unit if unit is not None and value > 0 else None
+
+
+def _max_age(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _longstr(value, kind, args)
+    if problem is None and interval_ms(value) is None:
+        return "invalid_max_age"
+    return problem
+
+
 VALIDATORS: dict[str, Check] = {
     "x-expires": _expires,
     "x-message-ttl": _message_ttl,
@@ -131,6 +168,8 @@ VALIDATORS: dict[str, Check] = {
     "x-overflow": _one_of("overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
     "x-queue-mode": _one_of("queue_mode", "default", "lazy"),
     "x-single-active-consumer": _bool,
+    "x-max-age": _max_age,
+    "x-stream-max-segment-size-bytes": _non_negative,
 }
 
 # rabbit_amqqueue:consume_args/0

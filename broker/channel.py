@@ -48,9 +48,10 @@ from broker.message import (
     Message,
     expiration_error,
     properties_decode,
-    with_delivery_count,
+    with_header,
 )
 from broker.queue import Consumer, Entry, Queue
+from broker.stream import StreamQueue, parse_start
 from broker.vhost import generated_name
 from exchanges.model import DestKind
 
@@ -440,7 +441,7 @@ class Channel:
         queue.delivered_total += 1
         content_header = message.header
         if queue.quorum and redelivered:
-            content_header = with_delivery_count(content_header, redelivered)
+            content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
@@ -528,6 +529,21 @@ class Channel:
                 PRECONDITION_FAILED,
                 f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}: {reason}",
             )
+        start = None
+        if isinstance(queue, StreamQueue):
+            # rabbit_stream_queue:consume/3: credit comes from the consumer prefetch, and
+            # only acks return it (both observed on 3.10.8, in this order).
+            where = self.vhost.rs("queue", queue.name)
+            if not self.prefetch_count:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'"
+                )
+            if m.no_ack:
+                raise AMQPConnectionError(
+                    NOT_IMPLEMENTED,
+                    f"automatic acknowledgement not supported by stream queues {where}",
+                )
+            start = parse_start(m.arguments or {}, where)
         if queue.quorum and self.global_prefetch:
             # rabbit_quorum_queue:consume/3: a connection error (540).
             raise AMQPConnectionError(
@@ -545,7 +561,10 @@ class Channel:
         self.consumers[tag] = consumer
         if not m.nowait:
             self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
-        queue.add_consumer(consumer)
+        if isinstance(queue, StreamQueue) and start is not None:
+            queue.subscribe(consumer, start)
+        else:
+            queue.add_consumer(consumer)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
@@ -583,6 +602,11 @@ class Channel:
         queue_name = self._queue_name(m.queue)
         self._permit("read", "queue", queue_name)
         queue = self.vhost.queue(queue_name, self.conn)
+        if queue.stream:
+            raise AMQPConnectionError(
+                NOT_IMPLEMENTED,
+                f"basic.get not supported by stream queues {self.vhost.rs('queue', queue.name)}",
+            )
         entry = queue.get()
         if entry is None:
             self.send(B.GetEmpty())
@@ -591,7 +615,7 @@ class Channel:
         redelivered = entry[1]
         content_header = message.header
         if queue.quorum and redelivered:
-            content_header = with_delivery_count(content_header, redelivered)
+            content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
         tag = self.next_tag
         self.next_tag = tag + 1
@@ -635,12 +659,30 @@ class Channel:
 
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
+        if requeue is not None:
+            self._refuse_stream_rejects(tag, multiple)
         taken = self._take(tag, multiple)
         if self.tx is not None:
             self.tx_acks.extend(taken)
             self.tx.append(lambda: self._apply_settle(taken, requeue))
             return
         self._apply_settle(taken, requeue)
+
+    def _refuse_stream_rejects(self, tag: int, multiple: bool) -> None:
+        """basic.nack and basic.reject of a stream delivery: 540, checked before anything
+        is settled (rabbit_stream_queue:settle/4; observed on 3.10.8)."""
+        if multiple:
+            records = [r for t, r in self.unacked.items() if not tag or t <= tag]
+        else:
+            record = self.unacked.get(tag)
+            records = [record] if record is not None else []
+        for queue, _entry, _consumer in records:
+            if queue.stream:
+                raise AMQPConnectionError(
+                    NOT_IMPLEMENTED,
+                    "basic.nack and basic.reject not supported by stream queues "
+                    + self.vhost.rs("queue", queue.name),
+                )
 
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
@@ -925,7 +967,13 @@ class Channel:
     def _on_queue_purge(self, m: commands.Queue.Purge) -> None:
         name = self._queue_name(m.queue)
         self._permit("read", "queue", name)
-        count = self.vhost.queue(name, self.conn).purge()
+        queue = self.vhost.queue(name, self.conn)
+        if queue.stream:
+            raise AMQPConnectionError(
+                NOT_IMPLEMENTED,
+                f"queue.purge not supported by stream queues {self.vhost.rs('queue', name)}",
+            )
+        count = queue.purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))
 

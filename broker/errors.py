@@ -127,3 +127,12 @@ def method_id_of(method: object) -> tuple[int, int]:
     """(class_id, method_id) of a pamqp method object, from its ``index``."""
     index = getattr(method, "index", 0)
     return index >> 16, index & 0xFFFF
+
+
+class ChannelCrashError(AMQPConnectionError):
+    """Input that crashes RabbitMQ's channel process: its reader then closes the connection
+    with the bare ``INTERNAL_ERROR`` (541, class and method 0). Raised where Leveret meets
+    input RabbitMQ does not handle, so that clients see the same outcome."""
+
+    def __init__(self) -> None:
+        super().__init__(INTERNAL_ERROR, "", (0, 0))

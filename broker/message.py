@@ -73,13 +73,39 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
     return marshal_content_header(0, properties)[len(_NO_BODY) :]
 
 
-def with_delivery_count(content_header: bytes, count: int) -> bytes:
-    """A content header whose headers table carries ``x-delivery-count`` = ``count`` (a
-    quorum queue's redelivery: rabbit_fifo_client adds it; any value the publisher put
-    there is replaced)."""
+_TAGGED_LONG = struct.Struct(">cq")
+
+
+def with_header(content_header: bytes, name: str, value: int) -> bytes:
+    """A content header whose headers table carries ``name`` = ``value`` (a long), any
+    value the publisher put there replaced: a quorum queue's ``x-delivery-count``
+    (rabbit_fifo_client), a stream's ``x-stream-offset`` (rabbit_stream_queue).
+
+    The entry is appended to the publisher's table bytes, so every other header keeps its
+    wire type, as RabbitMQ keeps them; only when the table already has ``name`` is it
+    decoded and encoded again.
+    """
+    flags = int.from_bytes(content_header[PROPERTIES_AT : PROPERTIES_AT + 2], "big")
+    start, end = _headers_span(content_header, flags)
+    if not flags & FLAG_HEADERS or name not in decoded_table(content_header[start:end]):
+        raw = name.encode()
+        entry = bytes([len(raw)]) + raw + _TAGGED_LONG.pack(b"l", value)
+        if flags & FLAG_HEADERS:
+            table = content_header[start + 4 : end] + entry
+        else:
+            table = entry
+            flags |= FLAG_HEADERS
+        return (
+            content_header[:PROPERTIES_AT]
+            + flags.to_bytes(2, "big")
+            + content_header[PROPERTIES_AT + 2 : start]
+            + len(table).to_bytes(4, "big")
+            + table
+            + content_header[end:]
+        )
     properties = unmarshal_properties(content_header[PROPERTIES_AT:])
     headers = dict(properties.headers or {})
-    headers["x-delivery-count"] = count
+    headers[name] = value
     properties.headers = headers
     return content_header[:PROPERTIES_AT] + marshal_properties(properties)
 

@@ -109,6 +109,9 @@ class Consumer:
 class Queue:
     """A queue in a vhost."""
 
+    # broker.stream.StreamQueue: an append-only log, read by offset.
+    stream = False
+
     __slots__ = (
         "_expiry_timer",
         "_last_used",

@@ -32,6 +32,7 @@ from broker.errors import (
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
 from broker.queue import Consumer, Queue
+from broker.stream import StreamQueue
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -67,6 +68,8 @@ def generated_name(prefix: str) -> str:
 
 
 _MISSING = object()
+# The object each x-queue-type is (a quorum queue is a Queue with its own rules).
+_QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": Queue, "quorum": Queue, "stream": StreamQueue}
 _INT_TYPES = frozenset(
     {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
 )
@@ -458,9 +461,9 @@ class VHost:
                 f"invalid arg '{foreign}' for {self.rs('queue', name)} "
                 f"of queue type rabbit_{kind}_queue",
             )
-        if kind == "quorum":
+        if kind != "classic":
             # rabbit_quorum_queue:declare/2: a quorum queue is durable, not exclusive and
-            # not auto-delete, checked in this order.
+            # not auto-delete, checked in this order; a stream too (rabbit_stream_queue).
             for refused, bad in (
                 ("auto-delete", auto_delete),
                 ("exclusive-owner", exclusive),
@@ -471,7 +474,7 @@ class VHost:
                         PRECONDITION_FAILED,
                         f"invalid property '{refused}' for {self.rs('queue', name)}",
                     )
-        queue = Queue(self, name, durable, owner, auto_delete, copy_args(arguments))
+        queue = _QUEUE_CLASSES[kind](self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
         self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
         if owner is not None:
@@ -483,7 +486,8 @@ class VHost:
         if queue.deleted:
             return 0
         queue.deleted = True
-        count = queue.message_count
+        # A stream's delete-ok counts 0 messages (observed on 3.10.8).
+        count = 0 if queue.stream else queue.message_count
         for consumer in list(queue.consumers):
             consumer.channel.cancel_by_server(consumer)
         queue.consumers.clear()
@@ -506,7 +510,8 @@ class VHost:
             definition = event.queue
             if definition.exclusive or definition.name in self.queues:
                 return
-            self.queues[definition.name] = Queue(
+            kind = queue_type(definition.arguments)
+            self.queues[definition.name] = _QUEUE_CLASSES[kind](
                 self,
                 definition.name,
                 True,

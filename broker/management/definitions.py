@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.arguments import queue_type
 from broker.auth import Permission
 from broker.errors import AMQPError
 from broker.fieldtable import amqp_json
@@ -71,7 +72,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
                 {
                     "name": queue.name,
                     "vhost": name,
-                    "type": "quorum" if queue.quorum else "classic",
+                    "type": queue_type(queue.arguments),
                     "durable": queue.durable,
                     "auto_delete": queue.auto_delete,
                     "arguments": amqp_json(queue.arguments),

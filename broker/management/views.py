@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from broker import __version__
+from broker.arguments import queue_type
 from broker.auth import Permission, User
 from broker.fieldtable import amqp_json
 from broker.management.stats import COUNTERS, GAUGES, details
@@ -131,7 +132,7 @@ def queue_view(
         "auto_delete": queue.auto_delete,
         "exclusive": queue.owner is not None,
         "arguments": amqp_json(queue.arguments),
-        "type": "quorum" if queue.quorum else "classic",
+        "type": queue_type(queue.arguments),
         "state": "running",
         "node": NODE,
         "policy": queue.policy.name if queue.policy is not None else None,

@@ -1,0 +1,304 @@
+"""Stream queues (``x-queue-type: stream``) as AMQP 0-9-1 clients see them.
+
+A stream is an append-only log: consuming does not remove messages, every consumer reads
+from an offset of its own (``x-stream-offset``: ``first``, ``last``, ``next``, a number, a
+timestamp, or an interval such as ``"1h"``) and each delivery carries its offset in the
+``x-stream-offset`` header. RabbitMQ's rules (docs/streams.md "Usage" and "Limitations";
+rabbit_stream_queue; each observed on 3.10.8 with pika and aio-pika):
+
+* consumers must acknowledge and need a consumer prefetch (``basic.qos``); an ack only
+  frees prefetch credit, nothing is removed;
+* ``basic.get``, ``queue.purge``, ``basic.nack`` and ``basic.reject`` are 540
+  NOT_IMPLEMENTED (the connection closes);
+* retention (``x-max-length-bytes``, ``x-max-age``) drops whole segments from the head
+  (``x-stream-max-segment-size-bytes``, 500 MB by default), evaluated when a segment is
+  full, so a stream keeps at least its last segment.
+
+Offsets are numbered from 0 per stream and survive a restart: the stored copy of each
+message is the one delivered, its header already carrying ``x-stream-offset``, and the
+store's 64-bit field that classic queues use for an expiry holds its publish time.
+
+Leveret keeps a stream's messages in memory like any queue's (counted against the memory
+watermark); a message is one "chunk", so ``last`` starts at the last message, where
+RabbitMQ starts at the last chunk (one chunk per publish unless publishes are batched).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker.arguments import interval_ms, type_name
+from broker.errors import PRECONDITION_FAILED, AMQPChannelError, ChannelCrashError
+from broker.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
+from broker.queue import Consumer, Entry, Queue, _int_arg, _str_arg
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+    from broker.vhost import VHost
+    from storage.segments import StoredMessage
+
+OFFSET_HEADER = "x-stream-offset"
+# osiris' default segment size (rabbit_stream_queue: ?MAX_SEGMENT_SIZE_BYTES).
+DEFAULT_SEGMENT_BYTES = 500_000_000
+
+# Where a consumer starts: ("first"|"last"|"next", 0), ("offset", n) or ("time", ms).
+Start = tuple[str, int]
+
+
+def parse_start(arguments: Mapping[str, Any], where: str) -> Start:
+    """The start a consumer's ``x-stream-offset`` asks for (``next`` when absent).
+
+    ``where`` names the queue for the error text. As RabbitMQ 3.10.8: an integer is an
+    offset (a negative one means the first), a timestamp a time (seconds), a string
+    ``first``/``last``/``next`` or an interval back from now; a string that starts with a
+    digit but is no interval is 406 ``invalid_stream_offset_arg``; other strings, floats and
+    booleans crash RabbitMQ's channel (541).
+    """
+    if OFFSET_HEADER not in arguments:
+        return ("next", 0)
+    value = arguments[OFFSET_HEADER]
+    if isinstance(value, bool | float):
+        raise ChannelCrashError()
+    if isinstance(value, int):
+        return ("offset", max(value, 0))
+    if isinstance(value, datetime.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+        return ("time", int(stamp.timestamp()) * 1000)
+    if isinstance(value, str | bytes | bytearray):  # pamqp decodes a byte array ('x')
+        text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+        if text in ("first", "last", "next"):
+            return (text, 0)
+        back = interval_ms(text)  # crashes (541) on text without leading digits
+        if back is None:
+            kind = type_name(arguments, OFFSET_HEADER)
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"invalid arg '{OFFSET_HEADER}' for {where}: "
+                f'{{invalid_stream_offset_arg,{{{kind},<<"{text}">>}}}}',
+            )
+        return ("time", int(time.time() * 1000) - back)
+    raise ChannelCrashError()
+
+
+class StreamQueue(Queue):
+    """A stream: the log of messages, and where each consumer is in it."""
+
+    __slots__ = (
+        "first_offset",
+        "log",
+        "max_age",
+        "positions",
+        "segment_bytes",
+        "segments",
+        "stamps",
+    )
+
+    stream = True
+
+    def __init__(
+        self,
+        vhost: VHost,
+        name: str,
+        durable: bool,
+        owner: Connection | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.log: list[Message] = []
+        self.stamps: list[int] = []  # publish time (ms since the epoch) per message
+        self.first_offset = 0  # the offset of log[0]
+        # Segments as [first offset, bytes]; the last one is being written.
+        self.segments: list[list[int]] = [[0, 0]]
+        self.positions: dict[Consumer, int] = {}
+        super().__init__(vhost, name, durable, owner, auto_delete, arguments)
+
+    def _configure(self) -> None:
+        # Nothing of a classic queue's features applies: x-max-length-bytes is retention.
+        super()._configure()
+        self.max_length = self.max_length_bytes = self.message_ttl = self.expires = None
+        self.dlx = self.dlrk = None
+        self.plain = True
+        arguments = self.arguments
+        self.max_age = None
+        age = _str_arg(arguments, "x-max-age")
+        if age is not None:
+            self.max_age = interval_ms(age)
+        self.segment_bytes = _int_arg(arguments, "x-stream-max-segment-size-bytes") or (
+            DEFAULT_SEGMENT_BYTES
+        )
+
+    @property
+    def retention_bytes(self) -> int | None:
+        """``x-max-length-bytes``: the most a stream keeps, in whole segments."""
+        return _int_arg(self.arguments, "x-max-length-bytes")
+
+    # -- messages ---------------------------------------------------------------------
+
+    def publish(self, message: Message) -> bool:
+        """Append ``message`` (every message is stored, whatever its delivery mode) and
+        deliver it to the consumers waiting at the end of the log."""
+        self.published_total += 1
+        offset = self.first_offset + len(self.log)
+        copy = Message(
+            message.exchange,
+            message.routing_key,
+            with_header(message.header, OFFSET_HEADER, offset),
+            message.body,
+        )
+        stamp = int(time.time() * 1000)
+        if self.store is not None:
+            copy.store_ids = {
+                self.name: self.store.append(
+                    (self.vhost.name, self.name),
+                    copy.exchange,
+                    copy.routing_key,
+                    copy.header,
+                    copy.body,
+                    expires=stamp,  # a stream's stored messages keep their publish time
+                )
+            }
+            persistence = self.vhost.persistence
+            assert persistence is not None
+            message.sync_gen = persistence.appended()
+        self._append(copy, stamp)
+        self.drain()
+        return True
+
+    def _append(self, message: Message, stamp: int) -> None:
+        size = len(message.header) + message.body_size
+        segment = self.segments[-1]
+        if segment[1] and segment[1] + size > self.segment_bytes:
+            self.segments.append([self.first_offset + len(self.log), 0])
+            self._apply_retention(stamp)
+        self.segments[-1][1] += size
+        self.log.append(message)
+        self.stamps.append(stamp)
+        self.ready_bytes += message.body_size
+        self.memory.add(message.body_size)
+
+    def _apply_retention(self, now: int) -> None:
+        """Drop whole segments from the head, never the one being written: while the
+        stream is over ``x-max-length-bytes``, or the newest message of the oldest segment
+        is older than ``x-max-age``."""
+        limit = self.retention_bytes
+        segments = self.segments
+        total = sum(size for _, size in segments)
+        drop = 0
+        while len(segments) - drop > 1:
+            size = segments[drop][1]
+            last = segments[drop + 1][0] - 1
+            too_big = limit is not None and total > limit
+            too_old = (
+                self.max_age is not None
+                and self.stamps[last - self.first_offset] < now - self.max_age
+            )
+            if not (too_big or too_old):
+                break
+            total -= size
+            drop += 1
+        if drop:
+            self._truncate(segments[drop][0])
+            del segments[:drop]
+
+    def _truncate(self, new_first: int) -> None:
+        count = new_first - self.first_offset
+        gone, self.log = self.log[:count], self.log[count:]
+        del self.stamps[:count]
+        self.first_offset = new_first
+        released = sum(message.body_size for message in gone)
+        self.ready_bytes -= released
+        self.memory.remove(released)
+        store = self.store
+        if store is not None:
+            key = (self.vhost.name, self.name)
+            for message in gone:
+                if message.store_ids:
+                    store.ack(key, message.store_ids[self.name])
+            persistence = self.vhost.persistence
+            assert persistence is not None
+            persistence.marks_changed()
+
+    def drain(self) -> None:
+        """Deliver to every consumer from its position while it has prefetch credit."""
+        log = self.log
+        first = self.first_offset
+        end = first + len(log)
+        positions = self.positions
+        for consumer in self.consumers:
+            position = max(positions.get(consumer, end), first)
+            while position < end and consumer.has_capacity():
+                consumer.channel.deliver(consumer, (log[position - first], False, 0.0, position))
+                position += 1
+            positions[consumer] = position
+
+    def start_at(self, start: Start) -> int:
+        """The offset a consumer asking for ``start`` reads first."""
+        kind, value = start
+        end = self.first_offset + len(self.log)
+        if kind == "first":
+            return self.first_offset
+        if kind == "last":
+            return max(end - 1, self.first_offset)
+        if kind == "next":
+            return end
+        if kind == "offset":
+            return max(value, self.first_offset)
+        # A time: the first message published at or after it (RabbitMQ: the first chunk).
+        for index, stamp in enumerate(self.stamps):
+            if stamp >= value:
+                return self.first_offset + index
+        return end
+
+    def subscribe(self, consumer: Consumer, start: Start) -> None:
+        """Attach ``consumer`` reading from ``start``."""
+        self.positions[consumer] = self.start_at(start)
+        self.add_consumer(consumer)
+
+    def detach(self, consumer: Consumer) -> None:
+        """Stop delivering to ``consumer``."""
+        self.positions.pop(consumer, None)
+        super().detach(consumer)
+
+    # Acks and channel closes only return prefetch credit: nothing leaves a stream.
+
+    def requeue(self, entries: Iterable[Entry]) -> None:
+        """Unacked deliveries given back (channel closed, recover): nothing to put back."""
+        self.drain()
+
+    def settle(self, message: Message, rejected: bool) -> None:
+        """An ack: the message stays in the stream."""
+
+    def forget(self, message: Message) -> None:
+        """Messages leave a stream only by retention."""
+
+    def delivered(self, message: Message) -> None:
+        """Stream deliveries are never marked redelivered."""
+
+    def restore(self, stored: list[StoredMessage]) -> None:
+        """Put the stored log back (start-up), offsets from the stored headers."""
+        for item in stored:
+            message = Message(item.exchange, item.routing_key, item.header, item.body)
+            message.store_ids = {self.name: item.msg_id}
+            if not self.log:
+                headers = unmarshal_properties(item.header[PROPERTIES_AT:]).headers or {}
+                offset = headers.get(OFFSET_HEADER)
+                self.first_offset = offset if isinstance(offset, int) else 0
+                self.segments = [[self.first_offset, 0]]
+            self._append(message, item.expires)
+
+    def purge(self) -> int:
+        """Drop the whole log (the stream is being deleted; clients cannot purge one)."""
+        count = len(self.log)
+        self.memory.remove(self.ready_bytes)
+        self.ready_bytes = 0
+        self.first_offset += count
+        self.log, self.stamps = [], []
+        return count
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the log (RabbitMQ reports this with a delay; Leveret at once)."""
+        return len(self.log)

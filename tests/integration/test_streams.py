@@ -1,0 +1,479 @@
+"""Stream queues (``x-queue-type: stream``) through AMQP 0-9-1, as pika and aio-pika see them.
+
+Each expectation was observed on RabbitMQ 3.10.8 (``-m rabbitmq``); sources: docs/streams.md
+("Usage", "Limitations"), rabbit_stream_queue.erl (declare, consume, settle),
+rabbit_amqqueue:check_max_age/1. A stream keeps its messages when they are acked; every
+consumer reads from an offset of its own.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pika
+import pika.exceptions
+import pytest
+from pika.adapters.blocking_connection import BlockingChannel
+
+from broker.config import Config
+from broker.inspect import BrokerThread
+
+from .helpers import unique
+
+pytestmark = pytest.mark.timeout(30)
+
+STREAM = {"x-queue-type": "stream"}
+
+
+@pytest.fixture
+def connection(amqp_url: str) -> Iterator[pika.BlockingConnection]:
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def ch(connection: pika.BlockingConnection) -> BlockingChannel:
+    return connection.channel()
+
+
+@pytest.fixture
+def cleanup(amqp_url: str) -> Iterator[list[str]]:
+    """Stream names to delete after the test (streams are durable, never exclusive)."""
+    names: list[str] = []
+    yield names
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = conn.channel()
+    for name in names:
+        channel.queue_delete(name)
+    conn.close()
+
+
+def stream(ch: BlockingChannel, cleanup: list[str], **arguments: Any) -> str:
+    name = unique("st")
+    cleanup.append(name)
+    ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+    return name
+
+
+def publish(ch: BlockingChannel, name: str, *bodies: bytes, **headers: Any) -> None:
+    """Publish with confirms, one at a time (each is its own chunk in RabbitMQ)."""
+    ch.confirm_delivery()
+    for body in bodies:
+        ch.basic_publish("", name, body, pika.BasicProperties(headers=headers or None))
+
+
+def read(
+    connection: pika.BlockingConnection,
+    name: str,
+    offset: Any = None,
+    *,
+    prefetch: int = 100,
+    ack: bool = True,
+    within: float = 0.6,
+) -> list[tuple[bytes, Any, bool]]:
+    """(body, x-stream-offset, redelivered) of what a new consumer gets within ``within`` s."""
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    got: list[tuple[bytes, Any, bool]] = []
+
+    def on_message(ch_: BlockingChannel, method: Any, properties: Any, body: bytes) -> None:
+        got.append((body, (properties.headers or {}).get("x-stream-offset"), method.redelivered))
+        if ack:
+            ch_.basic_ack(method.delivery_tag)
+
+    arguments = {} if offset is None else {"x-stream-offset": offset}
+    channel.basic_consume(name, on_message, arguments=arguments)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    channel.close()
+    return got
+
+
+def offsets(got: list[tuple[bytes, Any, bool]]) -> list[Any]:
+    return [offset for _body, offset, _redelivered in got]
+
+
+# -- declare --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "arguments", "text"),
+    [
+        ({"durable": False}, {}, "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
+        (
+            {"durable": True, "exclusive": True},
+            {},
+            "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'",
+        ),
+        (
+            {"durable": True, "auto_delete": True},
+            {},
+            "invalid property 'auto-delete' for queue '{q}' in vhost '/'",
+        ),
+        (
+            {"durable": True},
+            {"x-max-age": "1x"},
+            "invalid arg 'x-max-age' for queue '{q}' in vhost '/': invalid_max_age",
+        ),
+        (
+            {"durable": True},
+            {"x-max-age": "0s"},
+            "invalid arg 'x-max-age' for queue '{q}' in vhost '/': invalid_max_age",
+        ),
+        (
+            {"durable": True},
+            {"x-max-age": 10},
+            "invalid arg 'x-max-age' for queue '{q}' in vhost '/': {{unacceptable_type,signedint}}",
+        ),
+        (
+            {"durable": True},
+            {"x-stream-max-segment-size-bytes": -1},
+            "invalid arg 'x-stream-max-segment-size-bytes' for queue '{q}' in vhost '/': "
+            "{{value_negative,-1}}",
+        ),
+        (
+            {"durable": True},
+            {"x-message-ttl": 1000},
+            "invalid arg 'x-message-ttl' for queue '{q}' in vhost '/' "
+            "of queue type rabbit_stream_queue",
+        ),
+    ],
+)
+def test_declare_rules(
+    ch: BlockingChannel, flags: dict[str, bool], arguments: dict[str, Any], text: str
+) -> None:
+    name = unique("st-bad")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.queue_declare(name, arguments={**STREAM, **arguments}, **flags)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        "PRECONDITION_FAILED - " + text.format(q=name),
+    )
+
+
+def test_server_named_stream_is_refused(ch: BlockingChannel) -> None:
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.queue_declare("", durable=True, arguments=STREAM)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_stream_queue",
+    )
+
+
+def test_a_max_age_without_digits_crashes_the_channel(ch: BlockingChannel) -> None:
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        ch.queue_declare(unique("st-bad"), durable=True, arguments={**STREAM, "x-max-age": "h"})
+    assert (err.value.reply_code, err.value.reply_text) == (541, "INTERNAL_ERROR")
+
+
+def test_retention_arguments_are_taken(ch: BlockingChannel, cleanup: list[str]) -> None:
+    arguments = {
+        "x-max-age": "7D",
+        "x-max-length-bytes": 10_000_000,
+        "x-stream-max-segment-size-bytes": 1_000_000,
+    }
+    name = stream(ch, cleanup, **arguments)
+    ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def test_acked_messages_stay_and_every_consumer_reads_them_all(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"m0", b"m1", b"m2")
+    first = read(connection, name, "first")
+    assert first == [(b"m0", 0, False), (b"m1", 1, False), (b"m2", 2, False)]
+    # Acked by the first reader, still there for the next one.
+    assert read(connection, name, "first") == first
+
+
+def test_the_offset_header_replaces_the_publishers_and_keeps_the_rest(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"m", **{"app": "x", "n": 7, "x-stream-offset": 77})
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=1)
+    seen: list[dict[str, Any]] = []
+    channel.basic_consume(
+        name, lambda c, m, p, b: seen.append(p.headers), arguments={"x-stream-offset": "first"}
+    )
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert seen == [{"app": "x", "n": 7, "x-stream-offset": 0}]
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        ("first", [0, 1, 2, 3]),
+        ("last", [3]),
+        ("next", []),
+        (None, []),  # next is the default
+        (2, [2, 3]),
+        (-5, [0, 1, 2, 3]),  # before the start: the first
+        (9, []),  # past the end: waits there
+        ("1h", [0, 1, 2, 3]),  # an interval back from now
+        ("1D", [0, 1, 2, 3]),
+    ],
+)
+def test_where_a_consumer_starts(
+    connection: pika.BlockingConnection,
+    ch: BlockingChannel,
+    cleanup: list[str],
+    offset: Any,
+    expected: list[int],
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"a", b"b", b"c", b"d")
+    assert offsets(read(connection, name, offset)) == expected
+
+
+def test_a_next_consumer_gets_what_is_published_after_it(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"old")
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=10)
+    got: list[bytes] = []
+    channel.basic_consume(name, lambda c, m, p, b: got.append(b), auto_ack=False)
+    connection.process_data_events(0.3)
+    publish(ch, name, b"new")
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert got == [b"new"]
+
+
+def test_a_timestamp_starts_at_the_first_message_published_since(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"before")
+    time.sleep(1.1)
+    since = datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None)
+    time.sleep(1.1)
+    publish(ch, name, b"after-1", b"after-2")
+    got = read(connection, name, since)
+    assert [body for body, *_ in got] == [b"after-1", b"after-2"]
+
+
+def test_prefetch_is_the_credit_and_acks_return_it(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, *[b"m%d" % i for i in range(6)])
+    assert offsets(read(connection, name, "first", prefetch=2, ack=False)) == [0, 1]
+    assert offsets(read(connection, name, "first", prefetch=2, ack=True)) == list(range(6))
+
+
+def test_aio_pika_consumer_with_an_offset(amqp_url: str, cleanup: list[str]) -> None:
+    async def scenario() -> list[tuple[bytes, Any]]:
+        connection = await aio_pika.connect(amqp_url)
+        async with connection:
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=10)
+            name = unique("st-aio")
+            cleanup.append(name)
+            queue = await channel.declare_queue(name, durable=True, arguments=STREAM)
+            publisher = await connection.channel(publisher_confirms=True)
+            for i in range(3):
+                await publisher.default_exchange.publish(aio_pika.Message(b"%d" % i), name)
+            got: list[tuple[bytes, Any]] = []
+            async with queue.iterator(arguments={"x-stream-offset": 1}) as messages:
+                async for message in messages:
+                    async with message.process():
+                        got.append((message.body, message.headers["x-stream-offset"]))
+                    if len(got) == 2:
+                        break
+            return got
+
+    import asyncio
+
+    assert asyncio.run(scenario()) == [(b"1", 1), (b"2", 2)]
+
+
+# -- what a stream refuses ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("qos", "no_ack"), [(None, False), (None, True), ("global", False)])
+def test_a_consumer_needs_a_prefetch(
+    ch: BlockingChannel, cleanup: list[str], qos: Any, no_ack: bool
+) -> None:
+    name = stream(ch, cleanup)
+    if qos == "global":
+        ch.basic_qos(prefetch_count=10, global_qos=True)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, auto_ack=no_ack)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        f"PRECONDITION_FAILED - consumer prefetch count is not set for "
+        f"'queue '{name}' in vhost '/''",
+    )
+
+
+def test_a_consumer_must_acknowledge(ch: BlockingChannel, cleanup: list[str]) -> None:
+    name = stream(ch, cleanup)
+    ch.basic_qos(prefetch_count=10)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, auto_ack=True)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        540,
+        "NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues "
+        f"queue '{name}' in vhost '/'",
+    )
+
+
+@pytest.mark.parametrize("offset", ["3", "1x", "10"])
+def test_an_offset_string_with_digits_that_is_no_interval_is_406(
+    ch: BlockingChannel, cleanup: list[str], offset: str
+) -> None:
+    name = stream(ch, cleanup)
+    ch.basic_qos(prefetch_count=1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, arguments={"x-stream-offset": offset})
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in vhost '/': "
+        f'{{invalid_stream_offset_arg,{{longstr,<<"{offset}">>}}}}',
+    )
+
+
+@pytest.mark.parametrize("offset", ["bogus", "FIRST", "", True])
+def test_other_offsets_crash_the_channel(
+    ch: BlockingChannel, cleanup: list[str], offset: Any
+) -> None:
+    name = stream(ch, cleanup)
+    ch.basic_qos(prefetch_count=1)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, arguments={"x-stream-offset": offset})
+        ch.connection.process_data_events(1)
+    assert (err.value.reply_code, err.value.reply_text) == (541, "INTERNAL_ERROR")
+
+
+def test_get_and_purge_are_not_implemented(
+    connection: pika.BlockingConnection, amqp_url: str, cleanup: list[str]
+) -> None:
+    name = stream(connection.channel(), cleanup)
+    for action, text in (
+        (lambda c: c.basic_get(name), "basic.get"),
+        (lambda c: c.queue_purge(name), "queue.purge"),
+    ):
+        conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+            action(conn.channel())
+        assert (err.value.reply_code, err.value.reply_text) == (
+            540,
+            f"NOT_IMPLEMENTED - {text} not supported by stream queues queue '{name}' in vhost '/'",
+        )
+
+
+@pytest.mark.parametrize("settle", ["nack", "reject"])
+def test_nack_and_reject_are_not_implemented(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str], settle: str
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"m")
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=1)
+    tags: list[int] = []
+    channel.basic_consume(
+        name, lambda c, m, p, b: tags.append(m.delivery_tag), arguments={"x-stream-offset": 0}
+    )
+    deadline = time.monotonic() + 5
+    while not tags and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+        if settle == "nack":
+            channel.basic_nack(tags[0], requeue=False)
+        else:
+            channel.basic_reject(tags[0], requeue=True)
+        connection.process_data_events(1)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        540,
+        "NOT_IMPLEMENTED - basic.nack and basic.reject not supported by stream queues "
+        f"queue '{name}' in vhost '/'",
+    )
+
+
+def test_deleting_a_stream_cancels_its_consumers(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    name = stream(ch, cleanup)
+    publish(ch, name, b"a", b"b")
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=5)
+    cancelled: list[Any] = []
+    consumer.add_on_cancel_callback(cancelled.append)
+    consumer.basic_consume(name, lambda *_: None)
+    # RabbitMQ's delete-ok counts no messages for a stream.
+    assert ch.queue_delete(name).method.message_count == 0
+    deadline = time.monotonic() + 5
+    while not cancelled and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert cancelled and consumer.is_open
+
+
+# -- retention ------------------------------------------------------------------------------
+
+
+def test_retention_drops_whole_segments_from_the_head(
+    connection: pika.BlockingConnection, ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    # 100 messages of 100 bytes, segments of 1,000 bytes, at most 2,000 bytes kept: the
+    # head goes a segment at a time. (RabbitMQ's offsets also count its own records, so
+    # only the bodies are compared.)
+    name = stream(
+        ch, cleanup, **{"x-max-length-bytes": 2000, "x-stream-max-segment-size-bytes": 1000}
+    )
+    bodies = [b"%03d" % i + b"x" * 97 for i in range(100)]
+    publish(ch, name, *bodies)
+    kept = [body for body, *_ in read(connection, name, "first", within=1.0)]
+    assert 0 < len(kept) < 50
+    assert kept == bodies[-len(kept) :]
+
+
+# -- durability (Leveret's data dir) --------------------------------------------------------
+
+
+def test_a_stream_and_its_offsets_survive_a_restart(tmp_path: Path) -> None:
+    def start() -> tuple[BrokerThread, pika.BlockingConnection]:
+        broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+        return broker, pika.BlockingConnection(pika.URLParameters(broker.url))
+
+    broker, conn = start()
+    try:
+        channel = conn.channel()
+        channel.queue_declare(
+            "events",
+            durable=True,
+            arguments={**STREAM, "x-max-length-bytes": 300, "x-stream-max-segment-size-bytes": 100},
+        )
+        # Transient messages too: a stream stores everything.
+        publish(channel, "events", *[b"e%d" % i for i in range(20)])
+        before = read(conn, "events", "first")
+        conn.close()
+    finally:
+        broker.stop()
+    assert 0 < len(before) < 20  # retention ran
+    broker, conn = start()
+    try:
+        assert read(conn, "events", "first") == before
+        publish(conn.channel(), "events", b"later")
+        assert read(conn, "events", "last") == [(b"later", 20, False)]
+        conn.close()
+    finally:
+        broker.stop()
