@@ -51,7 +51,7 @@ from broker.message import (
     with_header,
 )
 from broker.queue import Consumer, Entry, Queue
-from broker.stream import StreamQueue, parse_start
+from broker.stream import StreamQueue, not_supported, parse_start
 from broker.vhost import generated_name
 from exchanges.model import DestKind
 
@@ -539,10 +539,7 @@ class Channel:
                     PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'"
                 )
             if m.no_ack:
-                raise AMQPConnectionError(
-                    NOT_IMPLEMENTED,
-                    f"automatic acknowledgement not supported by stream queues {where}",
-                )
+                raise not_supported("automatic acknowledgement", where)
             start = parse_start(m.arguments or {}, where)
         if queue.quorum and self.global_prefetch:
             # rabbit_quorum_queue:consume/3: a connection error (540).
@@ -603,10 +600,7 @@ class Channel:
         self._permit("read", "queue", queue_name)
         queue = self.vhost.queue(queue_name, self.conn)
         if queue.stream:
-            raise AMQPConnectionError(
-                NOT_IMPLEMENTED,
-                f"basic.get not supported by stream queues {self.vhost.rs('queue', queue.name)}",
-            )
+            raise not_supported("basic.get", self.vhost.rs("queue", queue.name))
         entry = queue.get()
         if entry is None:
             self.send(B.GetEmpty())
@@ -678,10 +672,8 @@ class Channel:
             records = [record] if record is not None else []
         for queue, _entry, _consumer in records:
             if queue.stream:
-                raise AMQPConnectionError(
-                    NOT_IMPLEMENTED,
-                    "basic.nack and basic.reject not supported by stream queues "
-                    + self.vhost.rs("queue", queue.name),
+                raise not_supported(
+                    "basic.nack and basic.reject", self.vhost.rs("queue", queue.name)
                 )
 
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
@@ -969,10 +961,7 @@ class Channel:
         self._permit("read", "queue", name)
         queue = self.vhost.queue(name, self.conn)
         if queue.stream:
-            raise AMQPConnectionError(
-                NOT_IMPLEMENTED,
-                f"queue.purge not supported by stream queues {self.vhost.rs('queue', name)}",
-            )
+            raise not_supported("queue.purge", self.vhost.rs("queue", name))
         count = queue.purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 Entry = tuple[Message, int, float, int]
 
 
-def _int_arg(arguments: dict[str, Any], key: str) -> int | None:
+def int_arg(arguments: dict[str, Any], key: str) -> int | None:
+    """An integer argument (not a bool), or None when unset or of another type."""
     value = arguments.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -91,7 +92,7 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments
-        self.priority = _int_arg(arguments, "x-priority") or 0
+        self.priority = int_arg(arguments, "x-priority") or 0
 
     def has_capacity(self) -> bool:
         """Whether one more message may be delivered to this consumer now."""
@@ -187,7 +188,7 @@ class Queue:
         self.published_total: int = 0
         self.delivered_total: int = 0
         self.acked_total: int = 0
-        self.max_priority = _int_arg(arguments, "x-max-priority")
+        self.max_priority = int_arg(arguments, "x-max-priority")
         self.single_active = arguments.get("x-single-active-consumer") is True
         # A quorum queue (x-queue-type) keeps every message on disk, counts deliveries
         # (x-delivery-count, x-delivery-limit), and refuses global qos consumers.
@@ -211,15 +212,15 @@ class Queue:
         """The feature settings from the queue's arguments and its policy's keys
         (rabbit_amqqueue_process:process_args_policy/1)."""
         arguments = queue_arguments(self.arguments, self.policy)
-        self.message_ttl = _int_arg(arguments, "x-message-ttl")
-        self.expires = _int_arg(arguments, "x-expires")
-        self.max_length = _int_arg(arguments, "x-max-length")
-        self.max_length_bytes = _int_arg(arguments, "x-max-length-bytes")
+        self.message_ttl = int_arg(arguments, "x-message-ttl")
+        self.expires = int_arg(arguments, "x-expires")
+        self.max_length = int_arg(arguments, "x-max-length")
+        self.max_length_bytes = int_arg(arguments, "x-max-length-bytes")
         self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
         self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
         self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
         if self.quorum:
-            self.delivery_limit = _int_arg(arguments, "x-delivery-limit")
+            self.delivery_limit = int_arg(arguments, "x-delivery-limit")
         # True when no TTL, length limit or priority applies: publish skips all checks.
         self.plain = (
             self.message_ttl is None

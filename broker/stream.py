@@ -31,9 +31,15 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from broker.arguments import interval_ms, type_name
-from broker.errors import PRECONDITION_FAILED, AMQPChannelError, ChannelCrashError
+from broker.errors import (
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    AMQPChannelError,
+    AMQPConnectionError,
+    ChannelCrashError,
+)
 from broker.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
-from broker.queue import Consumer, Entry, Queue, _int_arg, _str_arg
+from broker.queue import Consumer, Entry, Queue, int_arg
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -46,6 +52,12 @@ DEFAULT_SEGMENT_BYTES = 500_000_000
 
 # Where a consumer starts: ("first"|"last"|"next", 0), ("offset", n) or ("time", ms).
 Start = tuple[str, int]
+
+
+def not_supported(what: str, where: str) -> AMQPConnectionError:
+    """540 for an operation streams refuse (``basic.get``, ``queue.purge``, ``basic.nack
+    and basic.reject``, ``automatic acknowledgement``) on the queue ``where`` names."""
+    return AMQPConnectionError(NOT_IMPLEMENTED, f"{what} not supported by stream queues {where}")
 
 
 def parse_start(arguments: Mapping[str, Any], where: str) -> Start:
@@ -83,6 +95,23 @@ def parse_start(arguments: Mapping[str, Any], where: str) -> Start:
     raise ChannelCrashError()
 
 
+def _age(value: Any) -> int | None:
+    """An ``x-max-age`` or ``max-age`` policy value in ms (None: unset or not valid; the
+    policy's value is not validated when it is set, as in RabbitMQ)."""
+    if not isinstance(value, str | bytes):
+        return None
+    try:
+        return interval_ms(value)
+    except ChannelCrashError:
+        return None
+
+
+def _lower(own: int | None, policy: Any) -> int | None:
+    """The lower of an argument and a policy value (either may be unset)."""
+    values = [v for v in (own, policy) if isinstance(v, int) and not isinstance(v, bool)]
+    return min(values) if values else None
+
+
 class StreamQueue(Queue):
     """A stream: the log of messages, and where each consumer is in it."""
 
@@ -91,6 +120,7 @@ class StreamQueue(Queue):
         "log",
         "max_age",
         "positions",
+        "retention_bytes",
         "segment_bytes",
         "segments",
         "stamps",
@@ -121,19 +151,17 @@ class StreamQueue(Queue):
         self.max_length = self.max_length_bytes = self.message_ttl = self.expires = None
         self.dlx = self.dlrk = None
         self.plain = True
-        arguments = self.arguments
-        self.max_age = None
-        age = _str_arg(arguments, "x-max-age")
-        if age is not None:
-            self.max_age = interval_ms(age)
-        self.segment_bytes = _int_arg(arguments, "x-stream-max-segment-size-bytes") or (
-            DEFAULT_SEGMENT_BYTES
+        # Argument or policy, the lower wins (rabbit_stream_queue:make_stream_conf/1).
+        policy = self.policy.definition if self.policy is not None else {}
+        self.retention_bytes = _lower(
+            int_arg(self.arguments, "x-max-length-bytes"), policy.get("max-length-bytes")
         )
-
-    @property
-    def retention_bytes(self) -> int | None:
-        """``x-max-length-bytes``: the most a stream keeps, in whole segments."""
-        return _int_arg(self.arguments, "x-max-length-bytes")
+        self.max_age = _lower(_age(self.arguments.get("x-max-age")), _age(policy.get("max-age")))
+        segment = _lower(
+            int_arg(self.arguments, "x-stream-max-segment-size-bytes"),
+            policy.get("stream-max-segment-size-bytes"),
+        )
+        self.segment_bytes = segment if segment else DEFAULT_SEGMENT_BYTES
 
     # -- messages ---------------------------------------------------------------------
 

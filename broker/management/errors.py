@@ -90,6 +90,10 @@ def from_amqp(exc: AMQPError, style: str = "direct") -> ApiError:
         return ApiError(404, "not_found", exc.text)
     if exc.code == ACCESS_REFUSED:
         return not_authorised(exc.text)
+    if exc.closes_connection:
+        # A connection error reaches the API without its constant (observed on 3.10.8:
+        # "540 basic.get not supported by stream queues ...").
+        return bad_request(f"{exc.code} {exc.explanation}")
     return bad_request(f"{exc.code} {exc.text}")
 
 

@@ -33,6 +33,7 @@ from broker.management.state import state_of
 from broker.management.stats import broker_counters
 from broker.management.topology import exchange_name, queue_of
 from broker.message import Message, expiration_error
+from broker.stream import not_supported
 
 if TYPE_CHECKING:
     from broker.persistence import Persistence
@@ -68,6 +69,8 @@ async def purge(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.check_exclusive(queue, None)
+        if queue.stream:
+            raise not_supported("queue.purge", vhost.rs("queue", queue.name))
         queue.purge()
     return web.Response(status=204)
 
@@ -120,6 +123,8 @@ async def get_messages(request: web.Request) -> web.Response:
     with amqp_errors("channel"):
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.queue(queue.name, None)
+        if queue.stream:
+            raise not_supported("basic.get", vhost.rs("queue", queue.name))
     taken: list[tuple[Entry, int]] = []
     while len(taken) < count:
         entry = queue.get()

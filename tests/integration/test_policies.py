@@ -369,3 +369,52 @@ def test_alternate_exchange_by_policy_and_the_argument_wins(api: Http, ch: Block
     finally:
         ch.exchange_delete(plain)
         ch.exchange_delete(with_argument)
+
+
+# -- streams --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stream(ch: BlockingChannel) -> Iterator[str]:
+    """A stream with 1,000-byte segments (durable: deleted after the test)."""
+    name = unique("pol-stream")
+    arguments = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 1000}
+    ch.queue_declare(name, durable=True, arguments=arguments)
+    yield name
+    if ch.is_open:
+        ch.queue_delete(name)
+
+
+def test_a_stream_cannot_be_purged_or_read_through_the_api(api: Http, stream: str) -> None:
+    path = "/api/queues/%2F/" + stream
+    where = f"queue '{stream}' in vhost '/'"
+    assert api("DELETE", path + "/contents") == (
+        400,
+        {"error": "bad_request", "reason": f"queue.purge not supported by stream queues {where}"},
+    )
+    body = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+    assert api("POST", path + "/get", body) == (
+        400,
+        {"error": "bad_request", "reason": f"540 basic.get not supported by stream queues {where}"},
+    )
+
+
+def test_max_length_bytes_policy_is_a_streams_retention(
+    api: Http, ch: BlockingChannel, stream: str
+) -> None:
+    set_policy(api, unique("pt-stream"), "^" + stream + "$", {"max-length-bytes": 2000})
+    time.sleep(0.5)  # RabbitMQ hands the policy to the stream's writer asynchronously
+    ch.confirm_delivery()
+    bodies = [b"%03d" % i + b"x" * 97 for i in range(100)]
+    for body in bodies:
+        ch.basic_publish("", stream, body)
+    ch.basic_qos(prefetch_count=200)
+    kept: list[bytes] = []
+    ch.basic_consume(
+        stream, lambda c, m, p, b: kept.append(b), arguments={"x-stream-offset": "first"}
+    )
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        ch.connection.process_data_events(0.05)
+    assert 0 < len(kept) < 50
+    assert kept == bodies[-len(kept) :]
