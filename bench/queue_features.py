@@ -23,6 +23,9 @@ exchange -> work queue (headers: a headers exchange), transient --body-size byte
                       -> N-th expired message parsed from the DLQ.
                       Figure: expired_dead_lettered_per_s.
   --mode plain        control for ttl-dlx: the same code with a work queue without arguments.
+  --mode stream       the work queue is a stream (x-queue-type stream, durable, so every
+                      message is written to disk), consumed from x-stream-offset "first"
+                      with the same acking consumer: compare with plain.
 
 Three more controls-with-a-feature run the same consumer as plain, each with one feature the
 broker has to read message properties for (figure: msgs_per_s, compare with plain):
@@ -49,7 +52,7 @@ from amqpbench_path import amqpwire
 from pamqp import commands
 
 # Modes whose work queue has a manual-ack consumer (pubsub_direct --ack single).
-CONSUMED = ("ttl-dlx", "plain", "priority", "message-ttl", "headers")
+CONSUMED = ("ttl-dlx", "plain", "priority", "message-ttl", "headers", "stream")
 MODES = (*CONSUMED, "dead-letter", "expire")
 FIGURE = {
     **{mode: "msgs_per_s" for mode in CONSUMED},
@@ -78,6 +81,8 @@ HEADERS = {"type": "order", "region": "eu"}
 def queue_arguments(args: argparse.Namespace, dlx: str) -> dict[str, Any]:
     if args.mode == "priority":
         return {"x-max-priority": 10}
+    if args.mode == "stream":
+        return {"x-queue-type": "stream"}
     if args.mode in ("plain", "message-ttl", "headers"):
         return {}
     arguments: dict[str, Any] = {"x-dead-letter-exchange": dlx}
@@ -198,7 +203,9 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         await cons.rpc(1, commands.Queue.Bind(queue=dlq, exchange=dlx, routing_key=""))
         await cons.rpc(
             1,
-            commands.Queue.Declare(queue=q, durable=False, auto_delete=False, arguments=arguments),
+            commands.Queue.Declare(
+                queue=q, durable=mode == "stream", auto_delete=False, arguments=arguments
+            ),
         )
         declared_q = True
         exchange = ""
@@ -221,7 +228,8 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         if mode in CONSUMED:
             await cons.rpc(1, commands.Basic.Qos(prefetch_count=args.prefetch))
             clock = settling_consumer(cons, n, "ack")
-            await cons.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c1"))
+            start = {"x-stream-offset": "first"} if mode == "stream" else {}
+            await cons.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c1", arguments=start))
             tags.append("c1")
             rejecter = None
         elif mode == "dead-letter":

@@ -119,6 +119,16 @@ WORKLOADS: dict[str, Workload] = {
             group="features",
         ),
         Workload(
+            "queue-stream",
+            QUEUE_FEATURES,
+            ("--mode", "stream", "--prefetch", "1000"),
+            ("-n", "200000"),
+            ("-n", "20000"),
+            (MSGS,),
+            "as queue-plain, the queue a stream (durable, on disk), read from offset first",
+            group="features",
+        ),
+        Workload(
             "queue-plain",
             QUEUE_FEATURES,
             ("--mode", "plain", "--prefetch", "1000"),
