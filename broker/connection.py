@@ -459,6 +459,12 @@ class Connection(asyncio.Protocol):
             self._abort()
         elif isinstance(frame, C.CloseOk | C.Blocked | C.Unblocked):
             pass
+        elif state is State.OPEN and isinstance(frame, C.UpdateSecret):
+            # Credential rotation (aio-pika/pika update_secret, for OAuth 2 tokens):
+            # rabbit_reader takes it when running; RabbitMQ 3.10.8's internal auth backend
+            # accepts any new secret and keeps the connection as it is (observed), and so
+            # does Leveret, whose only backend is internal.
+            self.send_method(0, C.UpdateSecretOk())
         elif isinstance(frame, codec.Header):
             raise AMQPConnectionError(
                 UNEXPECTED_FRAME, f"type 2, all octets = {codec.erl_binary(frame.payload)}"

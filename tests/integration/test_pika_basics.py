@@ -848,6 +848,17 @@ def test_channel_flow_true_is_accepted(ch: BlockingChannel) -> None:
     assert ch.flow(True) is True
 
 
+def test_update_secret_is_accepted_and_the_connection_goes_on(
+    conn: pika.BlockingConnection, ch: BlockingChannel
+) -> None:
+    # connection.update-secret (credential rotation): with the internal auth backend
+    # RabbitMQ 3.10.8 replies update-secret-ok to any new secret and keeps serving.
+    conn.update_secret("guest", "rotation")
+    name = ch.queue_declare("", exclusive=True).method.queue
+    ch.basic_publish("", name, b"after")
+    assert ch.basic_get(name, auto_ack=True)[2] == b"after"
+
+
 @pytest.mark.parametrize(
     ("action", "text"),
     [
