@@ -337,31 +337,37 @@ def test_a_consumer_must_acknowledge(ch: BlockingChannel, cleanup: list[str]) ->
     )
 
 
-@pytest.mark.parametrize("offset", ["3", "1x", "10"])
-def test_an_offset_string_with_digits_that_is_no_interval_is_406(
-    ch: BlockingChannel, cleanup: list[str], offset: str
+_INVALID_OFFSET = (
+    "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{q}' in vhost '/': "
+    '{{invalid_stream_offset_arg,{{longstr,<<"{offset}">>}}}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("offset", "code", "text"),
+    [
+        # A string that starts with a digit but is no interval: 406.
+        *[(offset, 406, _INVALID_OFFSET) for offset in ("3", "1x", "10")],
+        # Other strings, and booleans, crash RabbitMQ's channel: 541.
+        *[(offset, 541, "INTERNAL_ERROR") for offset in ("bogus", "FIRST", "", True)],
+    ],
+)
+def test_invalid_offsets(
+    ch: BlockingChannel, cleanup: list[str], offset: Any, code: int, text: str
 ) -> None:
     name = stream(ch, cleanup)
     ch.basic_qos(prefetch_count=1)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.basic_consume(name, lambda *_: None, arguments={"x-stream-offset": offset})
-    assert (err.value.reply_code, err.value.reply_text) == (
-        406,
-        f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in vhost '/': "
-        f'{{invalid_stream_offset_arg,{{longstr,<<"{offset}">>}}}}',
-    )
-
-
-@pytest.mark.parametrize("offset", ["bogus", "FIRST", "", True])
-def test_other_offsets_crash_the_channel(
-    ch: BlockingChannel, cleanup: list[str], offset: Any
-) -> None:
-    name = stream(ch, cleanup)
-    ch.basic_qos(prefetch_count=1)
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
+    with pytest.raises(pika.exceptions.AMQPError) as err:
         ch.basic_consume(name, lambda *_: None, arguments={"x-stream-offset": offset})
         ch.connection.process_data_events(1)
-    assert (err.value.reply_code, err.value.reply_text) == (541, "INTERNAL_ERROR")
+    closed = err.value
+    assert isinstance(
+        closed,
+        pika.exceptions.ChannelClosedByBroker
+        if code == 406
+        else pika.exceptions.ConnectionClosedByBroker,
+    )
+    assert (closed.reply_code, closed.reply_text) == (code, text.format(q=name, offset=offset))
 
 
 def test_get_and_purge_are_not_implemented(
