@@ -8,6 +8,7 @@ consumer reads from an offset of its own.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Iterator
@@ -300,8 +301,6 @@ def test_aio_pika_consumer_with_an_offset(amqp_url: str, cleanup: list[str]) -> 
                     if len(got) == 2:
                         break
             return got
-
-    import asyncio
 
     assert asyncio.run(scenario()) == [(b"1", 1), (b"2", 2)]
 
