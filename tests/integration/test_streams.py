@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,15 @@ def read(
         connection.process_data_events(0.05)
     channel.close()
     return got
+
+
+def pump_until(
+    connection: pika.BlockingConnection, done: Callable[[], bool], within: float = 5.0
+) -> None:
+    """Process the connection's events until ``done()`` (at most ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while not done() and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
 
 
 def offsets(got: list[tuple[bytes, Any, bool]]) -> list[Any]:
@@ -210,9 +219,7 @@ def test_the_offset_header_replaces_the_publishers_and_keeps_the_rest(
     channel.basic_consume(
         name, lambda c, m, p, b: seen.append(p.headers), arguments={"x-stream-offset": "first"}
     )
-    deadline = time.monotonic() + 5
-    while not seen and time.monotonic() < deadline:
-        connection.process_data_events(0.05)
+    pump_until(connection, lambda: bool(seen))
     assert seen == [{"app": "x", "n": 7, "x-stream-offset": 0}]
 
 
@@ -253,9 +260,7 @@ def test_a_next_consumer_gets_what_is_published_after_it(
     channel.basic_consume(name, lambda c, m, p, b: got.append(b), auto_ack=False)
     connection.process_data_events(0.3)
     publish(ch, name, b"new")
-    deadline = time.monotonic() + 5
-    while not got and time.monotonic() < deadline:
-        connection.process_data_events(0.05)
+    pump_until(connection, lambda: bool(got))
     assert got == [b"new"]
 
 
@@ -398,9 +403,7 @@ def test_nack_and_reject_are_not_implemented(
     channel.basic_consume(
         name, lambda c, m, p, b: tags.append(m.delivery_tag), arguments={"x-stream-offset": 0}
     )
-    deadline = time.monotonic() + 5
-    while not tags and time.monotonic() < deadline:
-        connection.process_data_events(0.05)
+    pump_until(connection, lambda: bool(tags))
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
         if settle == "nack":
             channel.basic_nack(tags[0], requeue=False)
@@ -426,9 +429,7 @@ def test_deleting_a_stream_cancels_its_consumers(
     consumer.basic_consume(name, lambda *_: None)
     # RabbitMQ's delete-ok counts no messages for a stream.
     assert ch.queue_delete(name).method.message_count == 0
-    deadline = time.monotonic() + 5
-    while not cancelled and time.monotonic() < deadline:
-        connection.process_data_events(0.05)
+    pump_until(connection, lambda: bool(cancelled))
     assert cancelled and consumer.is_open
 
 
