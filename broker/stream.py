@@ -25,6 +25,7 @@ RabbitMQ starts at the last chunk (one chunk per publish unless publishes are ba
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import time
 from collections.abc import Iterable, Mapping
@@ -275,10 +276,7 @@ class StreamQueue(Queue):
         if kind == "offset":
             return max(value, self.first_offset)
         # A time: the first message published at or after it (RabbitMQ: the first chunk).
-        for index, stamp in enumerate(self.stamps):
-            if stamp >= value:
-                return self.first_offset + index
-        return end
+        return self.first_offset + bisect.bisect_left(self.stamps, value)
 
     def subscribe(self, consumer: Consumer, start: Start) -> None:
         """Attach ``consumer`` reading from ``start``."""
@@ -318,11 +316,11 @@ class StreamQueue(Queue):
             self._append(message, item.expires)
 
     def purge(self) -> int:
-        """Drop the whole log (the stream is being deleted; clients cannot purge one)."""
+        """Release the whole log: only :meth:`Queue.discard` calls this, as the stream is
+        deleted (clients cannot purge one; the store drops its messages there)."""
         count = len(self.log)
         self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
-        self.first_offset += count
         self.log, self.stamps = [], []
         return count
 

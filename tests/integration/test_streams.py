@@ -70,6 +70,32 @@ def publish(ch: BlockingChannel, name: str, *bodies: bytes, **headers: Any) -> N
         ch.basic_publish("", name, body, pika.BasicProperties(headers=headers or None))
 
 
+Delivery = tuple[Any, Any, bytes]  # (method, properties, body)
+
+
+def consume(
+    connection: pika.BlockingConnection,
+    name: str,
+    offset: Any = None,
+    *,
+    prefetch: int = 100,
+    ack: bool = False,
+) -> tuple[BlockingChannel, list[Delivery]]:
+    """A new channel consuming ``name`` from ``offset``, and the list its deliveries go to."""
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    got: list[Delivery] = []
+
+    def on_message(ch_: BlockingChannel, method: Any, properties: Any, body: bytes) -> None:
+        got.append((method, properties, body))
+        if ack:
+            ch_.basic_ack(method.delivery_tag)
+
+    arguments = {} if offset is None else {"x-stream-offset": offset}
+    channel.basic_consume(name, on_message, arguments=arguments)
+    return channel, got
+
+
 def read(
     connection: pika.BlockingConnection,
     name: str,
@@ -80,22 +106,13 @@ def read(
     within: float = 0.6,
 ) -> list[tuple[bytes, Any, bool]]:
     """(body, x-stream-offset, redelivered) of what a new consumer gets within ``within`` s."""
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=prefetch)
-    got: list[tuple[bytes, Any, bool]] = []
-
-    def on_message(ch_: BlockingChannel, method: Any, properties: Any, body: bytes) -> None:
-        got.append((body, (properties.headers or {}).get("x-stream-offset"), method.redelivered))
-        if ack:
-            ch_.basic_ack(method.delivery_tag)
-
-    arguments = {} if offset is None else {"x-stream-offset": offset}
-    channel.basic_consume(name, on_message, arguments=arguments)
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        connection.process_data_events(0.05)
+    channel, got = consume(connection, name, offset, prefetch=prefetch, ack=ack)
+    pump_until(connection, lambda: False, within)
     channel.close()
-    return got
+    return [
+        (body, (properties.headers or {}).get("x-stream-offset"), method.redelivered)
+        for method, properties, body in got
+    ]
 
 
 def pump_until(
@@ -213,14 +230,11 @@ def test_the_offset_header_replaces_the_publishers_and_keeps_the_rest(
 ) -> None:
     name = stream(ch, cleanup)
     publish(ch, name, b"m", **{"app": "x", "n": 7, "x-stream-offset": 77})
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=1)
-    seen: list[dict[str, Any]] = []
-    channel.basic_consume(
-        name, lambda c, m, p, b: seen.append(p.headers), arguments={"x-stream-offset": "first"}
-    )
-    pump_until(connection, lambda: bool(seen))
-    assert seen == [{"app": "x", "n": 7, "x-stream-offset": 0}]
+    _channel, got = consume(connection, name, "first")
+    pump_until(connection, lambda: bool(got))
+    assert [properties.headers for _m, properties, _b in got] == [
+        {"app": "x", "n": 7, "x-stream-offset": 0}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -254,14 +268,11 @@ def test_a_next_consumer_gets_what_is_published_after_it(
 ) -> None:
     name = stream(ch, cleanup)
     publish(ch, name, b"old")
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=10)
-    got: list[bytes] = []
-    channel.basic_consume(name, lambda c, m, p, b: got.append(b), auto_ack=False)
+    _channel, got = consume(connection, name)  # no offset: next
     connection.process_data_events(0.3)
     publish(ch, name, b"new")
     pump_until(connection, lambda: bool(got))
-    assert got == [b"new"]
+    assert [body for *_, body in got] == [b"new"]
 
 
 def test_a_timestamp_starts_at_the_first_message_published_since(
@@ -397,18 +408,14 @@ def test_nack_and_reject_are_not_implemented(
 ) -> None:
     name = stream(ch, cleanup)
     publish(ch, name, b"m")
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=1)
-    tags: list[int] = []
-    channel.basic_consume(
-        name, lambda c, m, p, b: tags.append(m.delivery_tag), arguments={"x-stream-offset": 0}
-    )
-    pump_until(connection, lambda: bool(tags))
+    channel, got = consume(connection, name, 0, prefetch=1)
+    pump_until(connection, lambda: bool(got))
+    tag = got[0][0].delivery_tag
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
         if settle == "nack":
-            channel.basic_nack(tags[0], requeue=False)
+            channel.basic_nack(tag, requeue=False)
         else:
-            channel.basic_reject(tags[0], requeue=True)
+            channel.basic_reject(tag, requeue=True)
         connection.process_data_events(1)
     assert (err.value.reply_code, err.value.reply_text) == (
         540,
