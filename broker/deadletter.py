@@ -172,7 +172,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     headers = death.headers
     targets: set[str] = set()
     for key in death.keys:
-        targets.update(route(vhost.projection, dlx, key, headers))
+        targets.update(route(vhost.projection, dlx, key, headers, copy.header))
     for name in sorted(targets):
         target = vhost.queues.get(name)
         if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):

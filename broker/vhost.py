@@ -28,11 +28,13 @@ from broker.errors import (
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AMQPChannelError,
+    ChannelCrashError,
 )
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
 from broker.queue import Consumer, Queue
 from broker.stream import StreamQueue
+from exchanges import chash
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -280,6 +282,15 @@ class VHost:
                     f"invalid type '{arg_type(arguments, 'alternate-exchange')}' for arg "
                     f"'alternate-exchange' in {self.rs('exchange', name)}",
                 )
+            if type_ is ExchangeType.CONSISTENT_HASH:
+                # The plugin's validate/1, run for new exchanges only (rabbit_exchange:
+                # declare/7); a non-string hash-header crashes RabbitMQ's channel.
+                try:
+                    problem = chash.exchange_problem(arguments)
+                except chash.CrashingArgumentError:
+                    raise ChannelCrashError() from None
+                if problem is not None:
+                    raise AMQPChannelError(PRECONDITION_FAILED, problem)
             self._apply(
                 ExchangeDeclared(
                     Exchange(name, type_, durable, auto_delete, internal, copy_args(arguments))
@@ -378,7 +389,7 @@ class VHost:
             self.exchange(destination)
         binding = Binding(source, destination, kind, routing_key, dict(arguments))
         if add:
-            problem = validate_binding(exchange, binding.arguments)
+            problem = validate_binding(exchange, binding.arguments, routing_key)
             if problem is not None:
                 raise AMQPChannelError(PRECONDITION_FAILED, problem)
             self._apply(BindingAdded(binding))
@@ -542,7 +553,7 @@ class VHost:
         # somewhere in the vhost, or sender-selected CC/BCC keys.
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
-        names = route(self.projection, message.exchange, message.routing_key, headers)
+        names = route(self.projection, message.exchange, message.routing_key, headers, payload)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()

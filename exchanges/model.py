@@ -22,6 +22,9 @@ class ExchangeType(StrEnum):
     HEADERS = "headers"
     # The reverse topic exchange of the rabbitmq-rtopic-exchange plugin (exchanges.rtopic).
     RTOPIC = "x-rtopic"
+    # The consistent-hash exchange of the rabbitmq_consistent_hash_exchange plugin
+    # (exchanges.chash).
+    CONSISTENT_HASH = "x-consistent-hash"
 
 
 class XMatch(StrEnum):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from exchanges.chash import ConsistentHashIndex, Ring
 from exchanges.model import (
     EMPTY,
     Binding,
@@ -178,9 +179,11 @@ class HeadersIndex:
         return frozenset(self.specs)
 
 
-Index = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex | RTopicIndex
+PlainIndex = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex | RTopicIndex
+Index = PlainIndex | ConsistentHashIndex
 
-INDEX_TYPES: Mapping[ExchangeType, type[Index]] = {
+# Index classes built with no arguments (a consistent-hash exchange's two sides share a Ring).
+INDEX_TYPES: Mapping[ExchangeType, type[PlainIndex]] = {
     ExchangeType.DIRECT: DirectIndex,
     ExchangeType.FANOUT: FanoutIndex,
     ExchangeType.TOPIC: TopicIndex,
@@ -214,9 +217,17 @@ class ExchangeIndex:
         self.type = exchange.type
         self.alternate = exchange.alternate_exchange
         self.is_default = exchange.name == DEFAULT_EXCHANGE
-        index_type = INDEX_TYPES[exchange.type]
-        self.queues: Index = index_type()
-        self.exchanges: Index = index_type()
+        self.queues: Index
+        self.exchanges: Index
+        if exchange.type is ExchangeType.CONSISTENT_HASH:
+            # One ring of buckets over both kinds of destination.
+            ring = Ring(exchange.arguments)
+            self.queues = ConsistentHashIndex(ring, DestKind.QUEUE)
+            self.exchanges = ConsistentHashIndex(ring, DestKind.EXCHANGE)
+        else:
+            index_type = INDEX_TYPES[exchange.type]
+            self.queues = index_type()
+            self.exchanges = index_type()
         self.e2e = 0  # number of bindings to exchanges
         self.direct: dict[str, RefSet] = (
             self.queues.by_key if isinstance(self.queues, DirectIndex) else {}

@@ -1,7 +1,9 @@
 """Pure route functions: which queues does a published message reach?
 
-Each exchange type has a router ``(index, routing_keys, headers) -> set of names`` that reads
-only its own index (RabbitMQ's ``rabbit_exchange_type:route``). :func:`route` adds the rules
+Each exchange type has a router ``(index, routing_keys, headers, content) -> set of names``
+that reads only its own index (RabbitMQ's ``rabbit_exchange_type:route``); ``content`` is the
+message's raw content header, which only the consistent-hash exchange reads (it hashes a
+header or property with its AMQP type). :func:`route` adds the rules
 shared by all types, once, as ``rabbit_exchange:route/3`` does:
 
 * exchange-to-exchange bindings are walked as a work list with a visited set, so cycles are
@@ -23,6 +25,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from exchanges.chash import ConsistentHashIndex, binding_problem, route_consistent_hash
 from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
 from exchanges.patterns import RTopicIndex, TopicIndex
 from exchanges.projection import (
@@ -36,7 +39,8 @@ from exchanges.projection import (
 
 Headers = Mapping[str, Any] | None
 Names = frozenset[str] | set[str]
-Router = Callable[[Any, Sequence[str], Headers], Names]
+Content = bytes | None
+Router = Callable[[Any, Sequence[str], Headers, Content], Names]
 
 _BINARY = (str, bytes, bytearray)
 _SCALARS = frozenset({str, bytes, int, float, bool})
@@ -44,7 +48,9 @@ _NUMBERS = frozenset({int, float})  # not bool: Erlang's true is an atom, never 
 _ABSENT = object()
 
 
-def route_direct(index: DirectIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
+def route_direct(
+    index: DirectIndex, routing_keys: Sequence[str], headers: Headers, content: Content = None
+) -> Names:
     """Names bound with exactly one of ``routing_keys``."""
     by_key = index.by_key
     if len(routing_keys) == 1:
@@ -58,13 +64,18 @@ def route_direct(index: DirectIndex, routing_keys: Sequence[str], headers: Heade
     return found
 
 
-def route_fanout(index: FanoutIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
+def route_fanout(
+    index: FanoutIndex, routing_keys: Sequence[str], headers: Headers, content: Content = None
+) -> Names:
     """Every bound name; the routing key is ignored."""
     return index.names()
 
 
 def route_patterns(
-    index: TopicIndex | RTopicIndex, routing_keys: Sequence[str], headers: Headers
+    index: TopicIndex | RTopicIndex,
+    routing_keys: Sequence[str],
+    headers: Headers,
+    content: Content = None,
 ) -> Names:
     """Names one of ``routing_keys`` reaches through a cached pattern index, one lookup per
     key: topic (routing keys against binding patterns) and x-rtopic (each routing key, CC
@@ -82,7 +93,9 @@ def route_patterns(
 route_topic = route_rtopic = route_patterns
 
 
-def route_headers(index: HeadersIndex, routing_keys: Sequence[str], headers: Headers) -> Names:
+def route_headers(
+    index: HeadersIndex, routing_keys: Sequence[str], headers: Headers, content: Content = None
+) -> Names:
     """Names whose binding arguments match the message headers; routing keys are ignored."""
     if not index.specs:
         return EMPTY
@@ -100,6 +113,7 @@ ROUTERS: Mapping[ExchangeType, Router] = {
     ExchangeType.TOPIC: route_topic,
     ExchangeType.HEADERS: route_headers,
     ExchangeType.RTOPIC: route_rtopic,
+    ExchangeType.CONSISTENT_HASH: route_consistent_hash,
 }
 
 # The same table keyed by index class: a class hashes by identity, an enum member through a
@@ -110,6 +124,7 @@ _ROUTER_BY_INDEX: Mapping[type, Router] = {
     TopicIndex: route_topic,
     HeadersIndex: route_headers,
     RTopicIndex: route_rtopic,
+    ConsistentHashIndex: route_consistent_hash,
 }
 
 
@@ -199,9 +214,16 @@ def sender_selected_keys(routing_key: str, headers: Headers) -> tuple[str, ...]:
 
 
 def route(
-    projection: Projection, exchange_name: str, routing_key: str, headers: Headers = None
+    projection: Projection,
+    exchange_name: str,
+    routing_key: str,
+    headers: Headers = None,
+    content: Content = None,
 ) -> Names:
     """Names of the queues that a message published to ``exchange_name`` reaches.
+
+    ``content`` (the raw content header) matters only to consistent-hash exchanges that
+    hash a header or property; without it those see the message as having none.
 
     An unknown exchange reaches nothing (the broker checks existence first). The result is
     shared when it comes straight from an index: treat it as read-only.
@@ -210,7 +232,8 @@ def route(
     if index is None:
         return EMPTY
     if headers is not None and ("CC" in headers or "BCC" in headers):
-        return _walk(projection, index, sender_selected_keys(routing_key, headers), headers)
+        keys = sender_selected_keys(routing_key, headers)
+        return _walk(projection, index, keys, headers, content)
     if index.plain_direct:
         # The hot path: a direct exchange without E2E bindings. Two dict lookups, and the
         # result is the index's own frozenset.
@@ -222,14 +245,18 @@ def route(
     elif index.is_default:
         return projection.queue_routes.get(routing_key, EMPTY)
     elif index.e2e == 0:
-        found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, (routing_key,), headers)
+        found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, (routing_key,), headers, content)
         if found or index.alternate is None:
             return found
-    return _walk(projection, index, (routing_key,), headers)
+    return _walk(projection, index, (routing_key,), headers, content)
 
 
 def _walk(
-    projection: Projection, first: ExchangeIndex, keys: tuple[str, ...], headers: Headers
+    projection: Projection,
+    first: ExchangeIndex,
+    keys: tuple[str, ...],
+    headers: Headers,
+    content: Content,
 ) -> Names:
     """The general case: E2E bindings, alternate exchanges, several routing keys."""
     indexes = projection.indexes
@@ -243,9 +270,9 @@ def _walk(
             found: Names = {key for key in keys if key in projection.queues}
         else:
             router = _ROUTER_BY_INDEX[type(index.queues)]
-            found = router(index.queues, keys, headers)
+            found = router(index.queues, keys, headers, content)
             if index.e2e:
-                exchanges = router(index.exchanges, keys, headers)
+                exchanges = router(index.exchanges, keys, headers, content)
         queues.update(found)
         targets: Iterable[str]
         if exchanges:
@@ -264,12 +291,17 @@ def _walk(
     return queues or EMPTY
 
 
-def validate_binding(exchange: Exchange, arguments: Mapping[str, Any]) -> str | None:
-    """RabbitMQ's explanation when ``arguments`` are invalid for ``exchange``, else None.
+def validate_binding(
+    exchange: Exchange, arguments: Mapping[str, Any], routing_key: str = ""
+) -> str | None:
+    """RabbitMQ's explanation when a binding is invalid for ``exchange``, else None.
 
-    Only headers exchanges validate (``rabbit_exchange_type_headers:validate_binding/2``):
-    ``x-match`` must be a longstr naming one of the four modes, or be absent.
+    Headers exchanges check ``x-match`` (``rabbit_exchange_type_headers:validate_binding/2``):
+    a longstr naming one of the four modes, or absent. Consistent-hash exchanges check that
+    the binding key is a weight (:func:`exchanges.chash.binding_problem`).
     """
+    if exchange.type is ExchangeType.CONSISTENT_HASH:
+        return binding_problem(routing_key, erlang_binary)
     if exchange.type is not ExchangeType.HEADERS or "x-match" not in arguments:
         return None
     value = arguments["x-match"]
@@ -286,7 +318,10 @@ def validate_binding(exchange: Exchange, arguments: Mapping[str, Any]) -> str | 
 
 
 def erlang_binary(raw: bytes) -> str:
-    """How Erlang's ``~tp`` prints a binary: ``<<"foo">>``, ``<<"é"/utf8>>`` or ``<<1,2>>``."""
+    """How Erlang's ``~tp`` prints a binary: ``<<"foo">>``, ``<<"é"/utf8>>``, ``<<1,2>>``,
+    and ``<<>>`` when empty."""
+    if not raw:
+        return "<<>>"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

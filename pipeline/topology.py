@@ -40,6 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from exchanges.chash import hash_on
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -242,13 +243,23 @@ def _exchange(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Exchange 
             "does not route: it and its bindings are left out (its traffic counts as unroutable)"
         )
         return None
+    arguments = _arguments(obj, f"exchange {name!r}")
+    if kind is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
+        # The trace keeps no message properties, and header values without their AMQP
+        # types, which the hash covers: such an exchange's choices cannot be replayed.
+        notes.append(
+            f"exchange {name!r} in vhost {vhost!r} hashes a message header or property, "
+            "which the trace does not record with its type: it and its bindings are left "
+            "out (its traffic counts as unroutable)"
+        )
+        return None
     return Exchange(
         name,
         kind,
         durable=bool(obj.get("durable", True)),
         auto_delete=bool(obj.get("auto_delete", False)),
         internal=bool(obj.get("internal", False)),
-        arguments=_arguments(obj, f"exchange {name!r}"),
+        arguments=arguments,
     )
 
 

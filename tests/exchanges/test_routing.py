@@ -367,7 +367,7 @@ def test_amqp_equal_is_typed() -> None:
             b"foo",
             'Invalid x-match field value <<"foo">>; expected all, any, all-with-x, or any-with-x',
         ),
-        ("", 'Invalid x-match field value <<"">>; expected all, any, all-with-x, or any-with-x'),
+        ("", "Invalid x-match field value <<>>; expected all, any, all-with-x, or any-with-x"),
         (
             "ALL",
             'Invalid x-match field value <<"ALL">>; expected all, any, all-with-x, or any-with-x',

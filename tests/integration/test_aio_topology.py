@@ -168,14 +168,15 @@ async def test_amq_default_is_not_a_real_exchange(ch):
     assert aio_reply(err.value) == (404, "NOT_FOUND - no exchange 'amq.default' in vhost '/'")
 
 
-async def test_headers_binding_with_invalid_x_match(ch, cleanup):
+@pytest.mark.parametrize(("value", "shown"), [("foo", '<<"foo">>'), ("", "<<>>")])
+async def test_headers_binding_with_invalid_x_match(ch, cleanup, value, shown):
     exchange = await declare_exchange(ch, cleanup, ExchangeType.HEADERS)
     queue = await declare_queue(ch, cleanup)
     with pytest.raises(ChannelPreconditionFailed) as err:
-        await queue.bind(exchange, "", arguments={"x-match": "foo", "a": 1})
+        await queue.bind(exchange, "", arguments={"x-match": value, "a": 1})
     assert aio_reply(err.value) == (
         406,
-        'PRECONDITION_FAILED - Invalid x-match field value <<"foo">>; expected all, any, '
+        f"PRECONDITION_FAILED - Invalid x-match field value {shown}; expected all, any, "
         "all-with-x, or any-with-x",
     )
 

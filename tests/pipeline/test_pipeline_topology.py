@@ -65,8 +65,11 @@ def test_definitions_json_fixture() -> None:
     projections = parsed.projections()
     root, staging = projections["/"], projections["staging"]
     assert {"orders", "orders.unrouted", "events", "reports"} <= set(root.exchanges)
-    assert "sharded" not in root.exchanges  # x-consistent-hash: not routable here
-    assert any("x-consistent-hash" in note for note in parsed.notes)
+    assert "sharded" not in root.exchanges  # x-modulus-hash: not routable here
+    assert any("x-modulus-hash" in note for note in parsed.notes)
+    # A consistent-hash exchange that hashes a header cannot be replayed from a trace.
+    assert "by-tenant" not in root.exchanges
+    assert any("'by-tenant'" in note and "header or property" in note for note in parsed.notes)
     assert root.exchanges["orders"].alternate_exchange == "orders.unrouted"
     assert root.exchanges["reports"].type is ExchangeType.HEADERS
     assert set(root.queues) == {"orders.all", "orders.eu", "audit", "pdf.reports", "unrouted"}
@@ -212,3 +215,36 @@ def test_a_policy_the_broker_would_refuse_is_left_out_with_a_note() -> None:
         "policy 'bad' in vhost '/' left out: Validation failed: -1 is not a valid message TTL",
     )
     assert route(parsed.projections()["/"], "orders", "nowhere") == set()
+
+
+def test_consistent_hash_on_routing_keys_routes_as_the_broker(tmp_path: Path) -> None:
+    # Kept: its choice depends on the routing key only, which the trace records.
+    definitions = {
+        "exchanges": [
+            {"name": "spread", "vhost": "/", "type": "x-consistent-hash", "arguments": {}}
+        ],
+        "queues": [{"name": f"shard{i}", "vhost": "/"} for i in range(3)],
+        "bindings": [
+            {
+                "source": "spread",
+                "vhost": "/",
+                "destination": f"shard{i}",
+                "destination_type": "queue",
+                "routing_key": str(weight),
+                "arguments": {},
+            }
+            for i, weight in enumerate((1, 2, 3))
+        ],
+    }
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(definitions))
+    root = topology.read_source(path).projections()["/"]
+    # RabbitMQ 3.10.8's choices for these keys with weights 1, 2, 3
+    # (tests/integration/test_consistent_hash.py BY_ROUTING_KEY).
+    chosen = {key: route(root, "spread", key) for key in ("k0", "k1", "k15", "")}
+    assert chosen == {
+        "k0": {"shard1"},
+        "k1": {"shard2"},
+        "k15": {"shard0"},
+        "": {"shard0"},
+    }

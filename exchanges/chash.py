@@ -1,0 +1,304 @@
+"""The consistent-hash exchange ``x-consistent-hash`` (RabbitMQ's
+rabbitmq_consistent_hash_exchange plugin, as shipped with 3.10; its
+src/rabbit_exchange_type_consistent_hash.erl).
+
+A binding's key is a weight: the number of buckets its destination gets. Buckets are
+numbered in binding order; removing a binding removes its buckets and moves the later ones
+down, so the others keep their order. A message goes to exactly one destination: the
+bucket that Lamping and Veach's jump hash picks for ``erlang:phash2`` of
+
+* the routing key (the default; with CC/BCC keys, still the routing key itself), or
+* the value of the header the exchange argument ``hash-header`` names, as RabbitMQ
+  decodes it (``{longstr, <<"v">>}``; ``undefined`` when the message lacks it), or
+* the property ``hash-property`` names: ``message_id``, ``correlation_id`` or
+  ``timestamp`` (a binary of its decimal digits), ``undefined`` when unset.
+
+Header and property values are read from the message's raw content header, so that their
+AMQP types (which the hash covers) are the ones the publisher sent. Bucket choices are
+memoised per hashed value, and the memo is dropped whenever the ring changes.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
+from typing import Any
+
+from exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from exchanges.model import EMPTY, Binding, DestKind
+
+HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
+_WEIGHT = re.compile(rb"[+-]?[0-9]+")  # what erlang:list_to_integer/1 accepts
+_MEMO_LIMIT = 65536
+
+
+class CrashingArgumentError(ValueError):
+    """An exchange argument RabbitMQ's plugin does not handle: its channel process crashes
+    (``hash-header`` or ``hash-property`` that is not a longstr)."""
+
+
+def hash_on(arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+    """What the exchange hashes: ``("header", name)``, ``("property", name)``, or None for
+    the routing key. Assumes :func:`exchange_problem` passed."""
+    for kind, argument in (("header", "hash-header"), ("property", "hash-property")):
+        value = arguments.get(argument)
+        if value is not None:
+            return kind, value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return None
+
+
+def exchange_problem(arguments: Mapping[str, Any]) -> str | None:
+    """RabbitMQ's 406 text for a consistent-hash exchange's arguments, or None
+    (``validate/1``); raises :class:`CrashingArgumentError` where the plugin crashes."""
+    header = arguments.get("hash-header")
+    prop = arguments.get("hash-property")
+    for value in (header, prop):
+        # pamqp gives a longstr as str, or as bytes when it is not UTF-8.
+        if value is not None and not isinstance(value, str | bytes):
+            raise CrashingArgumentError(value)
+    if header is not None and prop is not None:
+        return "hash-header and hash-property are mutually exclusive"
+    if prop is not None:
+        name = prop.decode("utf-8", "replace") if isinstance(prop, bytes) else prop
+        if name not in HASH_PROPERTIES:
+            return f"Unsupported property: {name}"
+    return None
+
+
+def binding_problem(routing_key: str, show: Callable[[bytes], str]) -> str | None:
+    """RabbitMQ's 406 text for a binding key that is no weight (``validate_binding/2``),
+    or None. ``show`` prints a binary as Erlang does."""
+    raw = routing_key.encode("utf-8")
+    if not _WEIGHT.fullmatch(raw):
+        return f"The binding key must be an integer: {show(raw)}"
+    if int(raw) < 1:
+        return "The binding key must be greater than 0"
+    return None
+
+
+class Ring:
+    """The buckets of one exchange: its bindings in order, each with its weight."""
+
+    __slots__ = ("_bindings", "_ends", "_memo", "_targets", "source")
+
+    def __init__(self, arguments: Mapping[str, Any]) -> None:
+        self.source = hash_on(arguments)
+        self._bindings: dict[Any, tuple[str, DestKind, int]] = {}
+        self._ends: list[int] = []  # cumulative weights, one per binding in order
+        self._targets: list[tuple[str, DestKind]] = []  # the destinations, in the same order
+        self._memo: dict[Any, tuple[str, DestKind] | None] = {}
+
+    def bind(self, binding: Binding) -> None:
+        """Append ``binding``'s buckets (the broker refuses a key that is no weight; one
+        from elsewhere, a hand-edited definitions file say, gets no buckets)."""
+        raw = binding.routing_key.encode("utf-8")
+        weight = max(int(raw), 0) if _WEIGHT.fullmatch(raw) else 0
+        self._bindings[binding.key] = (binding.destination, binding.kind, weight)
+        self._rebuild()
+
+    def unbind(self, binding: Binding) -> None:
+        """Remove ``binding``'s buckets; the later ones move down."""
+        if self._bindings.pop(binding.key, None) is not None:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._ends = list(accumulate(weight for _, _, weight in self._bindings.values()))
+        self._targets = [(name, kind) for name, kind, _ in self._bindings.values()]
+        self._memo.clear()
+
+    def destination(self, term: Any) -> tuple[str, DestKind] | None:
+        """The destination whose bucket the jump hash picks for ``term``."""
+        memo = self._memo
+        # Routing keys and string headers repeat: memoise them (arrays and tables, which
+        # hold lists, are not hashable and are hashed every time).
+        key = term if isinstance(term, bytes) else (term if _hashable(term) else None)
+        if key is not None and key in memo:
+            return memo[key]
+        chosen = None
+        if self._ends and self._ends[-1] > 0:
+            bucket = jump_consistent_hash(phash2(term), self._ends[-1])
+            chosen = self._targets[bisect_right(self._ends, bucket)]
+        if key is not None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            memo[key] = chosen
+        return chosen
+
+    def dump(self) -> Any:
+        return tuple(self._bindings.items())
+
+
+def _hashable(term: Any) -> bool:
+    try:
+        hash(term)
+    except TypeError:
+        return False
+    return True
+
+
+class ConsistentHashIndex:
+    """One side (queues or exchanges) of a consistent-hash exchange's shared :class:`Ring`:
+    the exchange routes to one destination of either kind."""
+
+    __slots__ = ("kind", "ring")
+
+    def __init__(self, ring: Ring, kind: DestKind) -> None:
+        self.ring = ring
+        self.kind = kind
+
+    def bind(self, binding: Binding) -> None:
+        self.ring.bind(binding)
+
+    def unbind(self, binding: Binding) -> None:
+        self.ring.unbind(binding)
+
+    def dump(self) -> Any:
+        return self.ring.dump() if self.kind is DestKind.QUEUE else ()
+
+
+def route_consistent_hash(
+    index: ConsistentHashIndex,
+    routing_keys: Sequence[str],
+    headers: Mapping[str, Any] | None,
+    content: bytes | None = None,
+) -> frozenset[str]:
+    """The one destination of ``index``'s kind a message reaches, if the ring picks one."""
+    ring = index.ring
+    source = ring.source
+    if source is None:
+        term: Any = routing_keys[0].encode("utf-8")
+    elif source[0] == "header":
+        term = header_term(content, source[1])
+    else:
+        term = property_term(content, source[1])
+    chosen = ring.destination(term)
+    if chosen is None or chosen[1] is not index.kind:
+        return EMPTY
+    return frozenset((chosen[0],))
+
+
+# -- typed values from a raw content header (rabbit_binary_parser's view) -------------------
+
+_FLAGS = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+# Properties in wire order: flag bit, name, encoding (s: shortstr, t: table, o: octet,
+# q: 64-bit timestamp).
+_PROPERTY_LAYOUT = (
+    (0x8000, "content_type", "s"),
+    (0x4000, "content_encoding", "s"),
+    (0x2000, "headers", "t"),
+    (0x1000, "delivery_mode", "o"),
+    (0x0800, "priority", "o"),
+    (0x0400, "correlation_id", "s"),
+    (0x0200, "reply_to", "s"),
+    (0x0100, "expiration", "s"),
+    (0x0080, "message_id", "s"),
+    (0x0040, "timestamp", "q"),
+)
+_TYPES = {
+    ord("b"): ("byte", ">b"),
+    ord("B"): ("unsignedbyte", ">B"),
+    ord("s"): ("short", ">h"),
+    ord("u"): ("unsignedshort", ">H"),
+    ord("I"): ("signedint", ">i"),
+    ord("i"): ("unsignedint", ">I"),
+    ord("l"): ("long", ">q"),
+    ord("f"): ("float", ">f"),
+    ord("d"): ("double", ">d"),
+    ord("T"): ("timestamp", ">Q"),
+}
+
+
+def _property_spans(content: bytes) -> dict[str, tuple[int, int]]:
+    """Where each present property's value lies in ``content`` (class, weight, body size
+    and the flags take the first 14 bytes)."""
+    (flags,) = _FLAGS.unpack_from(content, 12)
+    spans: dict[str, tuple[int, int]] = {}
+    pos = 14
+    for bit, name, encoding in _PROPERTY_LAYOUT:
+        if not flags & bit:
+            continue
+        if encoding == "s":
+            start, pos = pos + 1, pos + 1 + content[pos]
+        elif encoding == "t":
+            start, pos = pos + 4, pos + 4 + _U32.unpack_from(content, pos)[0]
+        elif encoding == "o":
+            start, pos = pos, pos + 1
+        else:
+            start, pos = pos, pos + 8
+        spans[name] = (start, pos)
+    return spans
+
+
+def property_term(content: bytes | None, name: str) -> Any:
+    """``message_id`` or ``correlation_id`` as a binary, ``timestamp`` as the binary of its
+    decimal digits (``integer_to_binary/1``), or ``undefined``."""
+    span = _property_spans(content).get(name) if content else None
+    if span is None:
+        return UNDEFINED
+    raw = content[span[0] : span[1]]  # type: ignore[index]
+    if name == "timestamp":
+        return str(_U64.unpack(raw)[0]).encode()
+    return raw
+
+
+def header_term(content: bytes | None, name: str) -> Any:
+    """``rabbit_misc:table_lookup(Headers, Name)``: ``{Type, Value}`` or ``undefined``."""
+    span = _property_spans(content).get("headers") if content else None
+    if span is None:
+        return UNDEFINED
+    wanted = name.encode("utf-8")
+    for key, value in _table(content, span[0], span[1]):  # type: ignore[arg-type]
+        if key == wanted:
+            return value
+    return UNDEFINED
+
+
+def _table(data: bytes, pos: int, end: int) -> list[tuple[bytes, Any]]:
+    """A field table's (name, ``{Type, Value}``) pairs in wire order."""
+    fields = []
+    while pos < end:
+        length = data[pos]
+        key = data[pos + 1 : pos + 1 + length]
+        value, pos = _value(data, pos + 1 + length)
+        fields.append((key, value))
+    return fields
+
+
+def _value(data: bytes, pos: int) -> tuple[Any, int]:
+    """One typed field value, as rabbit_binary_parser decodes it, and where the next starts."""
+    tag = data[pos]
+    pos += 1
+    fixed = _TYPES.get(tag)
+    if fixed is not None:
+        layout = struct.Struct(fixed[1])
+        (number,) = layout.unpack_from(data, pos)
+        return (Atom(fixed[0]), number), pos + layout.size
+    if tag in (ord("S"), ord("x"), ord("A"), ord("F")):
+        length = _U32.unpack_from(data, pos)[0]
+        start, end = pos + 4, pos + 4 + length
+        if tag == ord("S"):
+            return (Atom("longstr"), data[start:end]), end
+        if tag == ord("x"):
+            return (Atom("binary"), data[start:end]), end
+        if tag == ord("F"):
+            table = [(key, *value) for key, value in _table(data, start, end)]
+            return (Atom("table"), table), end
+        items = []
+        while start < end:
+            item, start = _value(data, start)
+            items.append(item)
+        return (Atom("array"), items), end
+    if tag == ord("t"):
+        return (Atom("bool"), Atom("true" if data[pos] else "false")), pos + 1
+    if tag == ord("D"):
+        scale = data[pos]
+        (unscaled,) = _U32.unpack_from(data, pos + 1)
+        return (Atom("decimal"), (scale, unscaled)), pos + 5
+    if tag == ord("V"):
+        return (Atom("void"), UNDEFINED), pos
+    raise ValueError(f"unknown field type {chr(tag)!r}")
