@@ -17,7 +17,6 @@ Checked against ``erl`` (OTP 25) by the golden values in tests/routing/test_chas
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -165,29 +164,40 @@ def make_hash2(term: object) -> int:
 
 def phash2(term: object) -> int:
     """``erlang:phash2(Term)``: a portable hash in ``0 .. 2^27 - 1``."""
+    if type(term) is bytes and term:  # a routing key: skip the work stack
+        return _block_hash(term, _HCONST_13) & (PHASH2_RANGE - 1)
     return make_hash2(term) & (PHASH2_RANGE - 1)
 
 
-def _exs64_next(r: int) -> tuple[int, int]:
-    r ^= r >> 12
-    r ^= (r << 25) & _M64
-    r ^= r >> 27
-    return (r * 2685821657736338717) & _M64, r
+def _exs1024_state(seed: int) -> list[int]:
+    """``rand:seed_s(exs1024, {Seed, Seed, Seed})``: sixteen xorshift64* outputs from a
+    seed made of three 21-bit multiples, newest first (rand.erl conses each onto its list)."""
+    low = seed & 0x1FFFFF
+    r = (
+        ((((low + 1) * 2097131) & 0x1FFFFF) << 43)
+        | ((((low + 1) * 2097133) & 0x1FFFFF) << 22)
+        | ((((low + 1) * 2097143) & 0x1FFFFF) << 1)
+        | 1
+    )
+    state = [0] * 16
+    for i in range(15, -1, -1):
+        r ^= r >> 12
+        r ^= (r << 25) & _M64
+        r ^= r >> 27
+        state[i] = (r * 2685821657736338717) & _M64
+    return state
 
 
-def _exs1024(seed: int) -> Iterator[float]:
-    """``rand:uniform_s/1`` draws from ``rand:seed_s(exs1024, {Seed, Seed, Seed})``."""
-    a = (((seed & 0x1FFFFF) + 1) * 2097131) & 0x1FFFFF
-    b = (((seed & 0x1FFFFF) + 1) * 2097133) & 0x1FFFFF
-    c = (((seed & 0x1FFFFF) + 1) * 2097143) & 0x1FFFFF
-    r = (a << 43) | (b << 22) | (c << 1) | 1
-    state: list[int] = []
-    for _ in range(16):
-        x, r = _exs64_next(r)
-        state.append(x)
-    state.reverse()  # rand.erl conses each new value onto the head of its list
-    p = 0
-    while True:
+def jump_consistent_hash(key: int, buckets: int) -> int:
+    """The bucket (``0 .. buckets - 1``) for ``key``, as the exchange's
+    ``jump_consistent_hash/2`` picks it: Lamping and Veach's jump hash, drawing each jump
+    from ``rand:uniform_s/1`` on the exs1024 (xorshift1024*) state seeded with the key."""
+    if buckets == 1:
+        return 0
+    state = _exs1024_state(key)
+    chosen, jump, p = -1, 0, 0
+    while jump < buckets:
+        chosen = jump
         s0 = state[p]
         p = (p + 1) & 15
         s1 = state[p]
@@ -195,18 +205,7 @@ def _exs1024(seed: int) -> Iterator[float]:
         s1 ^= s1 >> 11
         s0 ^= s0 >> 30
         state[p] = s0 ^ s1
-        value = (state[p] * 1181783497276652981) & _M64
-        yield (value >> 11) * 2.0**-53
-
-
-def jump_consistent_hash(key: int, buckets: int) -> int:
-    """The bucket (``0 .. buckets - 1``) for ``key``, as the exchange's
-    ``jump_consistent_hash/2`` picks it (Lamping and Veach's jump hash, drawing from exs1024)."""
-    if buckets == 1:
-        return 0
-    chosen, jump = -1, 0
-    draws = _exs1024(key)
-    while jump < buckets:
-        chosen = jump
-        jump = int((chosen + 1) / next(draws))
+        # uniform_s/1: the top 53 bits of the 64-bit output as a float in [0, 1).
+        draw = (((state[p] * 1181783497276652981) & _M64) >> 11) * 2.0**-53
+        jump = int((chosen + 1) / draw)
     return chosen
