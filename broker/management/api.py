@@ -40,6 +40,8 @@ EXCHANGE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
+    # rabbit_exchange_type_consistent_hash:description/0 (seen in 3.10.8's /api/overview)
+    "x-consistent-hash": "Consistent Hashing Exchange",
 }
 
 

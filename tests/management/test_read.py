@@ -45,6 +45,10 @@ async def test_overview_shape(mgmt: Mgmt) -> None:
         "queues": 0,
         "consumers": 0,
     }
+    types = {t["name"]: t["description"] for t in data["exchange_types"]}
+    assert types["topic"] == "AMQP topic exchange, as per the AMQP specification"
+    assert types["x-consistent-hash"] == "Consistent Hashing Exchange"  # as the plugin's
+    assert "x-rtopic" in types
     assert data["queue_totals"]["messages"] == 0
     assert data["queue_totals"]["messages_details"] == {"rate": 0.0}
     for counter in ("publish", "deliver_get", "ack"):
