@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,10 @@ CHASH = "x-consistent-hash"
 
 
 @pytest.fixture
-def connection(amqp_url: str) -> Iterator[pika.BlockingConnection]:
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture
-def ch(connection: pika.BlockingConnection) -> BlockingChannel:
-    channel = connection.channel()
+def ch(pika_connection: pika.BlockingConnection) -> BlockingChannel:
+    """A channel in confirm mode on the pytest plugin's pika connection (broker/testing.py),
+    which follows this suite's ``amqp_url``: Leveret, or RabbitMQ with ``-m rabbitmq``."""
+    channel = pika_connection.channel()
     channel.confirm_delivery()
     return channel
 
@@ -184,16 +177,16 @@ def test_without_bindings_a_message_is_unroutable(ch: BlockingChannel) -> None:
     ],
 )
 def test_a_binding_key_must_be_a_positive_integer(
-    connection: pika.BlockingConnection, key: str, text: str
+    pika_connection: pika.BlockingConnection, key: str, text: str
 ) -> None:
-    ch = connection.channel()
+    ch = pika_connection.channel()
     exchange, _ = topology(ch, {})
     queue = ch.queue_declare("", exclusive=True).method.queue
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
         ch.queue_bind(queue, exchange, key)
     assert closed.value.args == (406, f"PRECONDITION_FAILED - {text}")
     # A signed or zero-padded number is a weight (erlang:list_to_integer/1).
-    ch = connection.channel()
+    ch = pika_connection.channel()
     exchange, queues = topology(ch, {"a": 1})
     ch.queue_bind(queues["a"], exchange, "+02")
 
@@ -218,11 +211,11 @@ def test_exchange_arguments_are_validated(
 
 @pytest.mark.parametrize("argument", ["hash-header", "hash-property"])
 def test_a_hash_argument_that_is_no_string_crashes_the_channel(
-    connection: pika.BlockingConnection, argument: str
+    pika_connection: pika.BlockingConnection, argument: str
 ) -> None:
     # The plugin matches only {longstr, _}: RabbitMQ's channel process crashes and the
     # connection is closed with a bare 541.
-    ch = connection.channel()
+    ch = pika_connection.channel()
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
         ch.exchange_declare(unique("chx"), CHASH, auto_delete=True, arguments={argument: 5})
     assert closed.value.args[0] == 541
