@@ -10,7 +10,6 @@ rabbit_amqqueue:check_arguments_key/4 (arguments of another queue type).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,9 @@ QUORUM = {"x-queue-type": "quorum"}
 
 
 @pytest.fixture
-def connection(amqp_url: str) -> Iterator[pika.BlockingConnection]:
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    yield conn
-    if conn.is_open:
-        conn.close()
+def connection(pika_connection: pika.BlockingConnection) -> pika.BlockingConnection:
+    """The pytest plugin's pika connection (broker/testing.py), which follows ``amqp_url``."""
+    return pika_connection
 
 
 @pytest.fixture
@@ -43,15 +40,9 @@ def ch(connection: pika.BlockingConnection) -> BlockingChannel:
 
 
 @pytest.fixture
-def cleanup(amqp_url: str) -> Iterator[list[str]]:
+def cleanup(pika_cleanup: list[str]) -> list[str]:
     """Queue names to delete after the test (quorum queues are durable, never exclusive)."""
-    names: list[str] = []
-    yield names
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    channel = conn.channel()
-    for name in names:
-        channel.queue_delete(name)
-    conn.close()
+    return pika_cleanup
 
 
 def quorum_queue(ch: BlockingChannel, cleanup: list[str], **arguments: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,9 @@ STREAM = {"x-queue-type": "stream"}
 
 
 @pytest.fixture
-def connection(amqp_url: str) -> Iterator[pika.BlockingConnection]:
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    yield conn
-    if conn.is_open:
-        conn.close()
+def connection(pika_connection: pika.BlockingConnection) -> pika.BlockingConnection:
+    """The pytest plugin's pika connection (broker/testing.py), which follows ``amqp_url``."""
+    return pika_connection
 
 
 @pytest.fixture
@@ -45,15 +43,9 @@ def ch(connection: pika.BlockingConnection) -> BlockingChannel:
 
 
 @pytest.fixture
-def cleanup(amqp_url: str) -> Iterator[list[str]]:
-    """Stream names to delete after the test (streams are durable, never exclusive)."""
-    names: list[str] = []
-    yield names
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    channel = conn.channel()
-    for name in names:
-        channel.queue_delete(name)
-    conn.close()
+def cleanup(pika_cleanup: list[str]) -> list[str]:
+    """Queue names to delete after the test (streams are durable, never exclusive)."""
+    return pika_cleanup
 
 
 def stream(ch: BlockingChannel, cleanup: list[str], **arguments: Any) -> str:
