@@ -97,7 +97,10 @@ class Ring:
         raw = binding.routing_key.encode("utf-8")
         weight = max(int(raw), 0) if _WEIGHT.fullmatch(raw) else 0
         self._bindings[binding.key] = (binding.destination, binding.kind, weight)
-        self._rebuild()
+        # Appending keeps a replay of many bindings linear; only an unbind renumbers.
+        self._ends.append((self._ends[-1] if self._ends else 0) + weight)
+        self._targets.append((binding.destination, binding.kind))
+        self._memo.clear()
 
     def unbind(self, binding: Binding) -> None:
         """Remove ``binding``'s buckets; the later ones move down."""
@@ -114,7 +117,7 @@ class Ring:
         memo = self._memo
         # Routing keys and string headers repeat: memoise them (arrays and tables, which
         # hold lists, are not hashable and are hashed every time).
-        key = term if isinstance(term, bytes) else (term if _hashable(term) else None)
+        key = term if type(term) is bytes or _hashable(term) else None
         if key is not None and key in memo:
             return memo[key]
         chosen = None
