@@ -27,6 +27,7 @@ from typing import Any
 from pamqp import body, commands, frame, heartbeat
 
 from broker.errors import FRAME_ERROR, AMQPConnectionError
+from exchanges.fields import FIELD_TYPES
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -208,30 +209,6 @@ class TypedTable(dict[str, Any]):
         self.types = types
 
 
-# Field type tags -> RabbitMQ's names (rabbit_binary_parser), with the size of
-# fixed-width values.
-_FIELD_TYPES: dict[int, tuple[str, int]] = {
-    ord("b"): ("byte", 1),
-    ord("B"): ("unsignedbyte", 1),
-    ord("s"): ("short", 2),
-    ord("u"): ("unsignedshort", 2),
-    ord("I"): ("signedint", 4),
-    ord("i"): ("unsignedint", 4),
-    ord("l"): ("long", 8),
-    ord("L"): ("long", 8),  # rabbit_binary_parser takes both (amqp-0-9-1-errata)
-    ord("f"): ("float", 4),
-    ord("d"): ("double", 8),
-    ord("D"): ("decimal", 5),
-    ord("t"): ("bool", 1),
-    ord("T"): ("timestamp", 8),
-    ord("V"): ("void", 0),
-    ord("S"): ("longstr", -1),
-    ord("x"): ("binary", -1),
-    ord("F"): ("table", -1),
-    ord("A"): ("array", -1),
-}
-
-
 def table_types(data: bytes, offset: int) -> dict[str, str]:
     """Type names of the top-level values of the field table at ``offset``."""
     (length,) = _LONG.unpack_from(data, offset)
@@ -241,7 +218,7 @@ def table_types(data: bytes, offset: int) -> dict[str, str]:
         key_len = data[pos]
         key = data[pos + 1 : pos + 1 + key_len].decode("utf-8", "replace")
         pos += 1 + key_len
-        name, size = _FIELD_TYPES.get(data[pos], ("unknown", 0))
+        name, size = FIELD_TYPES.get(data[pos], ("unknown", 0))
         pos += 1
         if size < 0:  # length-prefixed
             (size,) = _LONG.unpack_from(data, pos)

@@ -15,6 +15,7 @@ from pamqp import commands, decode, header
 
 from broker.arguments import MAX_EXPIRY
 from broker.fieldtable import marshal_content_header
+from exchanges.fields import PROPERTY_LAYOUT
 
 _HEADER_FIXED = struct.Struct(">HHQ")
 # Where the property flags start in a content header payload (after class id, weight and
@@ -169,30 +170,10 @@ def _shared_properties(encoded: bytes) -> commands.Basic.Properties:
     return unmarshal_properties(encoded)
 
 
-# The Basic properties in wire order (AMQP 0-9-1 spec, class basic): flag bit and size, 0
-# for a short string, -1 for the headers table, else a fixed number of octets.
-_PROPERTY_LAYOUT = (
-    (0x8000, 0),  # content_type
-    (0x4000, 0),  # content_encoding
-    (FLAG_HEADERS, -1),
-    (FLAG_DELIVERY_MODE, 1),
-    (FLAG_PRIORITY, 1),
-    (0x0400, 0),  # correlation_id
-    (FLAG_REPLY_TO, 0),
-    (FLAG_EXPIRATION, 0),
-    (0x0080, 0),  # message_id
-    (0x0040, 8),  # timestamp
-    (0x0020, 0),  # type
-    (FLAG_USER_ID, 0),
-    (0x0008, 0),  # app_id
-    (0x0004, 0),  # cluster_id
-)
-
-
 @functools.lru_cache(maxsize=256)
 def _field_sizes(flags: int) -> tuple[int, ...]:
-    """The sizes (as in _PROPERTY_LAYOUT) of the properties ``flags`` says are present."""
-    return tuple(size for bit, size in _PROPERTY_LAYOUT if flags & bit)
+    """The sizes (as in fields.PROPERTY_LAYOUT) of the properties ``flags`` says are present."""
+    return tuple(size for bit, _, size in PROPERTY_LAYOUT if flags & bit)
 
 
 @cached_by_properties(maxsize=1024)

@@ -34,7 +34,7 @@ from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
 from broker.queue import Consumer, Queue
 from broker.stream import StreamQueue
-from exchanges import chash
+from exchanges.chash import ExchangeTypeCrashError
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -53,7 +53,11 @@ from exchanges.model import Queue as QueueDef
 from exchanges.policies import Policy, apply_alternates
 from exchanges.policies import match as match_policy
 from exchanges.projection import Projection
-from exchanges.routing import route, validate_binding
+from exchanges.routing import (
+    route,
+    validate_binding,
+    validate_exchange,
+)
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -282,15 +286,13 @@ class VHost:
                     f"invalid type '{arg_type(arguments, 'alternate-exchange')}' for arg "
                     f"'alternate-exchange' in {self.rs('exchange', name)}",
                 )
-            if type_ is ExchangeType.CONSISTENT_HASH:
-                # The plugin's validate/1, run for new exchanges only (rabbit_exchange:
-                # declare/7); a non-string hash-header crashes RabbitMQ's channel.
-                try:
-                    problem = chash.exchange_problem(arguments)
-                except chash.CrashingArgumentError:
-                    raise ChannelCrashError() from None
-                if problem is not None:
-                    raise AMQPChannelError(PRECONDITION_FAILED, problem)
+            # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
+            try:
+                problem = validate_exchange(type_, arguments)
+            except ExchangeTypeCrashError:
+                raise ChannelCrashError() from None
+            if problem is not None:
+                raise AMQPChannelError(PRECONDITION_FAILED, problem)
             self._apply(
                 ExchangeDeclared(
                     Exchange(name, type_, durable, auto_delete, internal, copy_args(arguments))
@@ -580,13 +582,3 @@ class VHost:
                 tuple(n for n in names if n in self.queues),
             )
         return routed, rejected, message.sync_gen
-
-    # -- routing ----------------------------------------------------------------------
-
-    def route(
-        self, exchange: str, routing_key: str, headers: Mapping[str, Any] | None
-    ) -> list[Queue]:
-        """The queues a message published to ``exchange`` reaches."""
-        names = route(self.projection, exchange, routing_key, headers)
-        queues = self.queues
-        return [queues[name] for name in names if name in queues]

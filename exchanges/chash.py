@@ -28,6 +28,7 @@ from itertools import accumulate
 from typing import Any
 
 from exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from exchanges.fields import FIELD_TYPES, property_spans
 from exchanges.model import EMPTY, Binding, DestKind
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
@@ -35,7 +36,7 @@ _WEIGHT = re.compile(rb"[+-]?[0-9]+")  # what erlang:list_to_integer/1 accepts
 _MEMO_LIMIT = 65536
 
 
-class CrashingArgumentError(ValueError):
+class ExchangeTypeCrashError(ValueError):
     """An exchange argument RabbitMQ's plugin does not handle: its channel process crashes
     (``hash-header`` or ``hash-property`` that is not a longstr)."""
 
@@ -46,23 +47,27 @@ def hash_on(arguments: Mapping[str, Any]) -> tuple[str, str] | None:
     for kind, argument in (("header", "hash-header"), ("property", "hash-property")):
         value = arguments.get(argument)
         if value is not None:
-            return kind, value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            return kind, _text(value)
     return None
+
+
+def _text(value: str | bytes) -> str:
+    # pamqp gives a longstr as str, or as bytes when it is not UTF-8.
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def exchange_problem(arguments: Mapping[str, Any]) -> str | None:
     """RabbitMQ's 406 text for a consistent-hash exchange's arguments, or None
-    (``validate/1``); raises :class:`CrashingArgumentError` where the plugin crashes."""
+    (``validate/1``); raises :class:`ExchangeTypeCrashError` where the plugin crashes."""
     header = arguments.get("hash-header")
     prop = arguments.get("hash-property")
     for value in (header, prop):
-        # pamqp gives a longstr as str, or as bytes when it is not UTF-8.
         if value is not None and not isinstance(value, str | bytes):
-            raise CrashingArgumentError(value)
+            raise ExchangeTypeCrashError(value)
     if header is not None and prop is not None:
         return "hash-header and hash-property are mutually exclusive"
     if prop is not None:
-        name = prop.decode("utf-8", "replace") if isinstance(prop, bytes) else prop
+        name = _text(prop)
         if name not in HASH_PROPERTIES:
             return f"Unsupported property: {name}"
     return None
@@ -185,65 +190,36 @@ def route_consistent_hash(
 
 # -- typed values from a raw content header (rabbit_binary_parser's view) -------------------
 
-_FLAGS = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-# Properties in wire order: flag bit, name, encoding (s: shortstr, t: table, o: octet,
-# q: 64-bit timestamp).
-_PROPERTY_LAYOUT = (
-    (0x8000, "content_type", "s"),
-    (0x4000, "content_encoding", "s"),
-    (0x2000, "headers", "t"),
-    (0x1000, "delivery_mode", "o"),
-    (0x0800, "priority", "o"),
-    (0x0400, "correlation_id", "s"),
-    (0x0200, "reply_to", "s"),
-    (0x0100, "expiration", "s"),
-    (0x0080, "message_id", "s"),
-    (0x0040, "timestamp", "q"),
-)
-_TYPES = {
-    ord("b"): ("byte", ">b"),
-    ord("B"): ("unsignedbyte", ">B"),
-    ord("s"): ("short", ">h"),
-    ord("u"): ("unsignedshort", ">H"),
-    ord("I"): ("signedint", ">i"),
-    ord("i"): ("unsignedint", ">I"),
-    ord("l"): ("long", ">q"),
-    ord("f"): ("float", ">f"),
-    ord("d"): ("double", ">d"),
-    ord("T"): ("timestamp", ">Q"),
+# How the fixed-width numbers read (the names come from fields.FIELD_TYPES).
+_NUMBERS = {
+    ord(tag): struct.Struct(layout)
+    for tag, layout in (
+        ("b", ">b"),
+        ("B", ">B"),
+        ("s", ">h"),
+        ("u", ">H"),
+        ("I", ">i"),
+        ("i", ">I"),
+        ("l", ">q"),
+        ("L", ">q"),
+        ("f", ">f"),
+        ("d", ">d"),
+        ("T", ">Q"),
+    )
 }
-
-
-def _property_spans(content: bytes) -> dict[str, tuple[int, int]]:
-    """Where each present property's value lies in ``content`` (class, weight, body size
-    and the flags take the first 14 bytes)."""
-    (flags,) = _FLAGS.unpack_from(content, 12)
-    spans: dict[str, tuple[int, int]] = {}
-    pos = 14
-    for bit, name, encoding in _PROPERTY_LAYOUT:
-        if not flags & bit:
-            continue
-        if encoding == "s":
-            start, pos = pos + 1, pos + 1 + content[pos]
-        elif encoding == "t":
-            start, pos = pos + 4, pos + 4 + _U32.unpack_from(content, pos)[0]
-        elif encoding == "o":
-            start, pos = pos, pos + 1
-        else:
-            start, pos = pos, pos + 8
-        spans[name] = (start, pos)
-    return spans
 
 
 def property_term(content: bytes | None, name: str) -> Any:
     """``message_id`` or ``correlation_id`` as a binary, ``timestamp`` as the binary of its
     decimal digits (``integer_to_binary/1``), or ``undefined``."""
-    span = _property_spans(content).get(name) if content else None
+    if not content:
+        return UNDEFINED
+    span = property_spans(content).get(name)
     if span is None:
         return UNDEFINED
-    raw = content[span[0] : span[1]]  # type: ignore[index]
+    raw = content[span[0] : span[1]]
     if name == "timestamp":
         return str(_U64.unpack(raw)[0]).encode()
     return raw
@@ -251,11 +227,13 @@ def property_term(content: bytes | None, name: str) -> Any:
 
 def header_term(content: bytes | None, name: str) -> Any:
     """``rabbit_misc:table_lookup(Headers, Name)``: ``{Type, Value}`` or ``undefined``."""
-    span = _property_spans(content).get("headers") if content else None
+    if not content:
+        return UNDEFINED
+    span = property_spans(content).get("headers")
     if span is None:
         return UNDEFINED
     wanted = name.encode("utf-8")
-    for key, value in _table(content, span[0], span[1]):  # type: ignore[arg-type]
+    for key, value in _table(content, span[0], span[1]):
         if key == wanted:
             return value
     return UNDEFINED
@@ -273,35 +251,29 @@ def _table(data: bytes, pos: int, end: int) -> list[tuple[bytes, Any]]:
 
 
 def _value(data: bytes, pos: int) -> tuple[Any, int]:
-    """One typed field value, as rabbit_binary_parser decodes it, and where the next starts."""
+    """One typed field value, as rabbit_binary_parser decodes it, and where the next starts.
+    The broker took the table as well formed (the publish checks it), so every tag is known."""
     tag = data[pos]
+    name, size = FIELD_TYPES[tag]
+    kind = Atom(name)
     pos += 1
-    fixed = _TYPES.get(tag)
-    if fixed is not None:
-        layout = struct.Struct(fixed[1])
-        (number,) = layout.unpack_from(data, pos)
-        return (Atom(fixed[0]), number), pos + layout.size
-    if tag in (ord("S"), ord("x"), ord("A"), ord("F")):
-        length = _U32.unpack_from(data, pos)[0]
-        start, end = pos + 4, pos + 4 + length
-        if tag == ord("S"):
-            return (Atom("longstr"), data[start:end]), end
-        if tag == ord("x"):
-            return (Atom("binary"), data[start:end]), end
-        if tag == ord("F"):
-            table = [(key, *value) for key, value in _table(data, start, end)]
-            return (Atom("table"), table), end
+    number = _NUMBERS.get(tag)
+    if number is not None:
+        return (kind, number.unpack_from(data, pos)[0]), pos + size
+    if size < 0:
+        start = pos + 4
+        end = start + _U32.unpack_from(data, pos)[0]
+        if name in ("longstr", "binary"):
+            return (kind, data[start:end]), end
+        if name == "table":
+            return (kind, [(key, *value) for key, value in _table(data, start, end)]), end
         items = []
         while start < end:
             item, start = _value(data, start)
             items.append(item)
-        return (Atom("array"), items), end
-    if tag == ord("t"):
-        return (Atom("bool"), Atom("true" if data[pos] else "false")), pos + 1
-    if tag == ord("D"):
-        scale = data[pos]
-        (unscaled,) = _U32.unpack_from(data, pos + 1)
-        return (Atom("decimal"), (scale, unscaled)), pos + 5
-    if tag == ord("V"):
-        return (Atom("void"), UNDEFINED), pos
-    raise ValueError(f"unknown field type {chr(tag)!r}")
+        return (kind, items), end
+    if name == "bool":
+        return (kind, Atom("true" if data[pos] else "false")), pos + size
+    if name == "decimal":
+        return (kind, (data[pos], _U32.unpack_from(data, pos + 1)[0])), pos + size
+    return (kind, UNDEFINED), pos  # void

@@ -25,7 +25,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from exchanges.chash import ConsistentHashIndex, binding_problem, route_consistent_hash
+from exchanges.chash import (
+    ConsistentHashIndex,
+    binding_problem,
+    exchange_problem,
+    route_consistent_hash,
+)
 from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
 from exchanges.patterns import RTopicIndex, TopicIndex
 from exchanges.projection import (
@@ -289,6 +294,16 @@ def _walk(
                 if target is not None:  # a missing exchange (or AE) is ignored
                     work.append(target)
     return queues or EMPTY
+
+
+def validate_exchange(kind: ExchangeType, arguments: Mapping[str, Any]) -> str | None:
+    """RabbitMQ's explanation when a new exchange's arguments are invalid for its type
+    (the type module's ``validate/1``), else None. Only the consistent-hash type checks
+    (:func:`exchanges.chash.exchange_problem`); raises
+    :class:`exchanges.chash.ExchangeTypeCrashError` where RabbitMQ's type module crashes."""
+    if kind is ExchangeType.CONSISTENT_HASH:
+        return exchange_problem(arguments)
+    return None
 
 
 def validate_binding(

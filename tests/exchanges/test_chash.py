@@ -206,6 +206,22 @@ def test_header_values_keep_their_wire_types() -> None:
     assert header_term(None, "s") is UNDEFINED
 
 
+def test_a_long_tagged_capital_l_reads_as_long() -> None:
+    # py-amqp (kombu, Celery) tags 64-bit integers 'L'; RabbitMQ reads them as long.
+    table = b"\x01nL" + (5).to_bytes(8, "big")
+    content = _content(message_id="m")
+    flags = int.from_bytes(content[12:14], "big") | 0x2000
+    content = (
+        content[:12]
+        + flags.to_bytes(2, "big")
+        + len(table).to_bytes(4, "big")
+        + table
+        + content[14:]
+    )
+    assert header_term(content, "n") == (A("long"), 5)
+    assert property_term(content, "message_id") == b"m"
+
+
 def test_properties() -> None:
     stamp = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.UTC)
     content = _content(
