@@ -64,6 +64,8 @@ class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
+    # max-connections and max-channels (broker/limits.py).
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,7 +130,9 @@ class AccessControl:
         """Create or replace a user (from a password, or a RabbitMQ hash)."""
         if password_hash is None:
             password_hash = hash_password(password or "") if password is not None else ""
-        user = User(name, password_hash, list(tags or []))
+        old = self.users.get(name)
+        # Replacing a user keeps its limits, as rabbit_auth_backend_internal:put_user/3.
+        user = User(name, password_hash, list(tags or []), dict(old.limits) if old else {})
         self.users[name] = user
         self._changed()
         return user
@@ -140,6 +144,11 @@ class AccessControl:
         existed = self.users.pop(name, None) is not None
         self._changed()
         return existed
+
+    def set_user_limits(self, name: str, limits: dict[str, int]) -> None:
+        """Replace the limits of user ``name`` (which must exist; checked values)."""
+        self.users[name].limits = dict(limits)
+        self._changed()
 
     def set_permissions(self, user: str, vhost: str, permission: Permission) -> None:
         """Grant ``permission`` to ``user`` on ``vhost``."""
@@ -161,6 +170,7 @@ class AccessControl:
                     "password_hash": u.password_hash,
                     "hashing_algorithm": "rabbit_password_hashing_sha256",
                     "tags": list(u.tags),
+                    "limits": dict(u.limits),
                 }
                 for u in self.users.values()
             ],
@@ -175,9 +185,10 @@ class AccessControl:
         """The inverse of :meth:`to_document`."""
         access = cls()
         for user in document.get("users", []):
-            access.add_user(
+            added = access.add_user(
                 user["name"], password_hash=user["password_hash"], tags=list(user["tags"])
             )
+            added.limits = dict(user.get("limits") or {})
         for p in document.get("permissions", []):
             access.set_permissions(
                 p["user"], p["vhost"], Permission(p["configure"], p["write"], p["read"])

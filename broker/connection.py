@@ -50,6 +50,7 @@ from broker.errors import (
     method_id_of,
     reply_text,
 )
+from broker.limits import reached
 
 if TYPE_CHECKING:
     from broker.queue import Queue
@@ -423,6 +424,7 @@ class Connection(asyncio.Protocol):
                 f"negotiated channel_max ({self.channel_max})",
                 (0, 0),
             )
+        self._check_channel_limit()
         self.channels[channel_id] = Channel(self, channel_id)
         self.send_method(channel_id, commands.Channel.OpenOk())
 
@@ -589,6 +591,7 @@ class Connection(asyncio.Protocol):
                 f"vhost {frame.virtual_host} not found",
                 (10, 40),
             )
+        self._check_connection_limits(vhost)
         if not self.server.access.can_access_vhost(self.user, vhost.name):
             # rabbit_access_control:check_vhost_access/4
             raise AMQPConnectionError(
@@ -615,6 +618,46 @@ class Connection(asyncio.Protocol):
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
         self.send_method(0, C.OpenOk())
+
+    def _check_connection_limits(self, vhost: VHost) -> None:
+        """The vhost's, then the user's ``max-connections`` (rabbit_reader:handle_method0
+        for connection.open: both before the vhost access check; texts as RabbitMQ 3.10.8
+        sends them)."""
+        opened = [c for c in self.server.connections if c.state is State.OPEN]
+        limit = reached(vhost.limits, "max-connections", sum(c.vhost is vhost for c in opened))
+        if limit is not None:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"access to vhost '{vhost.name}' refused for user '{self.user}': connection "
+                f"limit ({limit}) is reached",
+                (10, 40),
+            )
+        user = self.server.access.users.get(self.user)
+        mine = sum(c.user == self.user for c in opened)
+        limit = reached(user.limits, "max-connections", mine) if user is not None else None
+        if limit is not None:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"connection refused for user '{self.user}': user connection limit ({limit}) "
+                "is reached",
+                (10, 40),
+            )
+
+    def _check_channel_limit(self) -> None:
+        """The user's ``max-channels``, counted over all its connections (after the
+        connection's negotiated channel_max, as rabbit_reader:create_channel/2)."""
+        user = self.server.access.users.get(self.user)
+        if user is None or not user.limits:
+            return
+        opened = sum(len(c.channels) for c in self.server.connections if c.user == self.user)
+        limit = reached(user.limits, "max-channels", opened)
+        if limit is not None:
+            raise AMQPConnectionError(
+                NOT_ALLOWED,
+                f"number of channels opened for user '{self.user}' has reached the maximum "
+                f"allowed user limit of ({limit})",
+                (0, 0),
+            )
 
     # -- timers -----------------------------------------------------------------------
 

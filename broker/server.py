@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
+from broker.limits import VHOST_LIMITS_COMPONENT, limits_parameter
 from broker.memory import MemoryMonitor, default_watermark
 from broker.trace import TraceWriter
 from broker.vhost import VHost
@@ -97,7 +98,20 @@ class Server:
                 for name in sorted(self.vhosts)
                 for policy in sorted(self.vhosts[name].policies.values(), key=lambda p: p.name)
             ]
+            # Vhost limits as RabbitMQ keeps them: runtime parameters of the component
+            # vhost-limits, named limits (the same shape as in definitions.json).
+            document["parameters"] = [
+                limits_parameter(name, self.vhosts[name].limits)
+                for name in sorted(self.vhosts)
+                if self.vhosts[name].limits
+            ]
             self.persistence.save_access(document)
+
+    def set_vhost_limits(self, name: str, limits: dict[str, int]) -> None:
+        """Replace the limits of vhost ``name`` (which must exist; checked values) and save
+        them with the users. Connections and queues over a lowered limit stay."""
+        self.vhosts[name].limits = dict(limits)
+        self._save_access()
 
     def set_policy(self, policy: Policy) -> bool:
         """Add or replace a policy of its vhost (which must exist), apply it, and save it
@@ -164,6 +178,9 @@ class Server:
             self.access = AccessControl.from_document(saved)
             for name in saved.get("vhosts", []):
                 self.vhost(name)
+            for item in saved.get("parameters", []):
+                if item.get("component") == VHOST_LIMITS_COMPONENT:
+                    self.vhost(item["vhost"]).limits = dict(item["value"])
             # Before the log replay, so that recovered queues and exchanges get theirs.
             for item in saved.get("policies", []):
                 policy = parse_policy(item["vhost"], item["name"], item)

@@ -30,6 +30,7 @@ from broker.errors import (
     AMQPChannelError,
     ChannelCrashError,
 )
+from broker.limits import reached
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import Message
 from broker.queue import Consumer, Queue
@@ -144,6 +145,8 @@ class VHost:
         self._uses_headers: bool | None = False
         # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
+        # max-connections and max-queues (broker/limits.py); persisted like the policies.
+        self.limits: dict[str, int] = {}
         for exchange in DEFAULT_EXCHANGES:
             # Predeclared on every start: never written to the definitions log.
             self._apply(ExchangeDeclared(exchange), replaying=True)
@@ -452,6 +455,15 @@ class VHost:
             self._assert_args(what, compared, arguments, queue.arguments)
             queue.touch()
             return queue
+        limit = reached(self.limits, "max-queues", len(self.queues))
+        if limit is not None:
+            # rabbit_channel:check_vhost_queue_limit/2, for a queue that does not exist yet,
+            # before its arguments are looked at.
+            raise AMQPChannelError(
+                PRECONDITION_FAILED,
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
+                "is reached",
+            )
         # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
         dlx = arguments.get("x-dead-letter-exchange")
         if dlx is not None and not isinstance(dlx, str | bytes):

@@ -44,3 +44,33 @@ def test_users_permissions_and_vhosts_survive_a_restart(tmp_path: Path) -> None:
         assert again.server.access.users["app"].tags == ["management"]
     finally:
         again.stop()
+
+
+def test_vhost_and_user_limits_survive_a_restart(tmp_path: Path) -> None:
+    broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+
+        def setup() -> None:
+            server = broker.server
+            server.add_vhost("capped")
+            server.access.set_permissions("guest", "capped", Permission())
+            server.set_vhost_limits("capped", {"max-queues": 1})
+            server.access.set_user_limits("guest", {"max-channels": 1})
+
+        broker.call(setup)
+    finally:
+        broker.stop()
+
+    again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{again.server.port}/capped"
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.queue_declare("only", exclusive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker, match=r"queue limit .* \(1\)"):
+            channel.queue_declare("second", exclusive=True)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match=r"user limit of \(1\)"):
+            connection.channel()
+            connection.channel()
+    finally:
+        again.stop()

@@ -18,6 +18,7 @@ from broker.management import (
     actions,
     api,
     clients,
+    limits,
     messages,
     metrics,
     page,
@@ -85,7 +86,8 @@ def build_app(server: Server) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024 * 1024)
     app[SERVER_KEY] = server
     app[api.LISTENER_KEY] = api.HttpListener()
-    for module in (api, clients, topology, policies, messages, actions, metrics, page, trace):
+    modules = (api, clients, topology, policies, limits, messages, actions, metrics, page, trace)
+    for module in modules:
         app.router.add_routes(module.routes)
     return app
 

@@ -2,11 +2,12 @@
 
 The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
-``policies``, ``exchanges``, ``queues``, ``bindings``, plus ``topic_permissions``,
-``parameters`` and ``global_parameters``, which Leveret has no use for: they are exported
-empty and ignored (with a log line) on import.
+``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters`` (of which Leveret
+knows the vhost limits; other components are ignored with a log line), plus
+``topic_permissions`` and ``global_parameters``, which Leveret has no use for: they are
+exported empty and ignored (with a log line) on import. User limits are the users' ``limits``.
 
-Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, policies,
+Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, parameters, policies,
 then exchanges, queues and bindings; definitions are merged into what exists, an object that exists
 with different properties is an error (immutable objects) or is overwritten (users,
 permissions), the default exchange and ``amq.*`` exchanges and queues are skipped, and an
@@ -17,6 +18,7 @@ exchanges, no exclusive queues, no implicit default-exchange bindings.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from pathlib import Path
@@ -26,6 +28,7 @@ from broker.arguments import queue_type
 from broker.auth import Permission
 from broker.errors import AMQPError
 from broker.fieldtable import amqp_json
+from broker.limits import VHOST_LIMITS_COMPONENT, LimitError, limits_parameter, parse_limits
 from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
-IGNORED_SECTIONS = ("topic_permissions", "parameters", "global_parameters")
+IGNORED_SECTIONS = ("topic_permissions", "global_parameters")
 
 
 class DefinitionsError(ValueError):
@@ -55,9 +58,11 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
     without their ``vhost`` key)."""
     state = state_of(server)
     names = sorted(server.vhosts) if vhost is None else [vhost]
-    exchanges, queues, bindings, policies = [], [], [], []
+    exchanges, queues, bindings, policies, parameters = [], [], [], [], []
     for name in names:
         host = server.vhosts[name]
+        if host.limits:
+            parameters.append(limits_parameter(name, host.limits))
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
@@ -83,12 +88,12 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
             del item["properties_key"]
             bindings.append(item)
     if vhost is not None:
-        for item in (*exchanges, *queues, *bindings, *policies):
+        for item in (*exchanges, *queues, *bindings, *policies, *parameters):
             del item["vhost"]
         return {
             "rabbit_version": views.RABBITMQ_VERSION,
             "rabbitmq_version": views.RABBITMQ_VERSION,
-            "parameters": [],
+            "parameters": parameters,
             "policies": policies,
             "queues": queues,
             "exchanges": exchanges,
@@ -120,7 +125,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
             for (user, host), permission in sorted(access.permissions.items())
         ],
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": parameters,
         "global_parameters": [],
         "policies": policies,
         "queues": queues,
@@ -169,9 +174,19 @@ def _add_user(server: Server, item: dict[str, Any], version: tuple[int, ...]) ->
     if not isinstance(name, str):
         raise DefinitionsError("user without a name")
     tags = _tags(item.get("tags"))
+    # A user without ``limits`` keeps the ones it has (rabbit_auth_backend_internal:put_user).
+    limits = _user_limits(name, item["limits"]) if "limits" in item else None
     if "password" in item and "password_hash" not in item:
         server.access.add_user(name, password=str(item["password"]), tags=tags)
-        return
+    else:
+        _add_hashed_user(server, name, tags, item, version)
+    if limits is not None:
+        server.access.set_user_limits(name, limits)
+
+
+def _add_hashed_user(
+    server: Server, name: str, tags: list[str], item: dict[str, Any], version: tuple[int, ...]
+) -> None:
     algorithm = item.get("hashing_algorithm")
     if algorithm is None:
         # Files from before 3.6 carry MD5 hashes without saying so (put_user/3).
@@ -187,6 +202,36 @@ def _add_user(server: Server, item: dict[str, Any], version: tuple[int, ...]) ->
         )
     password_hash = item.get("password_hash") or ""
     server.access.add_user(name, password_hash=str(password_hash), tags=tags)
+
+
+def _user_limits(name: str, value: Any) -> dict[str, int]:
+    # RabbitMQ 3.10.8 answers 500 to a user's invalid limits; Leveret names the user.
+    if not isinstance(value, dict):
+        raise DefinitionsError(f"user '{name}': limits must be an object")
+    try:
+        return parse_limits(value, user=True)
+    except LimitError as exc:
+        raise DefinitionsError(f"user '{name}': {exc.reason}") from exc
+
+
+def _add_parameter(server: Server, item: dict[str, Any], only: str | None) -> None:
+    """A runtime parameter: Leveret knows the component ``vhost-limits`` (others are
+    ignored with a log line, as they were before)."""
+    if item.get("component") != VHOST_LIMITS_COMPONENT:
+        log.warning("definitions: ignoring parameter %r (not supported by Leveret)", item)
+        return
+    vhost = _vhost_name(server, item, only)
+    value = item.get("value")
+    if not isinstance(value, dict):
+        raise DefinitionsError(f"vhost '{vhost}': limits must be an object")
+    try:
+        limits = parse_limits(value)
+    except LimitError as exc:
+        # rabbit_definitions: the validation text, escaped as the management plugin escapes
+        # reasons, and the parameter's vhost/component/name (observed on 3.10.8).
+        escaped = html.escape(exc.reason, quote=False)
+        raise DefinitionsError(f"{escaped} ({vhost}/{VHOST_LIMITS_COMPONENT}/limits)") from exc
+    server.set_vhost_limits(vhost, limits)
 
 
 def _add_vhost(server: Server, item: dict[str, Any]) -> None:
@@ -312,6 +357,8 @@ def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = N
                         str(item.get("read", "")),
                     ),
                 )
+        for item in _items(data, "parameters"):
+            _add_parameter(server, item, vhost)
         _add_topology(server, data, vhost)
     except AMQPError as exc:
         raise _amqp_failure(exc) from exc

@@ -35,7 +35,10 @@ AUTH_REALM = 'Basic realm="RabbitMQ Management"'
 class ApiError(Exception):
     """An error response: HTTP ``status`` with RabbitMQ's ``error`` and ``reason``."""
 
-    def __init__(self, status: int, error: str, reason: str, challenge: bool = False) -> None:
+    def __init__(
+        self, status: int, error: str, reason: str | list[str], challenge: bool = False
+    ) -> None:
+        # A list where RabbitMQ's reason is an Erlang list ("no_such_user" and the name).
         super().__init__(reason)
         self.status = status
         self.error = error

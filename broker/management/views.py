@@ -81,7 +81,7 @@ def user_view(user: User) -> JSON:
         "password_hash": user.password_hash,
         "hashing_algorithm": HASHING_ALGORITHM,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(user.limits),
     }
 
 

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 
 import aio_pika
 import pika
 import pytest
+
+from broker.config import Config
+from broker.inspect import BrokerThread
+
+from .helpers import Http
 
 
 @pytest.fixture
@@ -53,3 +59,21 @@ def pika_cleanup(amqp_url: str) -> Iterator[list[str]]:
     for name in names:
         channel.queue_delete(name)
     conn.close()
+
+
+@pytest.fixture(scope="module")
+def brokers(broker_kind: str) -> Iterator[tuple[str, Http]]:
+    """(AMQP URL, management API) of the broker under test."""
+    if broker_kind == "rabbitmq":
+        yield (
+            os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+            Http(os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")),
+        )
+        return
+    broker = BrokerThread(Config(host="127.0.0.1", port=0, management_port=0)).start()
+    try:
+        management = broker.server.management
+        assert management is not None
+        yield broker.url, Http(management.url)
+    finally:
+        broker.stop()

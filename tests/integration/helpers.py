@@ -6,7 +6,11 @@ Keep this module small and stable: several test modules import it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -70,3 +74,23 @@ async def declare_exchange(
     exchange = await ch.declare_exchange(unique(prefix), type_, **kwargs)
     cleanup.exchanges.append(exchange.name)
     return exchange
+
+
+class Http:
+    """Just enough of the management API (as guest): (status, decoded JSON or text)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base.rstrip("/")
+        self.auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Authorization", self.auth)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                raw = answer.read()
+                return answer.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")

@@ -14,9 +14,6 @@ the rest), rabbit_policies.erl (validation texts), rabbit_mgmt_wm_policy.erl.
 
 from __future__ import annotations
 
-import base64
-import json
-import os
 import time
 import urllib.error
 import urllib.parse
@@ -28,50 +25,9 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from broker.config import Config
-from broker.inspect import BrokerThread
-
-from .helpers import unique
+from .helpers import Http, unique
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Http:
-    """Just enough of the management API: (status, decoded JSON or text)."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/")
-        self.auth = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-    def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Authorization", self.auth)
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=5) as answer:
-                raw = answer.read()
-                return answer.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-
-@pytest.fixture(scope="module")
-def brokers(broker_kind: str) -> Iterator[tuple[str, Http]]:
-    """(AMQP URL, management API) of the broker under test."""
-    if broker_kind == "rabbitmq":
-        yield (
-            os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-            Http(os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")),
-        )
-        return
-    broker = BrokerThread(Config(host="127.0.0.1", port=0, management_port=0)).start()
-    try:
-        management = broker.server.management
-        assert management is not None
-        yield broker.url, Http(management.url)
-    finally:
-        broker.stop()
 
 
 @pytest.fixture
