@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from broker import codec
+from broker import codec, firehose
 from broker.arguments import CONSUME_VALIDATORS, argument_error
 from broker.errors import (
     ACCESS_REFUSED,
@@ -381,7 +381,7 @@ class Channel:
         that makes it durable (0 if nothing to wait for)."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message, mandatory), 0
-        routed, rejected, sync_gen = self.vhost.publish(message)
+        routed, rejected, sync_gen = self.vhost.publish(message, self)
         counters = self.counters
         counters.received += 1
         if routed:
@@ -466,6 +466,8 @@ class Channel:
             self.conn.write_parts(parts)
         else:
             self.conn.write(b"".join(parts))
+        if self.vhost.firehose:
+            firehose.delivered(message, queue.name, bool(redelivered), self)
 
     def unacked_for(self, now: float, timeout: float) -> bool:
         """Whether the oldest unacknowledged delivery is ``timeout`` seconds old or more.
@@ -632,6 +634,8 @@ class Channel:
             )
             + codec.content_frames(self.id, content_header, message.body, self.conn.frame_max)
         )
+        if self.vhost.firehose:
+            firehose.delivered(message, queue.name, bool(redelivered), self)
 
     def _take(self, tag: int, multiple: bool) -> list[tuple[int, Record]]:
         """Remove and return the unacked deliveries an ack/nack/reject covers."""

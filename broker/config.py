@@ -22,6 +22,9 @@ MAX_MESSAGE_SIZE = 128 * 1024 * 1024
 # RabbitMQ's consumer_timeout (docs/consumers.md "Delivery Acknowledgement Timeout"):
 # 30 minutes, in ms.
 CONSUMER_TIMEOUT = 1_800_000
+# The node name the broker gives itself where RabbitMQ names its Erlang node (management
+# API, metrics, firehose trace headers).
+NODE_NAME = "leveret@localhost"
 
 
 @dataclass(frozen=True, slots=True)

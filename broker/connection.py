@@ -120,6 +120,12 @@ def server_properties() -> dict[str, Any]:
     }
 
 
+def _address(pair: Any) -> tuple[str, int]:
+    if isinstance(pair, tuple) and len(pair) >= 2:
+        return str(pair[0]), int(pair[1])
+    return "", 0
+
+
 class Connection(asyncio.Protocol):
     """Server side of one AMQP 0-9-1 connection."""
 
@@ -159,6 +165,17 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[Any, ...] = ()
         self.closed = asyncio.Event()
         self._close_reason = ""
+
+    def endpoints(self) -> tuple[str, int, str, int]:
+        """(peer host, peer port, local host, local port)."""
+        sockname = self.transport.get_extra_info("sockname") if self.transport else None
+        return (*_address(self.peer), *_address(sockname))
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: ``peer_host:peer_port -> host:port``."""
+        peer_host, peer_port, host, port = self.endpoints()
+        return f"{peer_host}:{peer_port} -> {host}:{port}"
 
     # -- asyncio.Protocol -------------------------------------------------------------
 

@@ -323,3 +323,24 @@ class Message:
         copy._properties = properties
         copy.ttl = self.ttl
         return copy
+
+
+class BccMessage(Message):
+    """A message whose ``BCC`` header was stripped at publish. It keeps the BCC keys,
+    which RabbitMQ keeps among the message's routing keys (rabbit_basic:message/3) and
+    shows in firehose traces of its deliveries; a subclass, so other messages pay no
+    slot for them."""
+
+    __slots__ = ("bcc",)
+    bcc: list[bytes | str]
+
+    @classmethod
+    def stripped(cls, message: Message, properties: commands.Basic.Properties) -> BccMessage:
+        """``message`` with ``properties`` (its headers without BCC) and the BCC keys."""
+        bcc = (message.headers or {}).get("BCC")
+        copy = cls(message.exchange, message.routing_key, b"", message.body)
+        copy.header = marshal_content_header(message.body_size, properties)
+        copy._properties = properties
+        copy.ttl = message.ttl
+        copy.bcc = [k for k in bcc if isinstance(k, str | bytes)] if isinstance(bcc, list) else []
+        return copy

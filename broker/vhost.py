@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker import firehose
 from broker.arguments import (
     QUEUE_TYPE_ARGUMENTS,
     argument_error,
@@ -32,7 +33,7 @@ from broker.errors import (
 )
 from broker.limits import reached
 from broker.memory import MemoryMonitor, default_watermark
-from broker.message import Message
+from broker.message import BccMessage, Message
 from broker.queue import Consumer, Queue
 from broker.stream import StreamQueue
 from exchanges.chash import ExchangeTypeCrashError
@@ -61,6 +62,7 @@ from exchanges.routing import (
 )
 
 if TYPE_CHECKING:
+    from broker.channel import Channel
     from broker.connection import Connection
     from broker.persistence import Persistence
     from broker.trace import TraceWriter
@@ -147,6 +149,8 @@ class VHost:
         self.policies: dict[str, Policy] = {}
         # max-connections and max-queues (broker/limits.py); persisted like the policies.
         self.limits: dict[str, int] = {}
+        # Whether the firehose tracer copies this vhost's traffic (broker/firehose.py).
+        self.firehose = False
         for exchange in DEFAULT_EXCHANGES:
             # Predeclared on every start: never written to the definitions log.
             self._apply(ExchangeDeclared(exchange), replaying=True)
@@ -555,11 +559,12 @@ class VHost:
 
     # -- publishing -------------------------------------------------------------------
 
-    def publish(self, message: Message) -> tuple[bool, bool, int]:
+    def publish(self, message: Message, origin: Channel | None = None) -> tuple[bool, bool, int]:
         """Route ``message`` and enqueue it in every queue it reaches.
 
         Returns (routed, rejected by an overflowing queue, group-commit generation that
-        makes it durable or 0). Used by channels and by the management API alike.
+        makes it durable or 0). Used by channels (``origin``, which the firehose tracer
+        names) and by the management API alike.
         """
         payload = message.header
         headers = None
@@ -568,11 +573,16 @@ class VHost:
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
         names = route(self.projection, message.exchange, message.routing_key, headers, payload)
+        keys = None
+        if self.firehose and origin is not None:
+            keys = firehose.publish_routing_keys(message)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
-            message = message.with_properties(props)
+            message = BccMessage.stripped(message, props)
+        if keys is not None and origin is not None:
+            firehose.published(message, keys, [n for n in names if n in self.queues], origin)
         rejected = False
         routed = False
         if names:

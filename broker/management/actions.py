@@ -59,7 +59,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     if body.get("default_queue_type"):
         meta.default_queue_type = str(body["default_queue_type"])
     if "tracing" in body:
-        meta.tracing = body["tracing"] in (True, "true")
+        # The firehose tracer (broker/firehose.py), as rabbitmqctl trace_on / trace_off.
+        server.vhosts[name].firehose = body["tracing"] in (True, "true")
     return web.Response(status=201 if created else 204)
 
 

@@ -222,7 +222,7 @@ async def health_alarms(request: web.Request) -> web.Response:
 def vhost_item(server: Server, name: str) -> dict[str, Any]:
     """A vhost with its message counts."""
     meta = state_of(server).vhost_meta(name)
-    item = views.vhost_view(name, meta.description, meta.tags, meta.tracing)
+    item = views.vhost_view(name, meta.description, meta.tags, server.vhosts[name].firehose)
     vhost = server.vhosts[name]
     sums = dict.fromkeys(GAUGES, 0)
     for queue in vhost.queues.values():

@@ -26,7 +26,6 @@ class VHostMeta:
     description: str = ""
     tags: list[str] = field(default_factory=list)
     default_queue_type: str = "classic"
-    tracing: bool = False
 
 
 @dataclass

@@ -18,6 +18,7 @@ from urllib.parse import quote_plus
 from broker import __version__
 from broker.arguments import queue_type
 from broker.auth import Permission, User
+from broker.config import NODE_NAME
 from broker.fieldtable import amqp_json
 from broker.management.stats import COUNTERS, GAUGES, details
 from exchanges.model import Binding, DestKind, Exchange, freeze
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"
-NODE = "leveret@localhost"
-CLUSTER_NAME = "leveret@localhost"
+NODE = NODE_NAME
+CLUSTER_NAME = NODE_NAME
 PRODUCT_NAME = "Leveret"
 PRODUCT_VERSION = __version__
 HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
@@ -211,24 +212,14 @@ def default_binding(queue_name: str) -> Binding:
 # -- connections, channels, consumers ---------------------------------------------------
 
 
-def _address(pair: Any) -> tuple[str, int]:
-    if isinstance(pair, tuple) and len(pair) >= 2:
-        return str(pair[0]), int(pair[1])
-    return "", 0
-
-
 def connection_endpoints(conn: Connection) -> tuple[str, int, str, int]:
     """(peer host, peer port, local host, local port)."""
-    peer_host, peer_port = _address(conn.peer)
-    sockname = conn.transport.get_extra_info("sockname") if conn.transport else None
-    host, port = _address(sockname)
-    return peer_host, peer_port, host, port
+    return conn.endpoints()
 
 
 def connection_name(conn: Connection) -> str:
     """RabbitMQ's connection name: ``peer_host:peer_port -> host:port``."""
-    peer_host, peer_port, host, port = connection_endpoints(conn)
-    return f"{peer_host}:{peer_port} -> {host}:{port}"
+    return conn.name
 
 
 def connection_details(conn: Connection) -> JSON:

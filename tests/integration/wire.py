@@ -176,6 +176,19 @@ class WireClient:
                 self._buffer.clear()
                 return data
 
+    def read_raw_frame(self, timeout: float | None = None) -> tuple[int, int, bytes]:
+        """The next frame undecoded, as ``(frame type, channel, payload)``: for asserting
+        the exact bytes a broker wrote (field-table type tags, which decoding loses)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while len(self._buffer) < FRAME_HEADER_SIZE:
+            self._fill(deadline)
+        frame_type, channel, size = struct.unpack_from(">BHI", self._buffer)
+        while len(self._buffer) < FRAME_HEADER_SIZE + size + 1:
+            self._fill(deadline)
+        payload = bytes(self._buffer[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + size])
+        del self._buffer[: FRAME_HEADER_SIZE + size + 1]
+        return frame_type, channel, payload
+
     def read_frame(
         self, timeout: float | None = None, skip_heartbeats: bool = True
     ) -> tuple[int, Any]:
