@@ -12,10 +12,9 @@ The broker keeps plain per-queue counters (``Queue.published_total``, ``delivere
   of 5000 ms (deps/rabbitmq_management_agent/Makefile).
 
 What the per-queue counters cannot give: messages received from publishers (a message
-routed to three queues counts three times in ``publish``) and unroutable messages (they
-reach no queue). ``unroutable_dropped`` and ``received`` below count only what the
-management API itself published; see the module's report for the broker hook that would
-count every publish.
+routed to three queues counts three times in the queues' ``publish``) and unroutable
+messages (they reach no queue). Those come from the broker's per-publish counters
+(``Server.counters``, :class:`BrokerCounters`, kept by the channels and the API's publish).
 """
 
 from __future__ import annotations
@@ -116,12 +115,20 @@ class Sampler:
         return live
 
     def totals(self) -> dict[str, int]:
-        """Broker-wide ``publish``, ``deliver_get`` and ``ack`` since start."""
+        """Broker-wide ``publish``, ``deliver_get`` and ``ack`` since start. ``publish``
+        counts messages received from publishers when the broker keeps per-publish
+        counters, as RabbitMQ's overview does (a message routed to three queues is one
+        publish there, unroutable ones count too; observed on 3.10.8); the queues'
+        ``publish`` counts what each of them received."""
         live = self.refresh()  # first: it may move counters into ``retired``
         sums = list(self.retired)
         for queue in live:
             for i, value in enumerate(queue_counters(queue)):
                 sums[i] += value
+        server = self._server()
+        counters = broker_counters(server) if server is not None else None
+        if counters is not None:
+            sums[0] = counters.received
         return dict(zip(COUNTERS, sums, strict=True))
 
     def gauges(self) -> dict[str, int]:
