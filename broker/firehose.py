@@ -16,7 +16,9 @@ message's body and, as its only property, a headers table:
 Copies of messages published to ``amq.rabbitmq.trace`` itself are never made, so tracing a
 trace queue cannot loop. Tracing lasts until turned off or the broker stops, as in
 RabbitMQ, which keeps it in memory only. Messages published through the management API or
-moved by the broker (dead-lettering) are not traced: RabbitMQ traces in the channel.
+moved by the broker (dead-lettering) are not traced: RabbitMQ traces in the channel. One
+difference: a publish in a transaction is traced at ``tx.commit``, when Leveret routes it;
+RabbitMQ routes and traces it when it arrives.
 
 The header layout is rabbit_trace:msg_to_table/1 plus the extra fields of tap_in/6 and
 tap_out/5 in 3.10; checked against RabbitMQ 3.10.8 in tests/integration/test_firehose.py.
