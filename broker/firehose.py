@@ -107,12 +107,10 @@ def _routing_keys(message: Message) -> list[bytes | str]:
     return keys
 
 
-def _copy(
-    message: Message, routing_keys: list[bytes | str], kind: str, suffix: str, extra: bytes
-) -> Message:
+def _copy(message: Message, kind: str, suffix: str, extra: bytes) -> Message:
     table = (
         _field("exchange_name", _longstr(message.exchange))
-        + _field("routing_keys", _strings(routing_keys))
+        + _field("routing_keys", _strings(_routing_keys(message)))
         + _field("properties", properties_table(message.header))
         + _field("node", _longstr(NODE_NAME))
         + extra
@@ -133,15 +131,13 @@ def _who(channel: Channel) -> bytes:
     )
 
 
-def published(
-    message: Message, routing_keys: list[bytes | str], queues: Iterable[str], channel: Channel
-) -> None:
+def published(message: Message, queues: Iterable[str], channel: Channel) -> None:
     """Trace a publish on ``channel`` that reached ``queues`` (before they get it, as
     rabbit_channel calls tap_in between routing and delivering)."""
     if message.exchange == TRACE_EXCHANGE:
         return
     extra = _who(channel) + _field("routed_queues", _strings(queues))
-    channel.vhost.publish(_copy(message, routing_keys, "publish", message.exchange, extra))
+    channel.vhost.publish(_copy(message, "publish", message.exchange, extra))
 
 
 def delivered(message: Message, queue: str, redelivered: bool, channel: Channel) -> None:
@@ -149,9 +145,4 @@ def delivered(message: Message, queue: str, redelivered: bool, channel: Channel)
     if message.exchange == TRACE_EXCHANGE:
         return
     extra = _field("redelivered", _signedint(int(redelivered))) + _who(channel)
-    channel.vhost.publish(_copy(message, _routing_keys(message), "deliver", queue, extra))
-
-
-def publish_routing_keys(message: Message) -> list[bytes | str]:
-    """The routing keys of a message as published (before BCC is stripped)."""
-    return _routing_keys(message)
+    channel.vhost.publish(_copy(message, "deliver", queue, extra))

@@ -573,16 +573,13 @@ class VHost:
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
         names = route(self.projection, message.exchange, message.routing_key, headers, payload)
-        keys = None
-        if self.firehose and origin is not None:
-            keys = firehose.publish_routing_keys(message)
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             message = BccMessage.stripped(message, props)
-        if keys is not None and origin is not None:
-            firehose.published(message, keys, [n for n in names if n in self.queues], origin)
+        if self.firehose and origin is not None:
+            firehose.published(message, [n for n in names if n in self.queues], origin)
         rejected = False
         routed = False
         if names:
