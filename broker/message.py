@@ -234,6 +234,9 @@ def properties_decode(header: bytes) -> bool:
     return True
 
 
+_M = TypeVar("_M", bound="Message")
+
+
 class Message:
     """A published message. Shared by every queue it was routed to; never mutated
     after routing except through :meth:`with_properties`, which makes a copy."""
@@ -313,8 +316,17 @@ class Message:
     ) -> Message:
         """A copy of this message carrying ``properties`` (re-encoded header), optionally
         with another exchange and routing key (dead-lettering)."""
+        return self._copy(Message, properties, exchange, routing_key)
+
+    def _copy(
+        self,
+        kind: type[_M],
+        properties: commands.Basic.Properties,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+    ) -> _M:
         payload = marshal_content_header(self.body_size, properties)
-        copy = Message(
+        copy = kind(
             self.exchange if exchange is None else exchange,
             self.routing_key if routing_key is None else routing_key,
             payload,
@@ -338,9 +350,6 @@ class BccMessage(Message):
     def stripped(cls, message: Message, properties: commands.Basic.Properties) -> BccMessage:
         """``message`` with ``properties`` (its headers without BCC) and the BCC keys."""
         bcc = (message.headers or {}).get("BCC")
-        copy = cls(message.exchange, message.routing_key, b"", message.body)
-        copy.header = marshal_content_header(message.body_size, properties)
-        copy._properties = properties
-        copy.ttl = message.ttl
+        copy = message._copy(cls, properties)
         copy.bcc = [k for k in bcc if isinstance(k, str | bytes)] if isinstance(bcc, list) else []
         return copy
