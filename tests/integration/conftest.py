@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 
 import aio_pika
-import pika
 import pytest
 
 from broker.config import Config
@@ -45,20 +44,6 @@ async def cleanup(amqp_url: str) -> AsyncIterator[SimpleNamespace]:
             await channel.exchange_delete(exchange)
     finally:
         await connection.close()
-
-
-@pytest.fixture
-def pika_cleanup(amqp_url: str) -> Iterator[list[str]]:
-    """Queue names to delete after the test, through pika: for the pika scenarios whose
-    queues outlive their connection (quorum queues and streams are durable, never
-    exclusive)."""
-    names: list[str] = []
-    yield names
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    channel = conn.channel()
-    for name in names:
-        channel.queue_delete(name)
-    conn.close()
 
 
 @pytest.fixture(scope="module")

@@ -94,3 +94,13 @@ class Http:
                 return answer.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
+
+
+def durable_queue(
+    ch: Any, cleanup: list[str], queue_type: str, prefix: str, **arguments: Any
+) -> str:
+    """A durable queue of ``queue_type`` with a unique name, deleted after the test."""
+    name = unique(prefix)
+    cleanup.append(name)
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type, **arguments})
+    return name

@@ -21,35 +21,15 @@ from pika.adapters.blocking_connection import BlockingChannel
 from broker.config import Config
 from broker.inspect import BrokerThread
 
-from .helpers import unique
+from ..helpers import durable_queue, unique
 
 pytestmark = pytest.mark.timeout(30)
 
 QUORUM = {"x-queue-type": "quorum"}
 
 
-@pytest.fixture
-def connection(pika_connection: pika.BlockingConnection) -> pika.BlockingConnection:
-    """The pytest plugin's pika connection (broker/testing.py), which follows ``amqp_url``."""
-    return pika_connection
-
-
-@pytest.fixture
-def ch(connection: pika.BlockingConnection) -> BlockingChannel:
-    return connection.channel()
-
-
-@pytest.fixture
-def cleanup(pika_cleanup: list[str]) -> list[str]:
-    """Queue names to delete after the test (quorum queues are durable, never exclusive)."""
-    return pika_cleanup
-
-
 def quorum_queue(ch: BlockingChannel, cleanup: list[str], **arguments: Any) -> str:
-    name = unique("qq")
-    cleanup.append(name)
-    ch.queue_declare(name, durable=True, arguments={**QUORUM, **arguments})
-    return name
+    return durable_queue(ch, cleanup, "quorum", "qq", **arguments)
 
 
 def get(ch: BlockingChannel, queue: str, within: float = 5.0) -> tuple[Any, Any, bytes]:

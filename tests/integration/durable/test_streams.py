@@ -24,35 +24,15 @@ from pika.adapters.blocking_connection import BlockingChannel
 from broker.config import Config
 from broker.inspect import BrokerThread
 
-from .helpers import unique
+from ..helpers import durable_queue, unique
 
 pytestmark = pytest.mark.timeout(30)
 
 STREAM = {"x-queue-type": "stream"}
 
 
-@pytest.fixture
-def connection(pika_connection: pika.BlockingConnection) -> pika.BlockingConnection:
-    """The pytest plugin's pika connection (broker/testing.py), which follows ``amqp_url``."""
-    return pika_connection
-
-
-@pytest.fixture
-def ch(connection: pika.BlockingConnection) -> BlockingChannel:
-    return connection.channel()
-
-
-@pytest.fixture
-def cleanup(pika_cleanup: list[str]) -> list[str]:
-    """Queue names to delete after the test (streams are durable, never exclusive)."""
-    return pika_cleanup
-
-
 def stream(ch: BlockingChannel, cleanup: list[str], **arguments: Any) -> str:
-    name = unique("st")
-    cleanup.append(name)
-    ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
-    return name
+    return durable_queue(ch, cleanup, "stream", "st", **arguments)
 
 
 def publish(ch: BlockingChannel, name: str, *bodies: bytes, **headers: Any) -> None:
