@@ -53,7 +53,7 @@ from broker.message import (
 from broker.queue import Consumer, Entry, Queue
 from broker.stream import StreamQueue, not_supported, parse_start
 from broker.vhost import generated_name
-from exchanges.model import DestKind
+from exchanges.model import DestKind, ExchangeType
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -181,6 +181,17 @@ class Channel:
         """403 unless the user may ``kind`` (configure/write/read) the resource."""
         self.access.check(self.conn.user, self.vhost.name, kind, resource, name)
 
+    def _permit_topic(
+        self, kind: str, exchange: str, routing_key: str, method: tuple[int, int] | None = None
+    ) -> None:
+        """403 unless the user's topic permission on the topic exchange ``exchange`` (if it
+        has one) lets it ``kind`` (write/read) ``routing_key``."""
+        try:
+            self.access.check_topic(self.conn.user, self.vhost.name, kind, exchange, routing_key)
+        except AMQPChannelError as exc:
+            exc.method = method or exc.method
+            raise
+
     def send(self, method: Any) -> None:
         """Send a pamqp method on this channel."""
         self.conn.write(codec.method_frame(self.id, method))
@@ -281,13 +292,18 @@ class Channel:
         if self._writable_version != self.access.version:
             self._writable.clear()
             self._writable_version = self.access.version
-        if publish.exchange not in self._writable:
+        topic_checked = publish.exchange not in self._writable
+        if topic_checked:
             try:
                 self._permit("write", "exchange", publish.exchange)
             except AMQPChannelError as exc:
                 exc.method = method
                 raise
-            self._writable.add(publish.exchange)
+            # An exchange with a topic permission is never cached: each publish to it
+            # checks its routing key (below).
+            if self.access.topic_permission(self.conn.user, vhost.name, publish.exchange) is None:
+                self._writable.add(publish.exchange)
+                topic_checked = False
         exchange = vhost.projection.exchanges.get(publish.exchange)
         if exchange is None:
             raise AMQPChannelError(
@@ -299,6 +315,9 @@ class Channel:
                 f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
                 method,
             )
+        if topic_checked and exchange.type is ExchangeType.TOPIC:
+            # rabbit_channel: check_write_permitted_on_topic/4, after the internal check.
+            self._permit_topic("write", publish.exchange, publish.routing_key, method)
         if not properties_decode(header.payload):
             # rabbit_channel decodes every publish's properties (ensure_content_decoded); when
             # they do not decode the channel process crashes and the reader closes the
@@ -859,7 +878,7 @@ class Channel:
             self.send(commands.Exchange.DeleteOk())
 
     def _on_exchange_bind(self, m: commands.Exchange.Bind) -> None:
-        self._permit_binding("exchange", m.destination, m.source)
+        self._permit_binding("exchange", m.destination, m.source, m.routing_key)
         self.vhost.bind(
             m.source,
             DestKind.EXCHANGE,
@@ -873,7 +892,7 @@ class Channel:
             self.send(commands.Exchange.BindOk())
 
     def _on_exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        self._permit_binding("exchange", m.destination, m.source)
+        self._permit_binding("exchange", m.destination, m.source, m.routing_key)
         self.vhost.bind(
             m.source,
             DestKind.EXCHANGE,
@@ -933,12 +952,16 @@ class Channel:
                 )
             )
 
-    def _permit_binding(self, kind: str, destination: str, source: str) -> None:
+    def _permit_binding(self, kind: str, destination: str, source: str, routing_key: str) -> None:
         # rabbit_channel:binding_action/10: write on the destination, read on the source
-        # (the default exchange refuses binding first, with its own 403).
+        # (the default exchange refuses binding first, with its own 403), then, when the
+        # source is a topic exchange, the binding key against the user's topic permission.
         if destination and source:
             self._permit("write", kind, destination)
             self._permit("read", "exchange", source)
+            exchange = self.vhost.projection.exchanges.get(source)
+            if exchange is not None and exchange.type is ExchangeType.TOPIC:
+                self._permit_topic("read", source, routing_key)
 
     def _bind_queue(self, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
         name = self._queue_name(m.queue)
@@ -946,7 +969,7 @@ class Channel:
         if not m.queue and not routing_key:
             # rabbit_channel:expand_routing_key_shortcut/3
             routing_key = name
-        self._permit_binding("queue", name, m.exchange)
+        self._permit_binding("queue", name, m.exchange, routing_key)
         self.vhost.bind(
             m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, self.conn, add
         )

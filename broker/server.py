@@ -138,7 +138,7 @@ class Server:
 
     def delete_vhost(self, name: str) -> bool:
         """Delete a vhost: its connections are closed (320), its queues and their stored
-        messages deleted, permissions on it revoked."""
+        messages deleted, permissions and topic permissions on it revoked."""
         vhost = self.vhosts.pop(name, None)
         if vhost is None:
             return False
@@ -147,9 +147,7 @@ class Server:
                 connection.force_close(f"vhost '{name}' is deleted")
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
-        for user, vhost_name in list(self.access.permissions):
-            if vhost_name == name:
-                self.access.clear_permissions(user, vhost_name)
+        self.access.forget_vhost(name)
         self._save_access()
         return True
 

@@ -9,7 +9,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker.auth import Permission
+from broker.auth import Permission, TopicPermission
 from broker.config import Config
 from tests.conftest import BrokerThread
 
@@ -72,5 +72,31 @@ def test_vhost_and_user_limits_survive_a_restart(tmp_path: Path) -> None:
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker, match=r"user limit of \(1\)"):
             connection.channel()
             connection.channel()
+    finally:
+        again.stop()
+
+
+def test_topic_permissions_survive_a_restart(tmp_path: Path) -> None:
+    broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+
+        def setup() -> None:
+            topic = TopicPermission(write="^{username}\\.", read=".*")
+            broker.server.access.set_topic_permission("guest", "/", "amq.topic", topic)
+
+        broker.call(setup)
+    finally:
+        broker.stop()
+
+    again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+        url = f"amqp://guest:guest@127.0.0.1:{again.server.port}/"
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("amq.topic", "guest.news", b"allowed")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="write access to topic"):
+            channel.basic_publish("amq.topic", "other.news", b"refused")
+        connection.close()
     finally:
         again.stop()

@@ -24,9 +24,11 @@ from aiohttp import web
 
 from broker.auth import User, is_loopback
 from broker.management.errors import not_authenticated, not_authorised
+from exchanges.model import ExchangeType
 
 if TYPE_CHECKING:
     from broker.server import Server
+    from broker.vhost import VHost
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 # Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).
@@ -117,3 +119,13 @@ def permit(request: web.Request, vhost: str, kind: str, resource: str, name: str
     mapped to HTTP by the caller): management operations run as the logged-in user."""
     server: Server = request.app[SERVER_KEY]
     server.access.check(current_user(request).name, vhost, kind, resource, name)
+
+
+def permit_topic(request: web.Request, vhost: VHost, kind: str, exchange: str, key: str) -> None:
+    """The topic-permission check a channel makes (403 on refusal): ``key`` is a publish's
+    routing key (``write``) or a binding's key (``read``) on ``exchange``, checked only
+    when that is a topic exchange (rabbit_channel:check_topic_authorisation/6)."""
+    found = vhost.projection.exchanges.get(exchange)
+    if found is not None and found.type is ExchangeType.TOPIC:
+        server: Server = request.app[SERVER_KEY]
+        server.access.check_topic(current_user(request).name, vhost.name, kind, exchange, key)

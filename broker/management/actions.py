@@ -201,7 +201,7 @@ async def post_definitions(request: web.Request) -> web.Response:
     try:
         load_definitions(server_of(request), data)
     except DefinitionsError as exc:
-        raise bad_request(str(exc)) from None
+        raise bad_request(exc.reason) from None
     return web.Response(status=204)
 
 
@@ -214,5 +214,5 @@ async def post_vhost_definitions(request: web.Request) -> web.Response:
     try:
         load_definitions(server_of(request), data, vhost.name)
     except DefinitionsError as exc:
-        raise bad_request(str(exc)) from None
+        raise bad_request(exc.reason) from None
     return web.Response(status=204)

@@ -23,6 +23,7 @@ from broker.management import (
     metrics,
     page,
     policies,
+    topic_permissions,
     topology,
     trace,
 )
@@ -86,7 +87,19 @@ def build_app(server: Server) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024 * 1024)
     app[SERVER_KEY] = server
     app[api.LISTENER_KEY] = api.HttpListener()
-    modules = (api, clients, topology, policies, limits, messages, actions, metrics, page, trace)
+    modules = (
+        api,
+        clients,
+        topology,
+        policies,
+        limits,
+        messages,
+        actions,
+        topic_permissions,
+        metrics,
+        page,
+        trace,
+    )
     for module in modules:
         app.router.add_routes(module.routes)
     return app

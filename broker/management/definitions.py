@@ -2,12 +2,13 @@
 
 The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
-``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters`` (of which Leveret
-knows the vhost limits; other components are ignored with a log line), plus
-``topic_permissions`` and ``global_parameters``, which Leveret has no use for: they are
-exported empty and ignored (with a log line) on import. User limits are the users' ``limits``.
+``topic_permissions``, ``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters``
+(of which Leveret knows the vhost limits; other components are ignored with a log line),
+plus ``global_parameters``, which Leveret has no use for: exported empty and ignored (with a
+log line) on import. User limits are the users' ``limits``.
 
-Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, parameters, policies,
+Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, topic permissions,
+parameters, policies,
 then exchanges, queues and bindings; definitions are merged into what exists, an object that exists
 with different properties is an error (immutable objects) or is overwritten (users,
 permissions), the default exchange and ``amq.*`` exchanges and queues are skipped, and an
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker.arguments import queue_type
-from broker.auth import Permission
+from broker.auth import Permission, TopicPermission, invalid_regexp
 from broker.errors import AMQPError
 from broker.fieldtable import amqp_json
 from broker.limits import VHOST_LIMITS_COMPONENT, LimitError, limits_parameter, parse_limits
@@ -42,11 +43,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
-IGNORED_SECTIONS = ("topic_permissions", "global_parameters")
+IGNORED_SECTIONS = ("global_parameters",)
 
 
 class DefinitionsError(ValueError):
-    """Definitions that cannot be applied; the text is RabbitMQ's where it has one."""
+    """Definitions that cannot be applied; the reason is RabbitMQ's where it has one (a
+    list where RabbitMQ's is an Erlang list, as ``["no_such_user", NAME]``)."""
+
+    def __init__(self, reason: str | list[Any]) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 # -- export -----------------------------------------------------------------------------
@@ -124,7 +130,10 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
             views.permission_view(user, host, permission)
             for (user, host), permission in sorted(access.permissions.items())
         ],
-        "topic_permissions": [],
+        "topic_permissions": [
+            {"user": user, "vhost": host, "exchange": exchange, **vars(permission)}
+            for user, host, exchange, permission in access.topic_permission_items()
+        ],
         "parameters": parameters,
         "global_parameters": [],
         "policies": policies,
@@ -261,6 +270,33 @@ def _vhost_name(server: Server, item: dict[str, Any], only: str | None) -> str:
     return name
 
 
+def _grantee(server: Server, item: dict[str, Any]) -> tuple[str, str]:
+    """The user and vhost a permission names (rabbit_definitions:add_permission/2 and
+    add_topic_permission/2: 400 ``["no_such_user", U]`` or ``["no_such_vhost", V]``, observed
+    on 3.10.8)."""
+    user, host = item.get("user"), item.get("vhost")
+    if not isinstance(user, str) or not isinstance(host, str):
+        raise DefinitionsError("permission without user or vhost")
+    if user not in server.access.users:
+        raise DefinitionsError(["no_such_user", user])
+    if host not in server.vhosts:
+        raise DefinitionsError(["no_such_vhost", host])
+    return user, host
+
+
+def _add_topic_permission(server: Server, item: dict[str, Any]) -> None:
+    user, host = _grantee(server, item)
+    exchange, write, read = (item.get(key) for key in ("exchange", "write", "read"))
+    if not isinstance(exchange, str) or not isinstance(write, str) or not isinstance(read, str):
+        # RabbitMQ 3.10.8 answers "badarg" when one of them is missing.
+        raise DefinitionsError("badarg")
+    for pattern in (write, read):
+        reason = invalid_regexp(pattern)
+        if reason is not None:
+            raise DefinitionsError(reason)
+    server.access.set_topic_permission(user, host, exchange, TopicPermission(write, read))
+
+
 def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     # rabbit_definitions:format/1: "~s: ~s" of the error name and explanation.
     from broker.errors import NAMES
@@ -342,12 +378,7 @@ def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = N
             for item in _items(data, "vhosts"):
                 _add_vhost(server, item)
             for item in _items(data, "permissions"):
-                user, host = item.get("user"), item.get("vhost")
-                if not isinstance(user, str) or not isinstance(host, str):
-                    raise DefinitionsError("permission without user or vhost")
-                if user not in server.access.users:
-                    raise DefinitionsError(f"no_such_user: {user}")
-                _vhost_name(server, item, None)
+                user, host = _grantee(server, item)
                 server.access.set_permissions(
                     user,
                     host,
@@ -357,6 +388,8 @@ def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = N
                         str(item.get("read", "")),
                     ),
                 )
+            for item in _items(data, "topic_permissions"):
+                _add_topic_permission(server, item)
         for item in _items(data, "parameters"):
             _add_parameter(server, item, vhost)
         _add_topology(server, data, vhost)

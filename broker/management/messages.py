@@ -25,7 +25,7 @@ from pamqp import commands
 from broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, AMQPChannelError
 from broker.fieldtable import marshal_content_header
 from broker.management import views
-from broker.management.access import current_user, permit
+from broker.management.access import current_user, permit, permit_topic
 from broker.management.api import server_of, vhost_of
 from broker.management.errors import amqp_errors, bad_request, not_found
 from broker.management.query import json_response, read_json
@@ -253,7 +253,7 @@ async def publish(request: web.Request) -> web.Response:
     properties = basic_properties(props)
     server = server_of(request)
     user = current_user(request).name
-    with amqp_errors("channel"):
+    with amqp_errors("publish"):
         permit(request, vhost.name, "write", "exchange", name)
         message = build_message(
             server.config.max_message_size, user, name, routing_key, properties, data
@@ -262,6 +262,7 @@ async def publish(request: web.Request) -> web.Response:
             raise AMQPChannelError(
                 ACCESS_REFUSED, f"cannot publish to internal {vhost.rs('exchange', name)}"
             )
+        permit_topic(request, vhost, "write", name, routing_key)
     routed, rejected, generation = vhost.publish(message)
     sampler = state_of(server).sampler
     sampler.api_received += 1

@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote_plus
 from aiohttp import web
 
 from broker.management import ops, views
-from broker.management.access import permit
+from broker.management.access import permit, permit_topic
 from broker.management.api import scoped_vhosts, server_of, vhost_of
 from broker.management.errors import amqp_errors, bad_request, not_found
 from broker.management.query import json_response, read_json, reply_list
@@ -296,10 +296,12 @@ async def add_binding(request: web.Request) -> web.Response:
     if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string")
     arguments = ops.json_arguments(body.get("arguments"))
-    with amqp_errors("channel"):
+    # rabbit_mgmt_wm_bindings runs queue.bind through rabbit_mgmt_util:direct_request/6.
+    with amqp_errors("direct"):
         if source and destination:
             permit(request, vhost.name, "write", kind.value, destination)
             permit(request, vhost.name, "read", "exchange", source)
+            permit_topic(request, vhost, "read", source, routing_key)
         ops.bind(vhost, source, kind, destination, routing_key, arguments)
     props = views.properties_key(routing_key, arguments)
     location = f"{quote(destination, safe='')}/{quote(props, safe='')}"
@@ -338,10 +340,11 @@ async def get_binding(request: web.Request) -> web.Response:
 async def delete_binding(request: web.Request) -> web.Response:
     """DELETE one binding (queue.unbind / exchange.unbind)."""
     vhost, binding = find_binding(request)
-    with amqp_errors("channel"):
+    with amqp_errors("direct"):
         if binding.source and binding.destination:
             permit(request, vhost.name, "write", binding.kind.value, binding.destination)
             permit(request, vhost.name, "read", "exchange", binding.source)
+            permit_topic(request, vhost, "read", binding.source, binding.routing_key)
         ops.bind(
             vhost,
             binding.source,

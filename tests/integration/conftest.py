@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ import pytest
 from broker.config import Config
 from broker.inspect import BrokerThread
 
-from .helpers import Http
+from .helpers import PASSWORD, Http, Tenant, unique
 
 
 @pytest.fixture
@@ -62,3 +63,20 @@ def brokers(broker_kind: str) -> Iterator[tuple[str, Http]]:
         yield broker.url, Http(management.url)
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def tenant(brokers: tuple[str, Http]) -> Iterator[Tenant]:
+    """A vhost and a user of the test's own on the broker under test, deleted afterwards."""
+    url, api = brokers
+    vhost, user = unique("lt-vhost"), unique("lt-user")
+    quoted = urllib.parse.quote(vhost, safe="")
+    assert api("PUT", f"/api/vhosts/{quoted}", {})[0] == 201
+    assert api("PUT", f"/api/users/{user}", {"password": PASSWORD, "tags": ""})[0] == 201
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    for name in ("%2F", quoted):
+        assert api("PUT", f"/api/permissions/{name}/{user}", everything)[0] in (201, 204)
+    assert api("PUT", f"/api/permissions/{quoted}/guest", everything)[0] in (201, 204)
+    yield Tenant(api, url, vhost, user)
+    api("DELETE", f"/api/vhosts/{quoted}")
+    api("DELETE", f"/api/users/{user}")

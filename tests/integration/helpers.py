@@ -10,10 +10,14 @@ import base64
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
+
+import pika
 
 # aiormq raises a specific class per reply code with ``args == (reply_text,)``; codes it does
 # not map come as the generic ChannelClosed / ConnectionClosed with ``args == (code, text)``.
@@ -77,11 +81,12 @@ async def declare_exchange(
 
 
 class Http:
-    """Just enough of the management API (as guest): (status, decoded JSON or text)."""
+    """Just enough of the management API (as guest, or ``user``): (status, decoded JSON
+    or text)."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, user: str = "guest", password: str = "guest") -> None:
         self.base = base.rstrip("/")
-        self.auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
     def __call__(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -104,3 +109,36 @@ def durable_queue(
     cleanup.append(name)
     ch.queue_declare(name, durable=True, arguments={"x-queue-type": queue_type, **arguments})
     return name
+
+
+PASSWORD = "tenant-pw"
+
+
+@dataclass
+class Tenant:
+    """A vhost and a user of the test's own (password :data:`PASSWORD`), with full
+    permissions on it and on ``/``; the ``tenant`` fixture makes and deletes them."""
+
+    api: Http
+    base: str
+    vhost: str
+    user: str
+
+    def path(self, kind: str, name: str = "") -> str:
+        """``/api/<kind>/<this vhost or user>[/name]``."""
+        owner = self.user if kind == "user-limits" else self.vhost
+        tail = "/" + name if name else ""
+        return f"/api/{kind}/{urllib.parse.quote(owner, safe='')}{tail}"
+
+    def set(self, kind: str, name: str, value: Any) -> tuple[int, Any]:
+        """PUT a limit; (status, body)."""
+        return self.api("PUT", self.path(kind, name), {"value": value})
+
+    def connect(self, vhost: str | None = None, user: str | None = None) -> pika.BlockingConnection:
+        """A pika connection to ``vhost`` (this one) as ``user`` (this one)."""
+        parts = urllib.parse.urlsplit(self.base)
+        name, password = (user, "guest") if user else (self.user, PASSWORD)
+        netloc = f"{name}:{password}@{parts.hostname}:{parts.port}"
+        path = "/" + urllib.parse.quote(self.vhost if vhost is None else vhost, safe="")
+        url = urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
+        return pika.BlockingConnection(pika.URLParameters(url))

@@ -17,65 +17,14 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker, ConnectionClosedByBroker
 
-from .helpers import Http, unique
+from .helpers import PASSWORD, Tenant, unique
 
 pytestmark = pytest.mark.timeout(60)
-
-PASSWORD = "limits-pw"
-
-
-@dataclass
-class Tenant:
-    """A vhost and a user of the test's own, with full permissions on the vhost."""
-
-    api: Http
-    base: str
-    vhost: str
-    user: str
-
-    def path(self, kind: str, name: str = "") -> str:
-        """``/api/<kind>/<this vhost or user>[/name]``."""
-        owner = self.user if kind == "user-limits" else self.vhost
-        tail = "/" + name if name else ""
-        return f"/api/{kind}/{urllib.parse.quote(owner, safe='')}{tail}"
-
-    def set(self, kind: str, name: str, value: Any) -> tuple[int, Any]:
-        """PUT a limit; (status, body)."""
-        return self.api("PUT", self.path(kind, name), {"value": value})
-
-    def connect(self, vhost: str | None = None, user: str | None = None) -> BlockingConnection:
-        """A pika connection to ``vhost`` (this one) as ``user`` (this one)."""
-        parts = urllib.parse.urlsplit(self.base)
-        name, password = (user, "guest") if user else (self.user, PASSWORD)
-        netloc = f"{name}:{password}@{parts.hostname}:{parts.port}"
-        path = "/" + urllib.parse.quote(self.vhost if vhost is None else vhost, safe="")
-        url = urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
-        return pika.BlockingConnection(pika.URLParameters(url))
-
-
-@pytest.fixture
-def tenant(brokers: tuple[str, Http]) -> Iterator[Tenant]:
-    url, api = brokers
-    vhost, user = unique("lt-vhost"), unique("lt-user")
-    quoted = urllib.parse.quote(vhost, safe="")
-    assert api("PUT", f"/api/vhosts/{quoted}", {})[0] == 201
-    assert api("PUT", f"/api/users/{user}", {"password": PASSWORD, "tags": ""})[0] == 201
-    everything = {"configure": ".*", "write": ".*", "read": ".*"}
-    for name in ("%2F", quoted):
-        assert api("PUT", f"/api/permissions/{name}/{user}", everything)[0] in (201, 204)
-    assert api("PUT", f"/api/permissions/{quoted}/guest", everything)[0] in (201, 204)
-    yield Tenant(api, url, vhost, user)
-    api("DELETE", f"/api/vhosts/{quoted}")
-    api("DELETE", f"/api/users/{user}")
 
 
 def refusal(exc: BaseException) -> str:
