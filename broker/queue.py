@@ -28,7 +28,7 @@ from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
 from broker.prioritydeque import PriorityDeque, insert_by_seq
-from exchanges.policies import Policy, queue_arguments
+from exchanges.policies import Policy, effective_definition, queue_arguments
 
 if TYPE_CHECKING:
     from broker.channel import Channel
@@ -141,10 +141,12 @@ class Queue:
         "message_ttl",
         "messages",
         "name",
+        "operator_policy",
         "overflow",
         "owner",
         "plain",
         "policy",
+        "policy_definition",
         "published_total",
         "quorum",
         "ready_bytes",
@@ -198,6 +200,9 @@ class Queue:
             PriorityDeque(self.max_priority) if self.max_priority else deque()
         )
         self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
+        # The keys of both that apply (exchanges.policies.effective_definition).
+        self.policy_definition: dict[str, Any] = {}
         # Whether entries may carry an expiry (a queue TTL, or a message with one seen).
         self.expiring = False
         self._configure()
@@ -211,7 +216,7 @@ class Queue:
     def _configure(self) -> None:
         """The feature settings from the queue's arguments and its policy's keys
         (rabbit_amqqueue_process:process_args_policy/1)."""
-        arguments = queue_arguments(self.arguments, self.policy)
+        arguments = queue_arguments(self.arguments, self.policy_definition)
         self.message_ttl = int_arg(arguments, "x-message-ttl")
         self.expires = int_arg(arguments, "x-expires")
         self.max_length = int_arg(arguments, "x-max-length")
@@ -230,15 +235,17 @@ class Queue:
         )
         self.expiring = self.expiring or self.message_ttl is not None
 
-    def apply_policy(self, policy: Policy | None) -> None:
-        """Take ``policy`` (None: no policy) as a classic queue does on a policy change:
-        the new limits apply now (drop-head drops the excess, dead-lettered as
-        ``maxlen``), the new TTL to messages published from now on, a new ``expires``
-        restarts the expiry clock."""
-        if policy == self.policy:
+    def apply_policy(self, policy: Policy | None, operator_policy: Policy | None = None) -> None:
+        """Take ``policy`` and ``operator_policy`` (None: none) as a classic queue does on a
+        policy change: the new limits apply now (drop-head drops the excess,
+        dead-lettered as ``maxlen``), the new TTL to messages published from now on, a new
+        ``expires`` restarts the expiry clock."""
+        if policy == self.policy and operator_policy == self.operator_policy:
             return
         expires = self.expires
         self.policy = policy
+        self.operator_policy = operator_policy
+        self.policy_definition = effective_definition(policy, operator_policy)
         self._configure()
         if self.deleted:
             return

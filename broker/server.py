@@ -20,7 +20,7 @@ from broker.limits import VHOST_LIMITS_COMPONENT, limits_parameter
 from broker.memory import MemoryMonitor, default_watermark
 from broker.trace import TraceWriter
 from broker.vhost import VHost
-from exchanges.policies import Policy
+from exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy
 from exchanges.policies import parse as parse_policy
 
 if TYPE_CHECKING:
@@ -104,6 +104,12 @@ class Server:
                 limits_parameter(name, self.vhosts[name].limits)
                 for name in sorted(self.vhosts)
                 if self.vhosts[name].limits
+            ] + [
+                policy.to_parameter()
+                for name in sorted(self.vhosts)
+                for policy in sorted(
+                    self.vhosts[name].operator_policies.values(), key=lambda p: p.name
+                )
             ]
             self.persistence.save_access(document)
 
@@ -113,17 +119,19 @@ class Server:
         self.vhosts[name].limits = dict(limits)
         self._save_access()
 
-    def set_policy(self, policy: Policy) -> bool:
-        """Add or replace a policy of its vhost (which must exist), apply it, and save it
-        with the users (on disk before the caller answers). True when it is new."""
-        created = self.vhosts[policy.vhost].set_policy(policy)
+    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
+        """Add or replace a policy (``operator``: an operator policy) of its vhost (which
+        must exist), apply it, and save it with the users (on disk before the caller
+        answers). True when it is new."""
+        created = self.vhosts[policy.vhost].set_policy(policy, operator)
         self._save_access()
         return created
 
-    def delete_policy(self, vhost: str, name: str) -> bool:
-        """Remove a policy; False when the vhost has none of that name."""
+    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
+        """Remove a policy or operator policy; False when the vhost has none of that
+        name."""
         host = self.vhosts.get(vhost)
-        if host is None or not host.delete_policy(name):
+        if host is None or not host.delete_policy(name, operator):
             return False
         self._save_access()
         return True
@@ -179,6 +187,9 @@ class Server:
             for item in saved.get("parameters", []):
                 if item.get("component") == VHOST_LIMITS_COMPONENT:
                     self.vhost(item["vhost"]).limits = dict(item["value"])
+                elif item.get("component") == OPERATOR_POLICY_COMPONENT:
+                    policy = parse_policy(item["vhost"], item["name"], item["value"], True)
+                    self.vhost(policy.vhost).set_policy(policy, operator=True)
             # Before the log replay, so that recovered queues and exchanges get theirs.
             for item in saved.get("policies", []):
                 policy = parse_policy(item["vhost"], item["name"], item)

@@ -153,7 +153,7 @@ class StreamQueue(Queue):
         self.dlx = self.dlrk = None
         self.plain = True
         # Argument or policy, the lower wins (rabbit_stream_queue:make_stream_conf/1).
-        policy = self.policy.definition if self.policy is not None else {}
+        policy = self.policy_definition
         self.retention_bytes = _lower(
             int_arg(self.arguments, "x-max-length-bytes"), policy.get("max-length-bytes")
         )

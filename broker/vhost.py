@@ -147,6 +147,8 @@ class VHost:
         self._uses_headers: bool | None = False
         # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
+        # Operator policies by name: a second set, applied to queues beside the policies.
+        self.operator_policies: dict[str, Policy] = {}
         # max-connections and max-queues (broker/limits.py); persisted like the policies.
         self.limits: dict[str, int] = {}
         # Whether the firehose tracer copies this vhost's traffic (broker/firehose.py).
@@ -175,10 +177,10 @@ class VHost:
                 apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
-        elif isinstance(event, QueueDeclared) and self.policies:
+        elif isinstance(event, QueueDeclared) and (self.policies or self.operator_policies):
             queue = self.queues.get(event.queue.name)
             if queue is not None:
-                queue.apply_policy(self.policy_for("queue", queue.name))
+                queue.apply_policy(*self.queue_policies(queue.name))
         self._uses_headers = None
 
     # -- policies ---------------------------------------------------------------------
@@ -187,24 +189,38 @@ class VHost:
         """The policy that applies to the ``queue`` or ``exchange`` ``name``, if any."""
         return match_policy(self.policies.values(), kind, name)
 
-    def set_policy(self, policy: Policy) -> bool:
-        """Add or replace a policy and apply the vhost's policies again to every queue
-        and exchange (rabbit_policy:update_policies/1). True when it is new."""
-        created = policy.name not in self.policies
-        self.policies[policy.name] = policy
+    def queue_policies(self, name: str) -> tuple[Policy | None, Policy | None]:
+        """The policy and the operator policy that apply to the queue ``name``."""
+        return (
+            match_policy(self.policies.values(), "queue", name),
+            match_policy(self.operator_policies.values(), "queue", name),
+        )
+
+    def policy_set(self, operator: bool) -> dict[str, Policy]:
+        """The vhost's policies, or (``operator``) its operator policies, by name."""
+        return self.operator_policies if operator else self.policies
+
+    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
+        """Add or replace a policy (``operator``: an operator policy) and apply the vhost's
+        policies again to every queue and exchange (rabbit_policy:update_policies/1).
+        True when it is new."""
+        policies = self.policy_set(operator)
+        created = policy.name not in policies
+        policies[policy.name] = policy
         self._apply_policies()
         return created
 
-    def delete_policy(self, name: str) -> bool:
-        """Remove a policy (False: there was none) and apply what is left."""
-        if self.policies.pop(name, None) is None:
+    def delete_policy(self, name: str, operator: bool = False) -> bool:
+        """Remove a policy or operator policy (False: there was none) and apply what is
+        left."""
+        if self.policy_set(operator).pop(name, None) is None:
             return False
         self._apply_policies()
         return True
 
     def _apply_policies(self) -> None:
         for queue in list(self.queues.values()):
-            queue.apply_policy(self.policy_for("queue", queue.name))
+            queue.apply_policy(*self.queue_policies(queue.name))
         apply_alternates(self.projection, self.policies.values())
 
     @property

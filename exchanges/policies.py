@@ -8,7 +8,12 @@ pipeline share it, as an alternate exchange set by a policy changes routing:
   ``priority`` (default 0) and a ``definition`` of keys;
 - at most one policy applies to a queue or an exchange: of those that match, the one with
   the highest priority (rabbit_policy:match_all/2; Leveret breaks a tie by name);
-- policies apply at once to existing queues and exchanges and to those declared later.
+- policies apply at once to existing queues and exchanges and to those declared later;
+- *operator policies* (``operator=True``) are a second set, kept by administrators, with a
+  few numeric queue keys only (``expires``, ``message-ttl``, ``max-length``,
+  ``max-length-bytes``, ``delivery-limit``, ``max-in-memory-*``). One of each kind may apply
+  to a queue; where both set a key the lower value wins (rabbit_policy:
+  merge_operator_definitions/2, docs/parameters.md "Operator Policies").
 
 What the keys do (rabbit_amqqueue_process:process_args_policy/1, rabbit_exchange): a
 queue's own ``x-`` argument and the policy's key are resolved as RabbitMQ resolves them,
@@ -35,6 +40,9 @@ from typing import Any
 from exchanges.projection import Projection
 
 APPLY_TO = ("queues", "exchanges", "all")
+# Operator policies are runtime parameters of this component in RabbitMQ (and so in its
+# definitions exports).
+OPERATOR_POLICY_COMPONENT = "operator_policy"
 
 
 class PolicyError(ValueError):
@@ -139,6 +147,22 @@ _KEPT = (
 )
 _VALIDATORS.update({key: _any for key in _KEPT})
 
+# Keys an operator policy may set (rabbit_policies: operator_policy_validator; others are
+# "not recognised policy settings", observed on 3.10.8). Where a policy and an operator
+# policy both set one, the lower value applies (merge_policy_value/3).
+_OPERATOR_VALIDATORS = {
+    key: _VALIDATORS[key]
+    for key in (
+        "expires",
+        "message-ttl",
+        "max-length",
+        "max-length-bytes",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "delivery-limit",
+    )
+}
+
 # Policy key -> (queue argument, resolution when both are set). rabbit_amqqueue_process:
 # res_min/2 for the limits, res_arg/2 (the queue's argument) for the rest.
 QUEUE_KEYS: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
@@ -182,9 +206,24 @@ class Policy:
             "priority": self.priority,
         }
 
+    def to_parameter(self) -> dict[str, Any]:
+        """An operator policy as the runtime parameter RabbitMQ exports it as."""
+        return {
+            "value": {
+                "pattern": self.pattern,
+                "definition": dict(sorted(self.definition.items())),
+                "priority": self.priority,
+                "apply-to": self.apply_to,
+            },
+            "vhost": self.vhost,
+            "component": OPERATOR_POLICY_COMPONENT,
+            "name": self.name,
+        }
 
-def parse(vhost: str, name: str, body: Mapping[str, Any]) -> Policy:
-    """A policy from a management API body or a definitions.json entry.
+
+def parse(vhost: str, name: str, body: Mapping[str, Any], operator: bool = False) -> Policy:
+    """A policy (``operator``: an operator policy) from a management API body or a
+    definitions.json entry.
 
     Raises :class:`PolicyError` with the reason RabbitMQ gives (rabbit_mgmt_wm_policy,
     rabbit_policy:policy_validation/0): missing keys, then the priority, the pattern,
@@ -222,12 +261,13 @@ def parse(vhost: str, name: str, body: Mapping[str, Any]) -> Policy:
         raise _failed(f"definition must be a dictionary: {erl_term(definition)}")
     if not definition:
         raise _failed("no policy provided")
+    validators = _OPERATOR_VALIDATORS if operator else _VALIDATORS
     for key in sorted(definition):
-        check = _VALIDATORS.get(key)
+        check = validators.get(key)
         problem = check(definition[key]) if check is not None else None
         if problem is not None:
             raise _failed(problem)
-    unknown = sorted(key for key in definition if key not in _VALIDATORS)
+    unknown = sorted(key for key in definition if key not in validators)
     if unknown:
         terms = ",".join(f"{{{erl_term(k)},{erl_term(definition[k])}}}" for k in unknown)
         raise _failed(f"[{terms}] are not recognised policy settings")
@@ -250,12 +290,22 @@ def match(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
     return best
 
 
-def queue_arguments(arguments: Mapping[str, Any], policy: Policy | None) -> dict[str, Any]:
-    """A queue's effective ``x-`` arguments: its own, resolved against ``policy``'s keys."""
-    if policy is None:
-        return dict(arguments)
+def effective_definition(policy: Policy | None, operator: Policy | None) -> dict[str, Any]:
+    """The keys that apply to a queue with ``policy`` and the operator policy ``operator``
+    (either may be None): both definitions, the lower value where both set a key (all the
+    keys an operator policy may set are numbers)."""
+    merged = dict(policy.definition) if policy is not None else {}
+    if operator is not None:
+        for key, value in operator.definition.items():
+            merged[key] = value if key not in merged else min(merged[key], value)
+    return merged
+
+
+def queue_arguments(arguments: Mapping[str, Any], definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A queue's effective ``x-`` arguments: its own, resolved against the keys of the
+    policy ``definition`` that applies to it."""
     effective = dict(arguments)
-    for key, value in policy.definition.items():
+    for key, value in definition.items():
         spec = QUEUE_KEYS.get(key)
         if spec is None:
             continue

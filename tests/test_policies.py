@@ -22,7 +22,14 @@ from broker.management.definitions import (
     export_definitions,
     load_definitions,
 )
-from exchanges.policies import PolicyError, erl_term, match, parse, queue_arguments
+from exchanges.policies import (
+    PolicyError,
+    effective_definition,
+    erl_term,
+    match,
+    parse,
+    queue_arguments,
+)
 from tests.conftest import BrokerThread
 
 
@@ -64,13 +71,37 @@ def test_queue_arguments_resolve_as_rabbitmq() -> None:
         },
     )
     own = {"x-message-ttl": 1000, "x-max-length": 20, "x-dead-letter-exchange": "own-dlx"}
-    assert queue_arguments(own, given) == {
+    assert queue_arguments(own, given.definition) == {
         "x-message-ttl": 1000,  # the lower wins
         "x-max-length": 10,  # the lower wins
         "x-dead-letter-exchange": "own-dlx",  # the argument wins
         "x-overflow": "reject-publish",  # only the policy sets it
     }
-    assert queue_arguments(own, None) == own
+    assert queue_arguments(own, {}) == own
+
+
+def test_operator_policies_take_numeric_queue_keys_and_the_lower_value_wins() -> None:
+    with pytest.raises(PolicyError) as err:
+        parse("/", "op", {"pattern": ".*", "definition": {"overflow": "drop-head"}}, True)
+    assert err.value.reason == (
+        "Validation failed\n\n"
+        '[{<<"overflow">>,<<"drop-head">>}] are not recognised policy settings\n'
+    )
+    with pytest.raises(PolicyError) as err:
+        parse("/", "op", {"pattern": ".*", "definition": {"expires": 0}}, True)
+    assert err.value.reason == "Validation failed\n\n0 is not a valid queue expiry\n"
+    operator = parse(
+        "/", "op", {"pattern": ".*", "definition": {"max-length": 5, "message-ttl": 100}}, True
+    )
+    given = policy("p", ".*", {"max-length": 3, "message-ttl": 500, "dead-letter-exchange": "d"})
+    assert effective_definition(given, operator) == {
+        "max-length": 3,
+        "message-ttl": 100,
+        "dead-letter-exchange": "d",
+    }
+    assert effective_definition(None, operator) == {"max-length": 5, "message-ttl": 100}
+    assert effective_definition(given, None) == dict(given.definition)
+    assert effective_definition(None, None) == {}
 
 
 def test_unknown_keys_are_refused_known_ones_kept() -> None:

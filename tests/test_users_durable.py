@@ -11,6 +11,7 @@ import pytest
 
 from broker.auth import Permission, TopicPermission
 from broker.config import Config
+from exchanges.policies import parse as parse_policy
 from tests.conftest import BrokerThread
 
 
@@ -97,6 +98,34 @@ def test_topic_permissions_survive_a_restart(tmp_path: Path) -> None:
         channel.basic_publish("amq.topic", "guest.news", b"allowed")
         with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="write access to topic"):
             channel.basic_publish("amq.topic", "other.news", b"refused")
+        connection.close()
+    finally:
+        again.stop()
+
+
+def test_operator_policies_survive_a_restart(tmp_path: Path) -> None:
+    broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+
+        def setup() -> None:
+            body = {"pattern": "^capped$", "definition": {"max-length": 1}}
+            broker.server.set_policy(parse_policy("/", "cap", body, operator=True), operator=True)
+
+        broker.call(setup)
+    finally:
+        broker.stop()
+
+    again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+        assert list(again.server.vhosts["/"].operator_policies) == ["cap"]
+        assert again.server.vhosts["/"].policies == {}
+        url = f"amqp://guest:guest@127.0.0.1:{again.server.port}/"
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        channel.queue_declare("capped", exclusive=True)
+        for body in (b"first", b"second"):
+            channel.basic_publish("", "capped", body)
+        assert channel.queue_declare("capped", passive=True).method.message_count == 1
         connection.close()
     finally:
         again.stop()

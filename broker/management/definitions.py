@@ -3,7 +3,8 @@
 The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
 ``topic_permissions``, ``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters``
-(of which Leveret knows the vhost limits; other components are ignored with a log line),
+(of which Leveret knows the vhost limits and the operator policies; other components are
+ignored with a log line),
 plus ``global_parameters``, which Leveret has no use for: exported empty and ignored (with a
 log line) on import. User limits are the users' ``limits``.
 
@@ -34,7 +35,7 @@ from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
 from exchanges.model import DestKind
-from exchanges.policies import PolicyError
+from exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
 from exchanges.policies import parse as parse_policy
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
         host = server.vhosts[name]
         if host.limits:
             parameters.append(limits_parameter(name, host.limits))
+        operator_policies = sorted(host.operator_policies.values(), key=lambda p: p.name)
+        parameters += [policy.to_parameter() for policy in operator_policies]
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
@@ -224,23 +227,31 @@ def _user_limits(name: str, value: Any) -> dict[str, int]:
 
 
 def _add_parameter(server: Server, item: dict[str, Any], only: str | None) -> None:
-    """A runtime parameter: Leveret knows the component ``vhost-limits`` (others are
-    ignored with a log line, as they were before)."""
-    if item.get("component") != VHOST_LIMITS_COMPONENT:
+    """A runtime parameter: Leveret knows the components ``vhost-limits`` and
+    ``operator_policy`` (others are ignored with a log line). A refused value is
+    RabbitMQ's validation text, escaped as the management plugin escapes reasons, with
+    the parameter's vhost/component/name (rabbit_definitions, observed on 3.10.8)."""
+    component = item.get("component")
+    if component not in (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT):
         log.warning("definitions: ignoring parameter %r (not supported by Leveret)", item)
         return
-    vhost = _vhost_name(server, item, only)
+    vhost = only if only is not None else item.get("vhost")
+    if not isinstance(vhost, str) or vhost not in server.vhosts:
+        raise DefinitionsError(["no_such_vhost", str(vhost or "undefined")])
+    name = str(item.get("name", ""))
     value = item.get("value")
+    where = f" ({vhost}/{component}/{name})"
     if not isinstance(value, dict):
-        raise DefinitionsError(f"vhost '{vhost}': limits must be an object")
+        raise DefinitionsError(f"vhost '{vhost}': {component} {name} must be an object")
     try:
-        limits = parse_limits(value)
-    except LimitError as exc:
-        # rabbit_definitions: the validation text, escaped as the management plugin escapes
-        # reasons, and the parameter's vhost/component/name (observed on 3.10.8).
-        escaped = html.escape(exc.reason, quote=False)
-        raise DefinitionsError(f"{escaped} ({vhost}/{VHOST_LIMITS_COMPONENT}/limits)") from exc
-    server.set_vhost_limits(vhost, limits)
+        if component == VHOST_LIMITS_COMPONENT:
+            server.set_vhost_limits(vhost, parse_limits(value))
+            return
+        if "priority" not in value:
+            raise PolicyError(f'Validation failed\n\nKey "priority" not found in {name}\n')
+        server.set_policy(parse_policy(vhost, name, value, operator=True), operator=True)
+    except (LimitError, PolicyError) as exc:
+        raise DefinitionsError(html.escape(exc.reason, quote=False) + where) from exc
 
 
 def _add_vhost(server: Server, item: dict[str, Any]) -> None:

@@ -1,10 +1,12 @@
-"""Policies: list, show, set, clear (rabbit_mgmt_wm_policies, rabbit_mgmt_wm_policy).
+"""Policies and operator policies: list, show, set, clear (rabbit_mgmt_wm_policies,
+rabbit_mgmt_wm_policy, rabbit_mgmt_wm_operator_policies, rabbit_mgmt_wm_operator_policy).
 
 Access as rabbit_mgmt_util:is_authorized_policies/2: administrators, and users tagged
 ``policymaker`` on the vhosts they may access; others get 401 "User not authorised to
-access object". PUT answers 201 for a new policy and 204 for a replaced one; a refused
-policy is 400 with RabbitMQ's validation text (exchanges/policies.py), HTML-escaped as the
-management plugin escapes error reasons.
+access object". Setting or clearing an operator policy needs ``administrator`` (401 "Not
+administrator user", observed on 3.10.8). PUT answers 201 for a new policy and 204 for a
+replaced one; a refused policy is 400 with RabbitMQ's validation text
+(exchanges/policies.py), HTML-escaped as the management plugin escapes error reasons.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.management.access import can_login_vhost, current_user, is_admin
+from broker.management.access import can_login_vhost, current_user, is_admin, require_admin
 from broker.management.api import server_of
 from broker.management.errors import ApiError, bad_request, not_authorised, not_found
 from broker.management.query import json_response, read_json, reply_list
@@ -47,11 +49,7 @@ def _require(request: web.Request, server: Server, vhost: str | None = None) -> 
         raise not_authorised(REFUSED)
 
 
-@routes.get("/api/policies")
-@routes.get("/api/policies/{vhost}")
-async def list_policies(request: web.Request) -> web.Response:
-    """GET /api/policies[/vhost]: by priority, lowest first (rabbit_mgmt_wm_policies
-    replies sorted by ``priority``)."""
+def _listed(request: web.Request, operator: bool) -> web.Response:
     server = server_of(request)
     name = request.match_info.get("vhost")
     _require(request, server, name)
@@ -62,48 +60,102 @@ async def list_policies(request: web.Request) -> web.Response:
         policy
         for vhost in names
         if _may_manage(request, server, vhost)
-        for policy in server.vhosts[vhost].policies.values()
+        for policy in server.vhosts[vhost].policy_set(operator).values()
     ]
     return reply_list([p.to_json() for p in found], request, default_sort="priority")
 
 
-@routes.get("/api/policies/{vhost}/{name}")
-async def get_policy(request: web.Request) -> web.Response:
-    """GET /api/policies/vhost/name."""
+def _one(request: web.Request, operator: bool) -> web.Response:
     server = server_of(request)
     vhost = request.match_info["vhost"]
     _require(request, server, vhost)
     host = server.vhosts.get(vhost)
-    policy = host.policies.get(request.match_info["name"]) if host is not None else None
+    name = request.match_info["name"]
+    policy = host.policy_set(operator).get(name) if host is not None else None
     if policy is None:
         raise not_found()
     return json_response(policy.to_json())
 
 
-@routes.put("/api/policies/{vhost}/{name}")
-async def put_policy(request: web.Request) -> web.Response:
-    """PUT /api/policies/vhost/name ``{pattern, definition, priority, apply-to}``."""
+async def _put(request: web.Request, operator: bool) -> web.Response:
     body = await read_json(request)
     server = server_of(request)
     vhost = request.match_info["vhost"]
-    _require(request, server, vhost)
+    if operator:
+        require_admin(request)
+    else:
+        _require(request, server, vhost)
     if vhost not in server.vhosts:
         raise ApiError(404, "not_found", "vhost_not_found")
     try:
-        policy = parse(vhost, request.match_info["name"], body)
+        policy = parse(vhost, request.match_info["name"], body, operator)
     except PolicyError as exc:
-        # rabbit_mgmt_util:bad_request/3 escapes the reason (the "<<" of Erlang terms).
-        raise bad_request(html.escape(exc.reason, quote=False)) from exc
-    created = server.set_policy(policy)
+        # rabbit_mgmt_util:bad_request/3 escapes a policy's reason (the "<<" of Erlang
+        # terms); an operator policy's comes unescaped (both observed on 3.10.8).
+        reason = exc.reason if operator else html.escape(exc.reason, quote=False)
+        raise bad_request(reason) from exc
+    created = server.set_policy(policy, operator)
     return web.Response(status=201 if created else 204)
+
+
+def _delete(request: web.Request, operator: bool) -> web.Response:
+    server = server_of(request)
+    vhost = request.match_info["vhost"]
+    if operator:
+        require_admin(request)
+    else:
+        _require(request, server, vhost)
+    if not server.delete_policy(vhost, request.match_info["name"], operator):
+        raise not_found()
+    return web.Response(status=204)
+
+
+@routes.get("/api/policies")
+@routes.get("/api/policies/{vhost}")
+async def list_policies(request: web.Request) -> web.Response:
+    """GET /api/policies[/vhost]: by priority, lowest first (rabbit_mgmt_wm_policies
+    replies sorted by ``priority``)."""
+    return _listed(request, operator=False)
+
+
+@routes.get("/api/policies/{vhost}/{name}")
+async def get_policy(request: web.Request) -> web.Response:
+    """GET /api/policies/vhost/name."""
+    return _one(request, operator=False)
+
+
+@routes.put("/api/policies/{vhost}/{name}")
+async def put_policy(request: web.Request) -> web.Response:
+    """PUT /api/policies/vhost/name ``{pattern, definition, priority, apply-to}``."""
+    return await _put(request, operator=False)
 
 
 @routes.delete("/api/policies/{vhost}/{name}")
 async def delete_policy(request: web.Request) -> web.Response:
     """DELETE /api/policies/vhost/name."""
-    server = server_of(request)
-    vhost = request.match_info["vhost"]
-    _require(request, server, vhost)
-    if not server.delete_policy(vhost, request.match_info["name"]):
-        raise not_found()
-    return web.Response(status=204)
+    return _delete(request, operator=False)
+
+
+@routes.get("/api/operator-policies")
+@routes.get("/api/operator-policies/{vhost}")
+async def list_operator_policies(request: web.Request) -> web.Response:
+    """GET /api/operator-policies[/vhost]: as policies are listed."""
+    return _listed(request, operator=True)
+
+
+@routes.get("/api/operator-policies/{vhost}/{name}")
+async def get_operator_policy(request: web.Request) -> web.Response:
+    """GET /api/operator-policies/vhost/name."""
+    return _one(request, operator=True)
+
+
+@routes.put("/api/operator-policies/{vhost}/{name}")
+async def put_operator_policy(request: web.Request) -> web.Response:
+    """PUT /api/operator-policies/vhost/name (administrators)."""
+    return await _put(request, operator=True)
+
+
+@routes.delete("/api/operator-policies/{vhost}/{name}")
+async def delete_operator_policy(request: web.Request) -> web.Response:
+    """DELETE /api/operator-policies/vhost/name (administrators)."""
+    return _delete(request, operator=True)

@@ -137,10 +137,10 @@ def queue_view(
         "state": "running",
         "node": NODE,
         "policy": queue.policy.name if queue.policy is not None else None,
-        "operator_policy": None,
-        "effective_policy_definition": (
-            dict(sorted(queue.policy.definition.items())) if queue.policy is not None else {}
+        "operator_policy": (
+            queue.operator_policy.name if queue.operator_policy is not None else None
         ),
+        "effective_policy_definition": dict(sorted(queue.policy_definition.items())),
         "consumers": len(consumers),
         "exclusive_consumer_tag": consumers[0].tag if queue.exclusive_consumer else None,
         "single_active_consumer_tag": (
