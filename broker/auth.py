@@ -243,11 +243,15 @@ class AccessControl:
                 f"'{vhost}' refused for user '{user}'",
             )
 
-    def topic_permission_items(self) -> list[tuple[str, str, str, TopicPermission]]:
-        """Every topic permission as (user, vhost, exchange, permission)."""
+    def topic_permission_rows(
+        self, user: str | None = None, vhost: str | None = None
+    ) -> list[dict[str, str]]:
+        """Topic permissions (optionally of one user and/or vhost) as RabbitMQ lists and
+        exports them: ``user``, ``vhost``, ``exchange``, ``write``, ``read``."""
         return [
-            (user, vhost, exchange, permission)
-            for (user, vhost), by_exchange in self.topic_permissions.items()
+            {"user": u, "vhost": v, "exchange": exchange, **vars(permission)}
+            for (u, v), by_exchange in self.topic_permissions.items()
+            if (user is None or u == user) and (vhost is None or v == vhost)
             for exchange, permission in by_exchange.items()
         ]
 
@@ -268,10 +272,7 @@ class AccessControl:
                 {"user": user, "vhost": vhost, **vars(p)}
                 for (user, vhost), p in self.permissions.items()
             ],
-            "topic_permissions": [
-                {"user": user, "vhost": vhost, "exchange": exchange, **vars(p)}
-                for user, vhost, exchange, p in self.topic_permission_items()
-            ],
+            "topic_permissions": self.topic_permission_rows(),
         }
 
     @classmethod

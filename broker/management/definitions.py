@@ -4,16 +4,15 @@ The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
 ``topic_permissions``, ``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters``
 (of which Leveret knows the vhost limits and the operator policies; other components are
-ignored with a log line),
-plus ``global_parameters``, which Leveret has no use for: exported empty and ignored (with a
-log line) on import. User limits are the users' ``limits``.
+ignored with a log line), plus ``global_parameters``, which Leveret has no use for: exported
+empty and ignored (with a log line) on import. User limits are the users' ``limits``.
 
-Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, topic permissions,
-parameters, policies,
-then exchanges, queues and bindings; definitions are merged into what exists, an object that exists
-with different properties is an error (immutable objects) or is overwritten (users,
-permissions), the default exchange and ``amq.*`` exchanges and queues are skipped, and an
-error leaves what was already applied in place. Export follows list_exchanges/0,
+Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, topic
+permissions, parameters, policies, then exchanges, queues and bindings; definitions are
+merged into what exists, an object that exists with different properties is an error
+(immutable objects) or is overwritten (users, permissions), the default exchange and
+``amq.*`` exchanges and queues are skipped, and an error leaves what was already applied in
+place. Export follows list_exchanges/0,
 list_queues/0 and list_bindings/0: no default or ``amq.*`` exchanges, no internal
 exchanges, no exclusive queues, no implicit default-exchange bindings.
 """
@@ -133,10 +132,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
             views.permission_view(user, host, permission)
             for (user, host), permission in sorted(access.permissions.items())
         ],
-        "topic_permissions": [
-            {"user": user, "vhost": host, "exchange": exchange, **vars(permission)}
-            for user, host, exchange, permission in access.topic_permission_items()
-        ],
+        "topic_permissions": access.topic_permission_rows(),
         "parameters": parameters,
         "global_parameters": [],
         "policies": policies,

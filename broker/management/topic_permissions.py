@@ -19,8 +19,6 @@ Status codes and reasons are RabbitMQ 3.10.8's, observed:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from aiohttp import web
 
 from broker.auth import TopicPermission, invalid_regexp
@@ -30,28 +28,14 @@ from broker.management.errors import bad_request, not_found
 from broker.management.messages import mandatory
 from broker.management.query import read_json, reply_list
 
-if TYPE_CHECKING:
-    from broker.server import Server
-
 routes = web.RouteTableDef()
-
-
-def topic_permission_items(
-    server: Server, user: str | None = None, vhost: str | None = None
-) -> list[dict[str, Any]]:
-    """Topic permissions as RabbitMQ lists them, optionally of one user and/or vhost."""
-    return [
-        {"user": u, "vhost": v, "exchange": exchange, "write": p.write, "read": p.read}
-        for u, v, exchange, p in server.access.topic_permission_items()
-        if (user is None or u == user) and (vhost is None or v == vhost)
-    ]
 
 
 @routes.get("/api/topic-permissions")
 async def list_topic_permissions(request: web.Request) -> web.Response:
     """GET /api/topic-permissions."""
     require_admin(request)
-    return reply_list(topic_permission_items(server_of(request)), request)
+    return reply_list(server_of(request).access.topic_permission_rows(), request)
 
 
 @routes.get("/api/users/{user}/topic-permissions")
@@ -62,7 +46,7 @@ async def user_topic_permissions(request: web.Request) -> web.Response:
     name = request.match_info["user"]
     if name not in server.access.users:
         raise not_found()
-    return reply_list(topic_permission_items(server, user=name), request)
+    return reply_list(server.access.topic_permission_rows(user=name), request)
 
 
 @routes.get("/api/vhosts/{vhost}/topic-permissions")
@@ -72,7 +56,7 @@ async def vhost_topic_permissions(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
     items = [
         {"vhost": item.pop("vhost"), **item}
-        for item in topic_permission_items(server_of(request), vhost=vhost.name)
+        for item in server_of(request).access.topic_permission_rows(vhost=vhost.name)
     ]
     return reply_list(items, request)
 
@@ -82,8 +66,8 @@ async def get_topic_permissions(request: web.Request) -> web.Response:
     """GET /api/topic-permissions/vhost/user: the user's topic permissions in the vhost."""
     require_admin(request)
     server = server_of(request)
-    items = topic_permission_items(
-        server, user=request.match_info["user"], vhost=request.match_info["vhost"]
+    items = server.access.topic_permission_rows(
+        user=request.match_info["user"], vhost=request.match_info["vhost"]
     )
     if not items:
         raise not_found()
