@@ -142,3 +142,20 @@ class Tenant:
         path = "/" + urllib.parse.quote(self.vhost if vhost is None else vhost, safe="")
         url = urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
         return pika.BlockingConnection(pika.URLParameters(url))
+
+
+def poll(check: Callable[[], Any], expected: Any, within: float = 5.0) -> None:
+    """Wait until ``check()`` returns ``expected`` (RabbitMQ applies some changes, policies
+    for one, asynchronously), then assert it."""
+    deadline = time.monotonic() + within
+    while True:
+        got = check()
+        if got == expected or time.monotonic() > deadline:
+            assert got == expected
+            return
+        time.sleep(0.05)
+
+
+def depth(ch: Any, queue: str) -> int:
+    """The ready messages of ``queue`` (a passive declare on a pika channel)."""
+    return int(ch.queue_declare(queue, passive=True).method.message_count)

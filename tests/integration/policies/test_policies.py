@@ -15,39 +15,15 @@ the rest), rabbit_policies.erl (validation texts), rabbit_mgmt_wm_policy.erl.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .helpers import Http, unique
+from ..helpers import Http, depth, poll, unique
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def api(brokers: tuple[str, Http]) -> Iterator[Http]:
-    """The management API; policies named ``pt-*`` are cleared after the test."""
-    http = brokers[1]
-    yield http
-    _status, found = http("GET", "/api/policies/%2F")
-    for policy in found or []:
-        if policy["name"].startswith("pt-"):
-            http("DELETE", "/api/policies/%2F/" + urllib.parse.quote(policy["name"], safe=""))
-
-
-@pytest.fixture
-def ch(brokers: tuple[str, Http]) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(pika.URLParameters(brokers[0]))
-    channel = connection.channel()
-    yield channel
-    if connection.is_open:
-        connection.close()
 
 
 def set_policy(api: Http, name: str, pattern: str, definition: dict[str, Any], **extra: Any) -> int:
@@ -55,21 +31,6 @@ def set_policy(api: Http, name: str, pattern: str, definition: dict[str, Any], *
     status, answer = api("PUT", "/api/policies/%2F/" + name, body)
     assert status in (201, 204), answer
     return status
-
-
-def poll(check: Callable[[], Any], expected: Any, within: float = 5.0) -> None:
-    """Wait until ``check()`` returns ``expected`` (RabbitMQ applies policies asynchronously)."""
-    deadline = time.monotonic() + within
-    while True:
-        got = check()
-        if got == expected or time.monotonic() > deadline:
-            assert got == expected
-            return
-        time.sleep(0.05)
-
-
-def depth(ch: BlockingChannel, queue: str) -> int:
-    return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
 def drain(ch: BlockingChannel, queue: str) -> list[bytes]:

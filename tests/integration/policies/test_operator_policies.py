@@ -5,6 +5,8 @@ Each scenario runs against Leveret and, with ``-m rabbitmq``, against a real Rab
 its management plugin. Every expectation was observed on RabbitMQ 3.10.8 first. RabbitMQ
 applies a policy change to its queue processes asynchronously and shows a queue's policies
 in its listing only after the next statistics emission (every 5 s), so those checks poll.
+Fixtures (``api``, which clears ``opt-*`` policies, and a pika ``ch``) are in this
+directory's conftest.
 
 Sources: rabbit_policy.erl (merge_operator_definitions/2, merge_policy_value/3: the lower
 value where a policy and an operator policy both set a key), rabbit_policies.erl
@@ -15,43 +17,18 @@ rabbit_mgmt_wm_operator_policy.erl; docs: parameters.md "Operator Policies".
 from __future__ import annotations
 
 import re
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from .helpers import Http, unique
+from ..helpers import Http, depth, poll, unique
 
 pytestmark = pytest.mark.timeout(90)
 
 OPERATOR = "/api/operator-policies/%2F/"
 POLICY = "/api/policies/%2F/"
-
-
-@pytest.fixture
-def api(brokers: tuple[str, Http]) -> Iterator[Http]:
-    """The management API; operator policies and policies named ``opt-*`` are cleared
-    after the test."""
-    http = brokers[1]
-    yield http
-    for kind in ("operator-policies", "policies"):
-        _status, found = http("GET", f"/api/{kind}/%2F")
-        for policy in found or []:
-            if policy["name"].startswith("opt-"):
-                http("DELETE", f"/api/{kind}/%2F/" + urllib.parse.quote(policy["name"], safe=""))
-
-
-@pytest.fixture
-def ch(brokers: tuple[str, Http]) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(pika.URLParameters(brokers[0]))
-    channel = connection.channel()
-    yield channel
-    if connection.is_open:
-        connection.close()
 
 
 def put(api: Http, path: str, pattern: str, definition: dict[str, Any], **extra: Any) -> int:
@@ -65,24 +42,9 @@ def only(name: str) -> str:
     return "^" + re.escape(name) + "$"
 
 
-def poll(check: Callable[[], Any], expected: Any, within: float = 12.0) -> None:
-    """Wait until ``check()`` returns ``expected``."""
-    deadline = time.monotonic() + within
-    while True:
-        got = check()
-        if got == expected or time.monotonic() > deadline:
-            assert got == expected
-            return
-        time.sleep(0.1)
-
-
 def fill(ch: BlockingChannel, queue: str, count: int = 20) -> None:
     for _ in range(count):
         ch.basic_publish("", queue, b"m")
-
-
-def depth(ch: BlockingChannel, queue: str) -> int:
-    return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
 def policies_of(api: Http, queue: str) -> tuple[Any, Any, Any]:
@@ -215,6 +177,7 @@ def test_the_lowest_of_argument_policy_and_operator_policy_applies(
             fill(ch, queue)
         for queue, (_arguments, expected) in queues.items():
             poll(lambda queue=queue: depth(ch, queue), expected)
+        # The listing shows them after RabbitMQ's next statistics emission (5 s).
         poll(
             lambda: policies_of(api, prefix + ".a1"),
             (
@@ -222,10 +185,12 @@ def test_the_lowest_of_argument_policy_and_operator_policy_applies(
                 op_name,
                 {"dead-letter-exchange": "dlx", "max-length": 3, "message-ttl": 60000},
             ),
+            within=12,
         )
         poll(
             lambda: policies_of(api, prefix + ".b3"),
             (None, op_name, {"max-length": 5, "message-ttl": 60000}),
+            within=12,
         )
         # Without the operator policy, the queue's own limit applies again.
         assert api("DELETE", OPERATOR + op_name) == (204, None)
