@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import ACCESS_REFUSED, AMQPChannelError
+from exchanges.model import Exchange, ExchangeType
 
 SALT_BYTES = 4
 
@@ -227,19 +228,22 @@ class AccessControl:
         return by_exchange.get(exchange) if by_exchange else None
 
     def check_topic(
-        self, user: str, vhost: str, kind: str, exchange: str, routing_key: str
+        self, user: str, vhost: str, kind: str, exchange: Exchange | None, routing_key: str
     ) -> None:
-        """Raise 403 unless ``user`` may ``kind`` (write/read) ``routing_key`` on the topic
-        exchange ``exchange`` (rabbit_access_control:check_topic_access/4; the caller
-        checks that the exchange is a topic exchange)."""
-        permission = self.topic_permission(user, vhost, exchange)
+        """Raise 403 unless ``user`` may ``kind`` (write/read) ``routing_key`` on
+        ``exchange``: only a topic exchange is checked (rabbit_channel:
+        check_topic_authorisation/6), against the user's topic permission on it, if any
+        (rabbit_access_control:check_topic_access/4)."""
+        if exchange is None or exchange.type is not ExchangeType.TOPIC:
+            return
+        permission = self.topic_permission(user, vhost, exchange.name)
         if permission is not None and not permission.allows(kind, routing_key, user, vhost):
             # rabbit_misc:rs/1 leaves out the kind of a topic resource: "in exchange 'x'".
             # RabbitMQ 3.10 leaves out the permission too ("access to topic ..."); the
             # text here is 3.13's, as for every other permission.
             raise AMQPChannelError(
                 ACCESS_REFUSED,
-                f"{kind} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+                f"{kind} access to topic '{routing_key}' in exchange '{exchange.name}' in vhost "
                 f"'{vhost}' refused for user '{user}'",
             )
 

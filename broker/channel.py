@@ -53,7 +53,7 @@ from broker.message import (
 from broker.queue import Consumer, Entry, Queue
 from broker.stream import StreamQueue, not_supported, parse_start
 from broker.vhost import generated_name
-from exchanges.model import DestKind, ExchangeType
+from exchanges.model import DestKind, Exchange
 
 if TYPE_CHECKING:
     from broker.connection import Connection
@@ -181,16 +181,10 @@ class Channel:
         """403 unless the user may ``kind`` (configure/write/read) the resource."""
         self.access.check(self.conn.user, self.vhost.name, kind, resource, name)
 
-    def _permit_topic(
-        self, kind: str, exchange: str, routing_key: str, method: tuple[int, int] | None = None
-    ) -> None:
-        """403 unless the user's topic permission on the topic exchange ``exchange`` (if it
-        has one) lets it ``kind`` (write/read) ``routing_key``."""
-        try:
-            self.access.check_topic(self.conn.user, self.vhost.name, kind, exchange, routing_key)
-        except AMQPChannelError as exc:
-            exc.method = method or exc.method
-            raise
+    def _permit_topic(self, kind: str, exchange: Exchange | None, routing_key: str) -> None:
+        """403 unless the user's topic permission on ``exchange`` (checked when it is a topic
+        exchange the user has one for) lets it ``kind`` (write/read) ``routing_key``."""
+        self.access.check_topic(self.conn.user, self.vhost.name, kind, exchange, routing_key)
 
     def send(self, method: Any) -> None:
         """Send a pamqp method on this channel."""
@@ -292,18 +286,18 @@ class Channel:
         if self._writable_version != self.access.version:
             self._writable.clear()
             self._writable_version = self.access.version
-        topic_checked = publish.exchange not in self._writable
-        if topic_checked:
+        # An exchange the user has a topic permission for is never cached: each publish
+        # to it has its routing key checked (below).
+        check_key = publish.exchange not in self._writable
+        if check_key:
             try:
                 self._permit("write", "exchange", publish.exchange)
             except AMQPChannelError as exc:
                 exc.method = method
                 raise
-            # An exchange with a topic permission is never cached: each publish to it
-            # checks its routing key (below).
             if self.access.topic_permission(self.conn.user, vhost.name, publish.exchange) is None:
                 self._writable.add(publish.exchange)
-                topic_checked = False
+                check_key = False
         exchange = vhost.projection.exchanges.get(publish.exchange)
         if exchange is None:
             raise AMQPChannelError(
@@ -315,9 +309,13 @@ class Channel:
                 f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
                 method,
             )
-        if topic_checked and exchange.type is ExchangeType.TOPIC:
+        if check_key:
             # rabbit_channel: check_write_permitted_on_topic/4, after the internal check.
-            self._permit_topic("write", publish.exchange, publish.routing_key, method)
+            try:
+                self._permit_topic("write", exchange, publish.routing_key)
+            except AMQPChannelError as exc:
+                exc.method = method
+                raise
         if not properties_decode(header.payload):
             # rabbit_channel decodes every publish's properties (ensure_content_decoded); when
             # they do not decode the channel process crashes and the reader closes the
@@ -959,9 +957,7 @@ class Channel:
         if destination and source:
             self._permit("write", kind, destination)
             self._permit("read", "exchange", source)
-            exchange = self.vhost.projection.exchanges.get(source)
-            if exchange is not None and exchange.type is ExchangeType.TOPIC:
-                self._permit_topic("read", source, routing_key)
+            self._permit_topic("read", self.vhost.projection.exchanges.get(source), routing_key)
 
     def _bind_queue(self, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
         name = self._queue_name(m.queue)

@@ -24,7 +24,6 @@ from aiohttp import web
 
 from broker.auth import User, is_loopback
 from broker.management.errors import not_authenticated, not_authorised
-from exchanges.model import ExchangeType
 
 if TYPE_CHECKING:
     from broker.server import Server
@@ -125,7 +124,6 @@ def permit_topic(request: web.Request, vhost: VHost, kind: str, exchange: str, k
     """The topic-permission check a channel makes (403 on refusal): ``key`` is a publish's
     routing key (``write``) or a binding's key (``read``) on ``exchange``, checked only
     when that is a topic exchange (rabbit_channel:check_topic_authorisation/6)."""
+    server: Server = request.app[SERVER_KEY]
     found = vhost.projection.exchanges.get(exchange)
-    if found is not None and found.type is ExchangeType.TOPIC:
-        server: Server = request.app[SERVER_KEY]
-        server.access.check_topic(current_user(request).name, vhost.name, kind, exchange, key)
+    server.access.check_topic(current_user(request).name, vhost.name, kind, found, key)

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.auth import Permission
+from broker.auth import Permission, invalid_regexp
 from broker.management.access import require_admin
 from broker.management.api import server_of, vhost_of
 from broker.management.definitions import (
@@ -128,10 +128,9 @@ async def put_permission(request: web.Request) -> web.Response:
     if vhost not in server_of(request).vhosts or user not in access.users:
         raise bad_request("vhost_or_user_not_found")
     for pattern in (configure, write, read):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise bad_request(f"{{invalid_regexp,{pattern!r},{exc}}}") from None
+        reason = invalid_regexp(pattern)
+        if reason is not None:
+            raise bad_request(reason)
     created = (user, vhost) not in access.permissions
     access.set_permissions(user, vhost, Permission(configure, write, read))
     return web.Response(status=201 if created else 204)

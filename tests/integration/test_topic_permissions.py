@@ -159,6 +159,11 @@ def test_refused_topic_permission_targets(tenant: Tenant) -> None:
         ["invalid_regexp", "("],
     )
     assert api("GET", f"/api/topic-permissions/{q(vhost)}/{q(user)}") == NOT_FOUND
+    # A vhost permission's invalid pattern is refused the same way (RabbitMQ shows the
+    # pattern there as a list of character codes).
+    invalid = {"configure": "(", "write": ".*", "read": ".*"}
+    status, answer = api("PUT", f"/api/permissions/{q(vhost)}/{q(user)}", invalid)
+    assert (status, answer["reason"][0]) == (400, "invalid_regexp")
 
 
 # -- AMQP -----------------------------------------------------------------------------------
