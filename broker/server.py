@@ -11,16 +11,15 @@ import gc
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
-from broker.limits import VHOST_LIMITS_COMPONENT, limits_parameter
 from broker.memory import MemoryMonitor, default_watermark
 from broker.trace import TraceWriter
 from broker.vhost import VHost
-from exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy
+from exchanges.policies import Policy
 from exchanges.policies import parse as parse_policy
 
 if TYPE_CHECKING:
@@ -101,15 +100,9 @@ class Server:
             # Vhost limits as RabbitMQ keeps them: runtime parameters of the component
             # vhost-limits, named limits (the same shape as in definitions.json).
             document["parameters"] = [
-                limits_parameter(name, self.vhosts[name].limits)
+                parameter
                 for name in sorted(self.vhosts)
-                if self.vhosts[name].limits
-            ] + [
-                policy.to_parameter()
-                for name in sorted(self.vhosts)
-                for policy in sorted(
-                    self.vhosts[name].operator_policies.values(), key=lambda p: p.name
-                )
+                for parameter in self.vhosts[name].runtime_parameters()
             ]
             self.persistence.save_access(document)
 
@@ -117,6 +110,12 @@ class Server:
         """Replace the limits of vhost ``name`` (which must exist; checked values) and save
         them with the users. Connections and queues over a lowered limit stay."""
         self.vhosts[name].limits = dict(limits)
+        self._save_access()
+
+    def set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
+        """Apply a runtime parameter to the existing ``vhost`` (VHost.set_parameter) and
+        save it with the users."""
+        self.vhosts[vhost].set_parameter(component, name, value)
         self._save_access()
 
     def set_policy(self, policy: Policy, operator: bool = False) -> bool:
@@ -185,11 +184,8 @@ class Server:
             for name in saved.get("vhosts", []):
                 self.vhost(name)
             for item in saved.get("parameters", []):
-                if item.get("component") == VHOST_LIMITS_COMPONENT:
-                    self.vhost(item["vhost"]).limits = dict(item["value"])
-                elif item.get("component") == OPERATOR_POLICY_COMPONENT:
-                    policy = parse_policy(item["vhost"], item["name"], item["value"], True)
-                    self.vhost(policy.vhost).set_policy(policy, operator=True)
+                vhost = self.vhost(item["vhost"])
+                vhost.set_parameter(item["component"], item["name"], item["value"])
             # Before the log replay, so that recovered queues and exchanges get theirs.
             for item in saved.get("policies", []):
                 policy = parse_policy(item["vhost"], item["name"], item)

@@ -31,7 +31,7 @@ from broker.errors import (
     AMQPChannelError,
     ChannelCrashError,
 )
-from broker.limits import reached
+from broker.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limits, reached
 from broker.memory import MemoryMonitor, default_watermark
 from broker.message import BccMessage, Message
 from broker.queue import Consumer, Queue
@@ -52,8 +52,9 @@ from exchanges.model import (
     QueueDeleted,
 )
 from exchanges.model import Queue as QueueDef
-from exchanges.policies import Policy, apply_alternates
+from exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
 from exchanges.policies import match as match_policy
+from exchanges.policies import parse as parse_policy
 from exchanges.projection import Projection
 from exchanges.routing import (
     route,
@@ -195,6 +196,24 @@ class VHost:
             match_policy(self.policies.values(), "queue", name),
             match_policy(self.operator_policies.values(), "queue", name),
         )
+
+    def runtime_parameters(self) -> list[dict[str, Any]]:
+        """The vhost's limits and operator policies as the runtime parameters RabbitMQ
+        keeps and exports them as (components ``vhost-limits`` and ``operator_policy``)."""
+        found = [limits_parameter(self.name, self.limits)] if self.limits else []
+        by_name = sorted(self.operator_policies.values(), key=lambda p: p.name)
+        return found + [policy.to_parameter() for policy in by_name]
+
+    def set_parameter(self, component: str, name: str, value: Any) -> None:
+        """Apply a runtime parameter: the vhost's limits (``vhost-limits``) or an operator
+        policy (``operator_policy``). Raises LimitError or PolicyError with RabbitMQ's
+        reason for a value it would refuse."""
+        if component == VHOST_LIMITS_COMPONENT:
+            self.limits = parse_limits(value)
+        elif component == OPERATOR_POLICY_COMPONENT:
+            self.set_policy(parse_policy(self.name, name, value, operator=True), operator=True)
+        else:
+            raise ValueError(f"unknown runtime parameter component {component!r}")
 
     def policy_set(self, operator: bool) -> dict[str, Policy]:
         """The vhost's policies, or (``operator``) its operator policies, by name."""

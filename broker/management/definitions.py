@@ -29,7 +29,7 @@ from broker.arguments import queue_type
 from broker.auth import Permission, TopicPermission, invalid_regexp
 from broker.errors import AMQPError
 from broker.fieldtable import amqp_json
-from broker.limits import VHOST_LIMITS_COMPONENT, LimitError, limits_parameter, parse_limits
+from broker.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
 from broker.management import ops, views
 from broker.management.errors import ApiError
 from broker.management.state import state_of
@@ -67,10 +67,7 @@ def export_definitions(server: Server, vhost: str | None = None) -> dict[str, An
     exchanges, queues, bindings, policies, parameters = [], [], [], [], []
     for name in names:
         host = server.vhosts[name]
-        if host.limits:
-            parameters.append(limits_parameter(name, host.limits))
-        operator_policies = sorted(host.operator_policies.values(), key=lambda p: p.name)
-        parameters += [policy.to_parameter() for policy in operator_policies]
+        parameters += host.runtime_parameters()
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
@@ -240,12 +237,9 @@ def _add_parameter(server: Server, item: dict[str, Any], only: str | None) -> No
     if not isinstance(value, dict):
         raise DefinitionsError(f"vhost '{vhost}': {component} {name} must be an object")
     try:
-        if component == VHOST_LIMITS_COMPONENT:
-            server.set_vhost_limits(vhost, parse_limits(value))
-            return
-        if "priority" not in value:
+        if component == OPERATOR_POLICY_COMPONENT and "priority" not in value:
             raise PolicyError(f'Validation failed\n\nKey "priority" not found in {name}\n')
-        server.set_policy(parse_policy(vhost, name, value, operator=True), operator=True)
+        server.set_parameter(vhost, component, name, value)
     except (LimitError, PolicyError) as exc:
         raise DefinitionsError(html.escape(exc.reason, quote=False) + where) from exc
 
