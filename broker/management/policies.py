@@ -49,6 +49,15 @@ def _require(request: web.Request, server: Server, vhost: str | None = None) -> 
         raise not_authorised(REFUSED)
 
 
+def _require_change(request: web.Request, server: Server, vhost: str, operator: bool) -> None:
+    """401 unless the user may set or clear a policy on ``vhost`` (an operator policy:
+    administrators only)."""
+    if operator:
+        require_admin(request)
+    else:
+        _require(request, server, vhost)
+
+
 def _listed(request: web.Request, operator: bool) -> web.Response:
     server = server_of(request)
     name = request.match_info.get("vhost")
@@ -81,10 +90,7 @@ async def _put(request: web.Request, operator: bool) -> web.Response:
     body = await read_json(request)
     server = server_of(request)
     vhost = request.match_info["vhost"]
-    if operator:
-        require_admin(request)
-    else:
-        _require(request, server, vhost)
+    _require_change(request, server, vhost, operator)
     if vhost not in server.vhosts:
         raise ApiError(404, "not_found", "vhost_not_found")
     try:
@@ -101,10 +107,7 @@ async def _put(request: web.Request, operator: bool) -> web.Response:
 def _delete(request: web.Request, operator: bool) -> web.Response:
     server = server_of(request)
     vhost = request.match_info["vhost"]
-    if operator:
-        require_admin(request)
-    else:
-        _require(request, server, vhost)
+    _require_change(request, server, vhost, operator)
     if not server.delete_policy(vhost, request.match_info["name"], operator):
         raise not_found()
     return web.Response(status=204)
