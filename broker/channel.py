@@ -18,6 +18,7 @@ deliveries are kept in tag order so ``multiple`` acks and requeues keep message 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from enum import Enum
@@ -67,6 +68,9 @@ _CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
 Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
+# Delivery-time snapshots a channel keeps at most (overdue_ack): a minute of them at the
+# shortest check period, thinned beyond.
+_MAX_SNAPSHOTS = 600
 
 
 class Content(Enum):
@@ -110,7 +114,7 @@ class Channel:
         self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, Record]] = []
-        # (loop time, next_tag) snapshots for the consumer timeout (unacked_for).
+        # (loop time, next_tag) snapshots for the consumer timeout (overdue_ack).
         self._delivery_snapshots: deque[tuple[float, int]] = deque()
         self.last_queue: str | None = None
         self.reply_consumer: Consumer | None = None
@@ -486,27 +490,36 @@ class Channel:
         if self.vhost.firehose:
             firehose.delivered(message, queue.name, bool(redelivered), self)
 
-    def unacked_for(self, now: float, timeout: float) -> bool:
-        """Whether the oldest unacknowledged delivery is ``timeout`` seconds old or more.
+    def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
+        """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
+        (broker.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none).
 
-        Called periodically (broker.server); delivery times are not recorded per delivery
-        (that would cost the hot path) but as snapshots: at time ``t`` every tag below
-        ``next_tag`` had been delivered. The oldest unacked tag is below the snapshot of
-        ``timeout`` ago, so it is at least that old, give or take one check period.
+        Called periodically; delivery times are not recorded per delivery (that would cost
+        the hot path) but as snapshots: at time ``t`` every tag below ``next_tag`` had
+        been delivered. The oldest delivery is overdue once the first snapshot that covers
+        it is a timeout old, give or take one check period.
         """
         snapshots = self._delivery_snapshots
         unacked = self.unacked
         if not unacked:
             snapshots.clear()
-            return False
-        snapshots.append((now, self.next_tag))
-        boundary = None
-        while snapshots and snapshots[0][0] <= now - timeout:
-            boundary = snapshots.popleft()
-        if boundary is None:
-            return False
-        snapshots.appendleft(boundary)
-        return next(iter(unacked)) < boundary[1]
+            return None
+        if not snapshots or snapshots[-1][1] != self.next_tag:
+            snapshots.append((now, self.next_tag))
+            if len(snapshots) > _MAX_SNAPSHOTS:
+                # Thin out (every other one, the oldest and newest kept): a delivery then
+                # looks younger than it is, so it times out late, never early.
+                kept = list(snapshots)
+                snapshots = self._delivery_snapshots = deque(kept[:1] + kept[1:-1:2] + kept[-1:])
+        oldest = next(iter(unacked))
+        # Snapshots from before the oldest delivery tell nothing about what is unacked.
+        while len(snapshots) > 1 and snapshots[1][1] <= oldest:
+            snapshots.popleft()
+        taken = snapshots[0][0] if snapshots[0][1] > oldest else snapshots[1][0]
+        timeout = timeout_ms(unacked[oldest][0])
+        if timeout == math.inf or now - taken < timeout / 1000:
+            return None
+        return int(timeout)
 
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: forget the consumer and tell the client if it can hear

@@ -18,6 +18,7 @@ skips every check.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -113,7 +114,9 @@ class Queue:
     # broker.stream.StreamQueue: an append-only log, read by offset.
     stream = False
 
+    # __weakref__: broker.acktimeout keeps the queues with a timeout of their own weakly.
     __slots__ = (
+        "__weakref__",
         "_expiry_timer",
         "_last_used",
         "_loop",
@@ -123,6 +126,7 @@ class Queue:
         "acked_total",
         "arguments",
         "auto_delete",
+        "consumer_timeout",
         "consumers",
         "deleted",
         "delivered_total",
@@ -226,6 +230,20 @@ class Queue:
         self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
         if self.quorum:
             self.delivery_limit = int_arg(arguments, "x-delivery-limit")
+        # The queue's own delivery acknowledgement timeout (broker.acktimeout): None
+        # means the broker's; a value that is no integer means none at all, as RabbitMQ's
+        # evaluate_consumer_timeout1/2 then never fires.
+        timeout = arguments.get("x-consumer-timeout")
+        self.consumer_timeout: float | None = (
+            None
+            if timeout is None
+            else timeout
+            if isinstance(timeout, int) and not isinstance(timeout, bool)
+            else math.inf
+        )
+        ack_timeouts = self.vhost.ack_timeouts
+        if self.consumer_timeout is not None and ack_timeouts is not None:
+            ack_timeouts.watch(self)
         # True when no TTL, length limit or priority applies: publish skips all checks.
         self.plain = (
             self.message_ttl is None

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.acktimeout import AckTimeouts
 from broker.auth import AccessControl
 from broker.config import Config
 from broker.connection import Connection
@@ -61,7 +62,7 @@ class Server:
         self.connections: set[Connection] = set()
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
-        self._ack_timer: asyncio.TimerHandle | None = None
+        self.ack_timeouts = AckTimeouts(config.consumer_timeout, self.connections)
         self._tls_listener: asyncio.Server | None = None
         self.tls_port = config.tls_port
         self.management: ManagementHandle | None = None
@@ -86,6 +87,7 @@ class Server:
         if vhost is None:
             vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
             vhost.tracer = self.tracer
+            vhost.ack_timeouts = self.ack_timeouts
         return vhost
 
     def _save_access(self) -> None:
@@ -257,33 +259,8 @@ class Server:
             )
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
-        if self.config.consumer_timeout > 0:
-            self._ack_timer = loop.call_later(self._ack_tick, self._check_ack_timeouts)
+        self.ack_timeouts.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
-
-    @property
-    def _ack_tick(self) -> float:
-        # How often unacked deliveries are checked: a twentieth of the timeout, between
-        # 0.1 s and the minute RabbitMQ checks at, so a channel closes at most 5 % late
-        # (RabbitMQ: up to a minute late) and a channel keeps ~21 snapshots.
-        return min(60.0, max(0.1, self.config.consumer_timeout / 1000 / 20))
-
-    def _check_ack_timeouts(self) -> None:
-        """Close, with 406, each channel whose oldest unacked delivery is older than
-        ``consumer_timeout`` (rabbit_channel: evaluate_consumer_timeout)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        timeout = self.config.consumer_timeout
-        for connection in list(self.connections):
-            for channel in list(connection.channels.values()):
-                if channel.unacked_for(now, timeout / 1000):
-                    connection.fail_channel(
-                        channel,
-                        f"delivery acknowledgement on channel {channel.id} timed out. "
-                        f"Timeout value used: {timeout} ms. This timeout value can be "
-                        "configured, see consumers doc guide to learn more",
-                    )
-        self._ack_timer = loop.call_later(self._ack_tick, self._check_ack_timeouts)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         """The AMQPS server context, when a certificate and key are configured."""
@@ -325,9 +302,7 @@ class Server:
         if self._reclaimer is not None:
             self._reclaimer.cancel()
             self._reclaimer = None
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
+        self.ack_timeouts.stop()
         if self.persistence is not None:
             self.persistence.close()
             self.persistence = None

@@ -63,6 +63,7 @@ from exchanges.routing import (
 )
 
 if TYPE_CHECKING:
+    from broker.acktimeout import AckTimeouts
     from broker.channel import Channel
     from broker.connection import Connection
     from broker.persistence import Persistence
@@ -139,6 +140,9 @@ class VHost:
         self.name = name
         self.persistence = persistence
         self.tracer: TraceWriter | None = None
+        # The server's delivery acknowledgement timeout checks, told of queues with a
+        # timeout of their own (None: a vhost outside a server, in unit tests).
+        self.ack_timeouts: AckTimeouts | None = None
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}

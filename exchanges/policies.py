@@ -121,6 +121,9 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "max-length-bytes": _integer(0, "maximum length in bytes"),
     "delivery-limit": _integer(0, "delivery limit"),
     "overflow": _overflow,
+    # 3.12+ (rabbitmq-server#7981); the text as RabbitMQ answers a string value:
+    # '<<"86400000">> is not a valid consumer timeout' (voxpupuli/puppet-rabbitmq#970).
+    "consumer-timeout": _integer(0, "consumer timeout"),
 }
 # Keys RabbitMQ 3.13 knows that change nothing here (mirroring, queue modes and versions,
 # quorum queues, streams, federation): accepted as they are.
@@ -143,7 +146,6 @@ _KEPT = (
     "initial-cluster-size",
     "federation-upstream",
     "federation-upstream-set",
-    "consumer-timeout",
 )
 _VALIDATORS.update({key: _any for key in _KEPT})
 
@@ -163,14 +165,25 @@ _OPERATOR_VALIDATORS = {
     )
 }
 
+
+def _erlang_min(argument: Any, policy: Any) -> Any:
+    # erlang:min/2 of an argument of any type and a policy's integer: in Erlang's term
+    # order every number sorts before every other type, so a string argument loses.
+    if isinstance(argument, (int, float)) and not isinstance(argument, bool):
+        return min(argument, policy)
+    return policy
+
+
 # Policy key -> (queue argument, resolution when both are set). rabbit_amqqueue_process:
-# res_min/2 for the limits, res_arg/2 (the queue's argument) for the rest.
+# res_min/2 for the limits, res_arg/2 (the queue's argument) for the rest; the consumer
+# timeout is rabbit_channel:get_queue_consumer_timeout/2's erlang:min/2.
 QUEUE_KEYS: dict[str, tuple[str, Callable[[Any, Any], Any]]] = {
     "message-ttl": ("x-message-ttl", min),
     "expires": ("x-expires", min),
     "max-length": ("x-max-length", min),
     "max-length-bytes": ("x-max-length-bytes", min),
     "delivery-limit": ("x-delivery-limit", min),  # quorum queues only
+    "consumer-timeout": ("x-consumer-timeout", _erlang_min),
     "overflow": ("x-overflow", lambda argument, _policy: argument),
     "dead-letter-exchange": ("x-dead-letter-exchange", lambda argument, _policy: argument),
     "dead-letter-routing-key": ("x-dead-letter-routing-key", lambda argument, _policy: argument),

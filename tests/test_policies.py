@@ -80,6 +80,17 @@ def test_queue_arguments_resolve_as_rabbitmq() -> None:
     assert queue_arguments(own, {}) == own
 
 
+@pytest.mark.parametrize(
+    ("argument", "effective"), [(100, 100), (900, 500), ("100", 500), (True, 500), (None, 500)]
+)
+def test_a_consumer_timeout_resolves_as_erlangs_min(argument: object, effective: int) -> None:
+    # rabbit_channel:get_queue_consumer_timeout/2 takes erlang:min/2 of the policy's value
+    # and the argument, and in Erlang's term order a number sorts before any other type.
+    own = {} if argument is None else {"x-consumer-timeout": argument}
+    resolved = queue_arguments(own, {"consumer-timeout": 500})
+    assert resolved["x-consumer-timeout"] == effective
+
+
 def test_operator_policies_take_numeric_queue_keys_and_the_lower_value_wins() -> None:
     with pytest.raises(PolicyError) as err:
         parse("/", "op", {"pattern": ".*", "definition": {"overflow": "drop-head"}}, True)

@@ -1,0 +1,111 @@
+"""The delivery acknowledgement timeout (RabbitMQ's ``consumer_timeout``).
+
+A channel whose oldest unacknowledged delivery (consumed or got) has been waiting longer
+than its timeout is closed with 406 and its deliveries go back to their queues
+(rabbit_channel: evaluate_consumer_timeout/1). The timeout is the queue's when it has one
+(``x-consumer-timeout`` argument, ``consumer-timeout`` policy key, the lower of the two:
+RabbitMQ 3.12+, rabbit_channel:get_queue_consumer_timeout/2), else the broker's
+(``--consumer-timeout``, 30 min; 0 turns it off). As in RabbitMQ only the channel's oldest
+delivery is looked at, with the timeout of the queue it came from, and a queue whose
+timeout is not an integer (``x-consumer-timeout: "1h"``) has none, whatever the broker's.
+
+RabbitMQ looks once a minute; Leveret every twentieth of the shortest timeout in use
+(between 0.1 s and a minute), so a channel closes at most 5 % late, and a short timeout set
+for a test takes effect promptly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.connection import Connection
+    from broker.queue import Queue
+
+# The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
+_MIN_PERIOD = 0.1
+_MAX_PERIOD = 60.0
+
+
+def timeout_text(channel: int, timeout: int) -> str:
+    """The 406 reply text (rabbit_channel:handle_consumer_timed_out/3)."""
+    return (
+        f"delivery acknowledgement on channel {channel} timed out. "
+        f"Timeout value used: {timeout} ms. This timeout value can be configured, "
+        "see consumers doc guide to learn more"
+    )
+
+
+class AckTimeouts:
+    """The periodic check of one server's channels, and the queues with their own
+    timeout (which may make it run more often than the broker's timeout needs)."""
+
+    def __init__(self, default_ms: int, connections: Iterable[Connection]) -> None:
+        self.default_ms = default_ms
+        self._connections = connections
+        # Queues with a timeout of their own (a finite one sets the check period).
+        self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+        self._timer: asyncio.TimerHandle | None = None
+        self._period = math.inf
+        self._running = False
+
+    def start(self) -> None:
+        """Begin checking, if any timeout applies."""
+        self._running = True
+        self._schedule()
+
+    def stop(self) -> None:
+        """Stop checking."""
+        self._running = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def watch(self, queue: Queue) -> None:
+        """``queue`` has a timeout of its own (or a new one): check soon enough for it."""
+        self._queues.add(queue)
+        if self._running and _period(queue.consumer_timeout) < self._period:
+            self._schedule()
+
+    def timeout_ms(self, queue: Queue) -> float:
+        """The timeout (ms) for a delivery from ``queue``; ``math.inf``: none."""
+        own = queue.consumer_timeout
+        if own is not None:
+            return own
+        return self.default_ms if self.default_ms > 0 else math.inf
+
+    def _schedule(self) -> None:
+        shortest = min(
+            (q.consumer_timeout for q in self._queues if q.consumer_timeout is not None),
+            default=math.inf,
+        )
+        if self.default_ms > 0:
+            shortest = min(shortest, self.default_ms)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._period = _period(shortest)
+        if self._period < math.inf:
+            self._timer = asyncio.get_running_loop().call_later(self._period, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        for connection in list(self._connections):
+            for channel in list(connection.channels.values()):
+                overdue = channel.overdue_ack(now, self.timeout_ms)
+                if overdue is not None:
+                    connection.fail_channel(channel, timeout_text(channel.id, overdue))
+        if self._running:
+            self._schedule()
+
+
+def _period(timeout_ms: float | None) -> float:
+    # A twentieth of the timeout, so a channel closes at most 5 % late.
+    if timeout_ms is None or timeout_ms == math.inf:
+        return math.inf
+    return min(_MAX_PERIOD, max(_MIN_PERIOD, timeout_ms / 1000 / 20))
