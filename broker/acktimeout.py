@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 # The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
 _MIN_PERIOD = 0.1
 _MAX_PERIOD = 60.0
+# Snapshots a DeliveryClock keeps at most: a minute of them at the shortest period.
+_MAX_SNAPSHOTS = 600
 
 
 def timeout_text(channel: int, timeout: int) -> str:
@@ -38,6 +41,40 @@ def timeout_text(channel: int, timeout: int) -> str:
         f"Timeout value used: {timeout} ms. This timeout value can be configured, "
         "see consumers doc guide to learn more"
     )
+
+
+class DeliveryClock:
+    """When a channel's deliveries went out, give or take one check period.
+
+    Delivery times are not recorded per delivery (that would cost the hot path) but as
+    snapshots taken by the periodic check: ``(t, n)`` says every delivery tag below ``n``
+    had gone out by time ``t``.
+    """
+
+    __slots__ = ("_snapshots",)
+
+    def __init__(self) -> None:
+        self._snapshots: deque[tuple[float, int]] = deque()
+
+    def clear(self) -> None:
+        """Forget everything (nothing is unacknowledged)."""
+        self._snapshots.clear()
+
+    def sent_by(self, now: float, next_tag: int, oldest: int) -> float:
+        """A time by which the delivery tagged ``oldest`` (the channel's oldest
+        unacknowledged one, below ``next_tag``) had gone out: never earlier than it did."""
+        snapshots = self._snapshots
+        if not snapshots or snapshots[-1][1] != next_tag:
+            snapshots.append((now, next_tag))
+            if len(snapshots) > _MAX_SNAPSHOTS:
+                # Thin out (every other one, the oldest and newest kept): a delivery then
+                # looks younger than it is, so it times out late, never early.
+                kept = list(snapshots)
+                snapshots = self._snapshots = deque(kept[:1] + kept[1:-1:2] + kept[-1:])
+        # Snapshots from before the oldest delivery tell nothing about what is unacked.
+        while len(snapshots) > 1 and snapshots[1][1] <= oldest:
+            snapshots.popleft()
+        return snapshots[0][0] if snapshots[0][1] > oldest else snapshots[1][0]
 
 
 class AckTimeouts:

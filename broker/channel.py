@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from broker import codec, firehose
+from broker.acktimeout import DeliveryClock
 from broker.arguments import CONSUME_VALIDATORS, argument_error
 from broker.errors import (
     ACCESS_REFUSED,
@@ -68,9 +69,6 @@ _CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
 Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
-# Delivery-time snapshots a channel keeps at most (overdue_ack): a minute of them at the
-# shortest check period, thinned beyond.
-_MAX_SNAPSHOTS = 600
 
 
 class Content(Enum):
@@ -114,8 +112,8 @@ class Channel:
         self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_acks: list[tuple[int, Record]] = []
-        # (loop time, next_tag) snapshots for the consumer timeout (overdue_ack).
-        self._delivery_snapshots: deque[tuple[float, int]] = deque()
+        # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
+        self.sent = DeliveryClock()
         self.last_queue: str | None = None
         self.reply_consumer: Consumer | None = None
         self.reply_key = ""
@@ -492,32 +490,15 @@ class Channel:
 
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
-        (broker.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none).
-
-        Called periodically; delivery times are not recorded per delivery (that would cost
-        the hot path) but as snapshots: at time ``t`` every tag below ``next_tag`` had
-        been delivered. The oldest delivery is overdue once the first snapshot that covers
-        it is a timeout old, give or take one check period.
-        """
-        snapshots = self._delivery_snapshots
+        (broker.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
         unacked = self.unacked
         if not unacked:
-            snapshots.clear()
+            self.sent.clear()
             return None
-        if not snapshots or snapshots[-1][1] != self.next_tag:
-            snapshots.append((now, self.next_tag))
-            if len(snapshots) > _MAX_SNAPSHOTS:
-                # Thin out (every other one, the oldest and newest kept): a delivery then
-                # looks younger than it is, so it times out late, never early.
-                kept = list(snapshots)
-                snapshots = self._delivery_snapshots = deque(kept[:1] + kept[1:-1:2] + kept[-1:])
         oldest = next(iter(unacked))
-        # Snapshots from before the oldest delivery tell nothing about what is unacked.
-        while len(snapshots) > 1 and snapshots[1][1] <= oldest:
-            snapshots.popleft()
-        taken = snapshots[0][0] if snapshots[0][1] > oldest else snapshots[1][0]
+        sent = self.sent.sent_by(now, self.next_tag, oldest)
         timeout = timeout_ms(unacked[oldest][0])
-        if timeout == math.inf or now - taken < timeout / 1000:
+        if timeout == math.inf or now - sent < timeout / 1000:
             return None
         return int(timeout)
 
