@@ -21,6 +21,13 @@ store's 64-bit field that classic queues use for an expiry holds its publish tim
 Leveret keeps a stream's messages in memory like any queue's (counted against the memory
 watermark); a message is one "chunk", so ``last`` starts at the last message, where
 RabbitMQ starts at the last chunk (one chunk per publish unless publishes are batched).
+
+Filtering (RabbitMQ 3.13, docs/stream-filtering.md): a publisher gives a message a filter
+value in its ``x-stream-filter-value`` header; a consumer asks for some with the
+``x-stream-filter`` argument (a string or an array of strings) and for the messages without
+one with ``x-stream-match-unfiltered`` (rabbit_stream_queue:filter_spec/1). RabbitMQ
+filters whole chunks through a Bloom filter, so a consumer may also get other messages of a
+chunk that matched; a Leveret chunk is one message, so it gets exactly the matching ones.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
     from storage.segments import StoredMessage
 
 OFFSET_HEADER = "x-stream-offset"
+FILTER_HEADER = "x-stream-filter-value"
 # osiris' default segment size (rabbit_stream_queue: ?MAX_SEGMENT_SIZE_BYTES).
 DEFAULT_SEGMENT_BYTES = 500_000_000
 
@@ -96,6 +104,44 @@ def parse_start(arguments: Mapping[str, Any], where: str) -> Start:
     raise ChannelCrashError()
 
 
+class Filter:
+    """What a filtering consumer asked for (rabbit_stream_queue:filter_spec/1)."""
+
+    __slots__ = ("match_unfiltered", "values")
+
+    def __init__(self, values: frozenset[str], match_unfiltered: bool) -> None:
+        self.values = values
+        self.match_unfiltered = match_unfiltered
+
+    def matches(self, value: str | None) -> bool:
+        """Whether a message with the filter value ``value`` (None: none) is delivered."""
+        return self.match_unfiltered if value is None else value in self.values
+
+
+def parse_filter(arguments: Mapping[str, Any]) -> Filter | None:
+    """The filter ``basic.consume`` arguments ask for, or None (every message). As in
+    RabbitMQ nothing here is an error: array elements that are no string are left out,
+    an ``x-stream-filter`` of another type means no filter, and an
+    ``x-stream-match-unfiltered`` that is no boolean means false."""
+    wanted = arguments.get("x-stream-filter")
+    if isinstance(wanted, str):
+        values = frozenset((wanted,))
+    elif isinstance(wanted, list):
+        values = frozenset(value for value in wanted if isinstance(value, str))
+    else:
+        return None
+    return Filter(values, arguments.get("x-stream-match-unfiltered") is True)
+
+
+def filter_value(message: Message) -> str | None:
+    """A message's filter value: its ``x-stream-filter-value`` header if that is a string
+    (RabbitMQ 3.13 takes only strings; another type crashes its channel, while Leveret
+    stores the message as one without a value)."""
+    headers = message.headers
+    value = headers.get(FILTER_HEADER) if headers else None
+    return value if isinstance(value, str) else None
+
+
 def _age(value: Any) -> int | None:
     """An ``x-max-age`` or ``max-age`` policy value in ms (None: unset or not valid; the
     policy's value is not validated when it is set, as in RabbitMQ)."""
@@ -117,6 +163,7 @@ class StreamQueue(Queue):
     """A stream: the log of messages, and where each consumer is in it."""
 
     __slots__ = (
+        "filters",
         "first_offset",
         "log",
         "max_age",
@@ -125,6 +172,7 @@ class StreamQueue(Queue):
         "segment_bytes",
         "segments",
         "stamps",
+        "values",
     )
 
     stream = True
@@ -140,10 +188,12 @@ class StreamQueue(Queue):
     ) -> None:
         self.log: list[Message] = []
         self.stamps: list[int] = []  # publish time (ms since the epoch) per message
+        self.values: list[str | None] = []  # filter value per message
         self.first_offset = 0  # the offset of log[0]
         # Segments as [first offset, bytes]; the last one is being written.
         self.segments: list[list[int]] = [[0, 0]]
         self.positions: dict[Consumer, int] = {}
+        self.filters: dict[Consumer, Filter] = {}  # the consumers that filter
         super().__init__(vhost, name, durable, owner, auto_delete, arguments)
 
     def _configure(self) -> None:
@@ -192,11 +242,11 @@ class StreamQueue(Queue):
             persistence = self.vhost.persistence
             assert persistence is not None
             message.sync_gen = persistence.appended()
-        self._append(copy, stamp)
+        self._append(copy, stamp, filter_value(message))
         self.drain()
         return True
 
-    def _append(self, message: Message, stamp: int) -> None:
+    def _append(self, message: Message, stamp: int, value: str | None) -> None:
         size = len(message.header) + message.body_size
         segment = self.segments[-1]
         if segment[1] and segment[1] + size > self.segment_bytes:
@@ -205,6 +255,7 @@ class StreamQueue(Queue):
         self.segments[-1][1] += size
         self.log.append(message)
         self.stamps.append(stamp)
+        self.values.append(value)
         self.ready_bytes += message.body_size
         self.memory.add(message.body_size)
 
@@ -236,6 +287,7 @@ class StreamQueue(Queue):
         count = new_first - self.first_offset
         gone, self.log = self.log[:count], self.log[count:]
         del self.stamps[:count]
+        del self.values[:count]
         self.first_offset = new_first
         released = sum(message.body_size for message in gone)
         self.ready_bytes -= released
@@ -256,10 +308,15 @@ class StreamQueue(Queue):
         first = self.first_offset
         end = first + len(log)
         positions = self.positions
+        filters = self.filters
         for consumer in self.consumers:
             position = max(positions.get(consumer, end), first)
+            wanted = filters.get(consumer)
             while position < end and consumer.has_capacity():
-                consumer.channel.deliver(consumer, (log[position - first], False, 0.0, position))
+                if wanted is None or wanted.matches(self.values[position - first]):
+                    consumer.channel.deliver(
+                        consumer, (log[position - first], False, 0.0, position)
+                    )
                 position += 1
             positions[consumer] = position
 
@@ -279,13 +336,17 @@ class StreamQueue(Queue):
         return self.first_offset + bisect.bisect_left(self.stamps, value)
 
     def subscribe(self, consumer: Consumer, start: Start) -> None:
-        """Attach ``consumer`` reading from ``start``."""
+        """Attach ``consumer`` reading from ``start``, filtered if its arguments ask."""
         self.positions[consumer] = self.start_at(start)
+        wanted = parse_filter(consumer.arguments)
+        if wanted is not None:
+            self.filters[consumer] = wanted
         self.add_consumer(consumer)
 
     def detach(self, consumer: Consumer) -> None:
         """Stop delivering to ``consumer``."""
         self.positions.pop(consumer, None)
+        self.filters.pop(consumer, None)
         super().detach(consumer)
 
     # Acks and channel closes only return prefetch credit: nothing leaves a stream.
@@ -313,7 +374,7 @@ class StreamQueue(Queue):
                 offset = headers.get(OFFSET_HEADER)
                 self.first_offset = offset if isinstance(offset, int) else 0
                 self.segments = [[self.first_offset, 0]]
-            self._append(message, item.expires)
+            self._append(message, item.expires, filter_value(message))
 
     def purge(self) -> int:
         """Release the whole log: only :meth:`Queue.discard` calls this, as the stream is
@@ -321,7 +382,7 @@ class StreamQueue(Queue):
         count = len(self.log)
         self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
-        self.log, self.stamps = [], []
+        self.log, self.stamps, self.values = [], [], []
         return count
 
     @property
