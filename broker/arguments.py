@@ -8,7 +8,7 @@ where the reason is the Erlang term RabbitMQ prints (``{value_negative,-1}``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from broker.codec import TypedTable
@@ -110,15 +110,40 @@ def _dlx_routing_key(value: Any, kind: str, args: Mapping[str, Any]) -> str | No
     return problem
 
 
-def _one_of(name: str, *allowed: str) -> Check:
+def _one_of(reason: str, *allowed: str) -> Check:
+    # A string among ``allowed``; ``reason`` is printed otherwise ({value} filled in).
     def check(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
         problem = _longstr(value, kind, args)
         if problem is not None:
             return problem
-        text = value.decode() if isinstance(value, bytes) else value
-        return None if text in allowed else f"invalid_{name}"
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        return None if text in allowed else reason.format(value=text)
 
     return check
+
+
+def _queue_version(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    problem = _int(value, kind, args)
+    if problem is None and value not in (1, 2):
+        return f"\"unsupported queue version '{value}'\""
+    return problem
+
+
+def _cluster_size(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
+    # rabbit_amqqueue:check_initial_cluster_size_arg/2: a positive integer.
+    problem = _non_negative(value, kind, args)
+    if problem is None and value == 0:
+        return "{value_zero,0}"
+    return problem
+
+
+def _master_locator(value: Any, _kind: str, _args: Mapping[str, Any]) -> str | None:
+    # Not validated at declare in RabbitMQ 3.10.8: the classic queue's start crashes on an
+    # unknown strategy or a value that is no string, and the connection closes with 541.
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if text not in ("min-masters", "client-local", "random"):
+        raise ChannelCrashError()
+    return None
 
 
 # rabbit_amqqueue:check_max_age/1 units (a month is 30 days, a year 365).
@@ -157,6 +182,8 @@ def _max_age(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
     return problem
 
 
+# In rabbit_amqqueue:declare_args/0's order, which decides which of several invalid
+# arguments is reported; each reason observed on RabbitMQ 3.10.8.
 VALIDATORS: dict[str, Check] = {
     "x-expires": _expires,
     "x-message-ttl": _message_ttl,
@@ -164,12 +191,22 @@ VALIDATORS: dict[str, Check] = {
     "x-dead-letter-routing-key": _dlx_routing_key,
     "x-max-length": _non_negative,
     "x-max-length-bytes": _non_negative,
+    "x-max-in-memory-length": _non_negative,
+    "x-max-in-memory-bytes": _non_negative,
     "x-max-priority": _max_priority,
-    "x-overflow": _one_of("overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
-    "x-queue-mode": _one_of("queue_mode", "default", "lazy"),
+    "x-overflow": _one_of("invalid_overflow", "drop-head", "reject-publish", "reject-publish-dlx"),
+    "x-queue-mode": _one_of("\"unsupported queue mode '{value}'\"", "default", "lazy"),
+    "x-queue-version": _queue_version,
     "x-single-active-consumer": _bool,
+    "x-quorum-initial-group-size": _cluster_size,
     "x-max-age": _max_age,
     "x-stream-max-segment-size-bytes": _non_negative,
+    "x-initial-cluster-size": _cluster_size,
+    "x-queue-leader-locator": _one_of(
+        "invalid_queue_locator_arg", "client-local", "balanced", "random", "least-leaders"
+    ),
+    "x-dead-letter-strategy": _one_of("invalid_dlx_strategy", "at-most-once", "at-least-once"),
+    "x-queue-master-locator": _master_locator,
 }
 
 # rabbit_amqqueue:consume_args/0
@@ -177,11 +214,15 @@ CONSUME_VALIDATORS: dict[str, Check] = {"x-priority": _int}
 
 
 def argument_error(
-    arguments: Mapping[str, Any], validators: Mapping[str, Check] = VALIDATORS
+    arguments: Mapping[str, Any],
+    validators: Mapping[str, Check] = VALIDATORS,
+    takes: Collection[str] | None = None,
 ) -> tuple[str, str] | None:
-    """The first invalid argument as ``(key, reason)``, or None when all are valid."""
+    """The first invalid argument as ``(key, reason)``, or None when all are valid; with
+    ``takes``, only those keys are looked at (a queue type's: the others are refused as
+    another type's afterwards, whatever their value, as RabbitMQ 3.10.8 does)."""
     for key, check in validators.items():
-        if key in arguments:
+        if key in arguments and (takes is None or key in takes):
             problem = check(arguments[key], type_name(arguments, key), arguments)
             if problem is not None:
                 return key, problem
@@ -238,6 +279,16 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
 _KNOWN_ARGUMENTS = frozenset().union(*QUEUE_TYPE_ARGUMENTS.values())
 
 
+def queue_type_error(arguments: Mapping[str, Any]) -> str | None:
+    """Why ``x-queue-type`` names no queue type, or None (checked before any other
+    argument: observed on 3.10.8)."""
+    if "x-queue-type" not in arguments:
+        return None
+    return _one_of("\"unsupported queue type '{value}'\"", *QUEUE_TYPE_ARGUMENTS)(
+        arguments["x-queue-type"], type_name(arguments, "x-queue-type"), arguments
+    )
+
+
 def queue_type(arguments: Mapping[str, Any]) -> str:
     """The queue type ``x-queue-type`` names (``classic`` when it names none)."""
     value = arguments.get("x-queue-type")
@@ -253,4 +304,22 @@ def foreign_argument(kind: str, arguments: Mapping[str, Any]) -> str | None:
     for key in arguments:
         if key in _KNOWN_ARGUMENTS and key not in takes:
             return key
+    return None
+
+
+def declare_error(kind: str, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first argument a new queue of type ``kind`` is refused for, with what follows
+    the queue in RabbitMQ's text (``: <reason>`` or `` of queue type rabbit_<kind>_queue``),
+    or None. In RabbitMQ 3.10.8's order (observed): ``x-queue-type`` itself, then the
+    values of the arguments the type takes (in declare_args/0's order), then the first
+    argument (in table order) that only other types take."""
+    problem = queue_type_error(arguments)
+    if problem is not None:
+        return "x-queue-type", f": {problem}"
+    invalid = argument_error(arguments, takes=QUEUE_TYPE_ARGUMENTS[kind])
+    if invalid is not None:
+        return invalid[0], f": {invalid[1]}"
+    foreign = foreign_argument(kind, arguments)
+    if foreign is not None:
+        return foreign, f" of queue type rabbit_{kind}_queue"
     return None

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 from broker import firehose
 from broker.arguments import (
     QUEUE_TYPE_ARGUMENTS,
-    argument_error,
     copy_args,
-    foreign_argument,
+    declare_error,
     queue_type,
 )
 from broker.arguments import type_name as arg_type
@@ -516,18 +515,11 @@ class VHost:
                 f"invalid type '{arg_type(arguments, 'x-dead-letter-exchange')}' for arg "
                 f"'x-dead-letter-exchange' in {self.rs('queue', name)}",
             )
-        invalid = argument_error(arguments)
+        invalid = declare_error(kind, arguments)
         if invalid is not None:
-            key, reason = invalid
+            key, why = invalid
             raise AMQPChannelError(
-                PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}: {reason}"
-            )
-        foreign = foreign_argument(kind, arguments)
-        if foreign is not None:
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"invalid arg '{foreign}' for {self.rs('queue', name)} "
-                f"of queue type rabbit_{kind}_queue",
+                PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}{why}"
             )
         if kind != "classic":
             # rabbit_quorum_queue:declare/2: a quorum queue is durable, not exclusive and
