@@ -28,7 +28,7 @@ from pamqp import commands
 
 from broker import codec, firehose
 from broker.acktimeout import DeliveryClock
-from broker.arguments import CONSUME_VALIDATORS, argument_error
+from broker.arguments import consume_error, queue_type
 from broker.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -535,12 +535,12 @@ class Channel:
         queue_name = self._queue_name(m.queue)
         self._permit("read", "queue", queue_name)
         queue = self.vhost.queue(queue_name, self.conn)
-        invalid = argument_error(m.arguments or {}, CONSUME_VALIDATORS)
+        invalid = consume_error(queue_type(queue.arguments), m.arguments or {})
         if invalid is not None:
-            key, reason = invalid
+            key, why = invalid
             raise AMQPChannelError(
                 PRECONDITION_FAILED,
-                f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}: {reason}",
+                f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}{why}",
             )
         start = None
         if isinstance(queue, StreamQueue):
@@ -553,7 +553,7 @@ class Channel:
                 )
             if m.no_ack:
                 raise not_supported("automatic acknowledgement", where)
-            start = parse_start(m.arguments or {}, where)
+            start = parse_start(m.arguments or {})
         if queue.quorum and self.global_prefetch:
             # rabbit_quorum_queue:consume/3: a connection error (540).
             raise AMQPConnectionError(

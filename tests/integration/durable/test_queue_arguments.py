@@ -166,3 +166,86 @@ def test_an_unknown_master_locator_crashes_the_channel(amqp_url: str, locator: A
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
         channel.queue_declare(unique("qa-locator"), arguments={"x-queue-master-locator": locator})
     assert (err.value.reply_code, err.value.reply_text) == (541, "INTERNAL_ERROR")
+
+
+# -- basic.consume arguments ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queue_arguments", "arguments", "key", "why"),
+    [
+        ({}, {"x-priority": "a"}, "x-priority", ': "expected integer, got longstr"'),
+        (
+            {},
+            {"x-cancel-on-ha-failover": "x"},
+            "x-cancel-on-ha-failover",
+            ": {unacceptable_type,longstr}",
+        ),
+        (
+            {},
+            {"x-stream-offset": "first"},
+            "x-stream-offset",
+            " of queue type rabbit_classic_queue",
+        ),
+        (
+            QUORUM,
+            {"x-stream-offset": "first"},
+            "x-stream-offset",
+            " of queue type rabbit_quorum_queue",
+        ),
+        (
+            QUORUM,
+            {"x-cancel-on-ha-failover": True},
+            "x-cancel-on-ha-failover",
+            " of queue type rabbit_quorum_queue",
+        ),
+        (STREAM, {"x-priority": 5}, "x-priority", " of queue type rabbit_stream_queue"),
+        # The values of the type's own arguments first, then another type's.
+        (
+            {},
+            {"x-stream-offset": "zz", "x-priority": "a"},
+            "x-priority",
+            ': "expected integer, got longstr"',
+        ),
+        (
+            STREAM,
+            {"x-stream-offset": "first", "x-priority": "a"},
+            "x-priority",
+            " of queue type rabbit_stream_queue",
+        ),
+    ],
+)
+def test_the_argument_a_consumer_is_refused_for(
+    ch: BlockingChannel,
+    cleanup: list[str],
+    queue_arguments: dict[str, Any],
+    arguments: dict[str, Any],
+    key: str,
+    why: str,
+) -> None:
+    name = unique("qa-consume")
+    cleanup.append(name)
+    ch.queue_declare(name, durable=True, arguments=queue_arguments)
+    ch.basic_qos(prefetch_count=1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, arguments=arguments)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{name}' in vhost '/'{why}",
+    )
+
+
+def test_a_streams_string_offset_is_checked_before_its_prefetch(
+    ch: BlockingChannel, cleanup: list[str]
+) -> None:
+    # No basic.qos: the offset's 406 comes before the stream's "prefetch count is not set".
+    name = unique("qa-offset")
+    cleanup.append(name)
+    ch.queue_declare(name, durable=True, arguments=STREAM)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(name, lambda *_: None, arguments={"x-stream-offset": "1x"})
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{name}' in vhost '/': "
+        '{invalid_stream_offset_arg,{longstr,<<"1x">>}}',
+    )
