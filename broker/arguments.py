@@ -210,13 +210,17 @@ VALIDATORS: dict[str, Check] = {
 }
 
 
+# The x-stream-offset words (rabbit_stream_queue:parse_offset_arg/1).
+NAMED_OFFSETS = ("first", "last", "next")
+
+
 def _stream_offset(value: Any, kind: str, _args: Mapping[str, Any]) -> str | None:
     # The string offsets, checked before the stream's own consume (observed on 3.10.8:
     # before the prefetch check); other types are taken or refused there (parse_start).
     if not isinstance(value, str | bytes | bytearray):  # pamqp decodes a byte array ('x')
         return None
     text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
-    if text in ("first", "last", "next") or interval_ms(text) is not None:  # may crash
+    if text in NAMED_OFFSETS or interval_ms(text) is not None:  # may crash
         return None
     return f'{{invalid_stream_offset_arg,{{{kind},<<"{text}">>}}}}'
 
