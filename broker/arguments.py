@@ -53,6 +53,14 @@ def type_name(arguments: Mapping[str, Any], key: str) -> str:
 Check = Callable[[Any, str, Mapping[str, Any]], "str | None"]
 
 
+def arg_text(value: Any) -> str | None:
+    """A string argument's text (pamqp gives a longstr as str, or bytes when it is not
+    UTF-8, and a byte array 'x' as bytearray), or None for a value of another type."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -116,7 +124,7 @@ def _one_of(reason: str, *allowed: str) -> Check:
         problem = _longstr(value, kind, args)
         if problem is not None:
             return problem
-        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        text = arg_text(value)
         return None if text in allowed else reason.format(value=text)
 
     return check
@@ -140,8 +148,7 @@ def _cluster_size(value: Any, kind: str, args: Mapping[str, Any]) -> str | None:
 def _master_locator(value: Any, _kind: str, _args: Mapping[str, Any]) -> str | None:
     # Not validated at declare in RabbitMQ 3.10.8: the classic queue's start crashes on an
     # unknown strategy or a value that is no string, and the connection closes with 541.
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if text not in ("min-masters", "client-local", "random"):
+    if arg_text(value) not in ("min-masters", "client-local", "random"):
         raise ChannelCrashError()
     return None
 
@@ -165,8 +172,7 @@ def interval_ms(text: str | bytes) -> int | None:
     RabbitMQ 3.10's parser crashes on it (observed: ``x-max-age: "h"`` and
     ``x-stream-offset: "bogus"`` both close the connection with 541).
     """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
+    text = arg_text(text) or ""
     digits = len(text) - len(text.lstrip("0123456789"))
     if digits == 0:
         raise ChannelCrashError()
@@ -217,10 +223,8 @@ NAMED_OFFSETS = ("first", "last", "next")
 def _stream_offset(value: Any, kind: str, _args: Mapping[str, Any]) -> str | None:
     # The string offsets, checked before the stream's own consume (observed on 3.10.8:
     # before the prefetch check); other types are taken or refused there (parse_start).
-    if not isinstance(value, str | bytes | bytearray):  # pamqp decodes a byte array ('x')
-        return None
-    text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
-    if text in NAMED_OFFSETS or interval_ms(text) is not None:  # may crash
+    text = arg_text(value)
+    if text is None or text in NAMED_OFFSETS or interval_ms(text) is not None:  # may crash
         return None
     return f'{{invalid_stream_offset_arg,{{{kind},<<"{text}">>}}}}'
 
@@ -306,22 +310,23 @@ QUEUE_TYPE_ARGUMENTS: dict[str, tuple[str, ...]] = {
 }
 
 
+_QUEUE_TYPE_CHECK = _one_of("\"unsupported queue type '{value}'\"", *QUEUE_TYPE_ARGUMENTS)
+
+
 def queue_type_error(arguments: Mapping[str, Any]) -> str | None:
     """Why ``x-queue-type`` names no queue type, or None (checked before any other
     argument: observed on 3.10.8)."""
     if "x-queue-type" not in arguments:
         return None
-    return _one_of("\"unsupported queue type '{value}'\"", *QUEUE_TYPE_ARGUMENTS)(
+    return _QUEUE_TYPE_CHECK(
         arguments["x-queue-type"], type_name(arguments, "x-queue-type"), arguments
     )
 
 
 def queue_type(arguments: Mapping[str, Any]) -> str:
     """The queue type ``x-queue-type`` names (``classic`` when it names none)."""
-    value = arguments.get("x-queue-type")
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return value if isinstance(value, str) and value in QUEUE_TYPE_ARGUMENTS else "classic"
+    value = arg_text(arguments.get("x-queue-type"))
+    return value if value in QUEUE_TYPE_ARGUMENTS else "classic"
 
 
 def foreign_argument(

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import queue_type
+from broker.arguments import arg_text, queue_type
 from broker.codec import shortstr
 from broker.deadletter import dead_letter
 from broker.message import Message
@@ -52,10 +52,7 @@ def int_arg(arguments: dict[str, Any], key: str) -> int | None:
 
 
 def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
-    value = arguments.get(key)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
+    return arg_text(arguments.get(key))
 
 
 class Consumer:
@@ -233,14 +230,10 @@ class Queue:
         # The queue's own delivery acknowledgement timeout (broker.acktimeout): None
         # means the broker's; a value that is no integer means none at all, as RabbitMQ's
         # evaluate_consumer_timeout1/2 then never fires.
-        timeout = arguments.get("x-consumer-timeout")
-        self.consumer_timeout: float | None = (
-            None
-            if timeout is None
-            else timeout
-            if isinstance(timeout, int) and not isinstance(timeout, bool)
-            else math.inf
-        )
+        self.consumer_timeout: float | None = None
+        if "x-consumer-timeout" in arguments:
+            own = int_arg(arguments, "x-consumer-timeout")
+            self.consumer_timeout = math.inf if own is None else own
         ack_timeouts = self.vhost.ack_timeouts
         if self.consumer_timeout is not None and ack_timeouts is not None:
             ack_timeouts.watch(self)

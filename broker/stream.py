@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import NAMED_OFFSETS, interval_ms
+from broker.arguments import NAMED_OFFSETS, arg_text, interval_ms
 from broker.errors import (
     NOT_IMPLEMENTED,
     AMQPConnectionError,
@@ -85,8 +85,8 @@ def parse_start(arguments: Mapping[str, Any]) -> Start:
     if isinstance(value, datetime.datetime):
         stamp = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
         return ("time", int(stamp.timestamp()) * 1000)
-    if isinstance(value, str | bytes | bytearray):  # pamqp decodes a byte array ('x')
-        text = value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+    text = arg_text(value)
+    if text is not None:
         if text in NAMED_OFFSETS:
             return (text, 0)
         back = interval_ms(text)
