@@ -130,7 +130,6 @@ class Channel:
             B.Recover: self._on_basic_recover,
             B.RecoverAsync: self._on_basic_recover,
             commands.Channel.Flow: self._on_channel_flow,
-            commands.Channel.FlowOk: lambda _m: None,
             commands.Channel.Open: self._on_channel_reopen,
             commands.Exchange.Declare: self._on_exchange_declare,
             commands.Exchange.Delete: self._on_exchange_delete,

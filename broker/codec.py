@@ -155,7 +155,8 @@ def decode_method(payload: bytes) -> Frame:
     and :class:`DropConnectionError` for an unknown method id.
     """
     if len(payload) < 4:
-        raise AMQPConnectionError(FRAME_ERROR, "method frame too short")
+        # rabbit_command_assembler:analyze_frame/3 matches no method frame: unknown_frame.
+        raise _unknown_frame(FRAME_METHOD, payload)
     (index,) = _METHOD_ID.unpack_from(payload)
     try:
         if index == PUBLISH_INDEX:
@@ -188,14 +189,19 @@ def decode_method(payload: bytes) -> Frame:
 
 def _other_frame(frame_type: int, payload: bytes) -> Frame:
     """Content header or heartbeat frame (methods and bodies are handled inline)."""
-    if frame_type == FRAME_HEADER:
-        if len(payload) < 14:
-            raise _frame_error("content header too short")
+    # rabbit_command_assembler:analyze_frame/3: a header frame is class, weight and body
+    # size (12 octets) and whatever follows, a heartbeat frame is empty; anything else is
+    # an unknown frame. A header whose properties do not decode fails later, as there.
+    if frame_type == FRAME_HEADER and len(payload) >= 12:
         class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
         return Header(class_id, body_size, _header_payload(payload))
-    if frame_type == FRAME_HEARTBEAT:
+    if frame_type == FRAME_HEARTBEAT and not payload:
         return HEARTBEAT
-    raise _frame_error(f"type {frame_type}, all octets = {erl_binary(payload)}: unknown_frame")
+    raise _unknown_frame(frame_type, payload)
+
+
+def _unknown_frame(frame_type: int, payload: bytes) -> AMQPConnectionError:
+    return _frame_error(f"type {frame_type}, all octets = {erl_binary(payload)}: unknown_frame")
 
 
 class TypedTable(dict[str, Any]):
@@ -623,8 +629,9 @@ def return_method(
 
 
 def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> bytes:
-    """Encode a method whose string fields must bypass pamqp's name validation
-    (queue and consumer names are any UTF-8 in RabbitMQ, pamqp only accepts a subset).
+    """Encode a method whose fields must bypass pamqp's validation (queue and consumer
+    names are any UTF-8 in RabbitMQ, pamqp only accepts a subset; pamqp insists on the
+    ``"0"`` RabbitMQ does not send as ``Channel.OpenOk``'s reserved ``channel_id``).
 
     ``fields`` are ``(amqp_type, value)`` pairs in wire order.
     """
@@ -634,6 +641,9 @@ def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> by
             parts.append(shortstr(value))
         elif amqp_type == "long":
             parts.append(_LONG.pack(value))
+        elif amqp_type == "longstr":
+            data = value.encode("utf-8")
+            parts.append(_LONG.pack(len(data)) + data)
         elif amqp_type == "bit":
             parts.append(b"\x01" if value else b"\x00")
         else:  # pragma: no cover - programming error

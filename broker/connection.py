@@ -76,8 +76,9 @@ CAPABILITIES = {
 CLOSE_OK_TIMEOUT = 3.0
 
 
-# Channel methods the connection handles itself rather than the channel.
-_CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk})
+# Frames on an open channel the connection handles itself rather than the channel (a
+# heartbeat there is an error of the connection's).
+_CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk, codec.Heartbeat})
 
 
 class State(Enum):
@@ -396,8 +397,9 @@ class Connection(asyncio.Protocol):
             self._fail(error, 0)
 
     def _on_channel_frame(self, channel_id: int, frame: Any) -> None:
-        if self.state is not State.OPEN:
-            # rabbit_reader:handle_frame/4 before the connection runs: unexpected_frame.
+        if self.state is not State.OPEN or isinstance(frame, codec.Heartbeat):
+            # rabbit_reader:handle_frame/4: before the connection runs every channel frame,
+            # and a heartbeat on any channel but 0, is an unexpected frame.
             sent_type, payload = codec.frame_octets(frame)
             raise AMQPConnectionError(
                 UNEXPECTED_FRAME,
@@ -414,8 +416,6 @@ class Connection(asyncio.Protocol):
                 raise AMQPConnectionError(COMMAND_INVALID, "unimplemented method")
             else:
                 channel.handle(frame)
-            return
-        if isinstance(frame, codec.Heartbeat):
             return
         if channel_id in self.closing_channels:
             # Everything is dropped until Close-Ok (a crossing Close is answered, but the
@@ -443,7 +443,8 @@ class Connection(asyncio.Protocol):
             )
         self._check_channel_limit()
         self.channels[channel_id] = Channel(self, channel_id)
-        self.send_method(channel_id, commands.Channel.OpenOk())
+        # RabbitMQ sends the reserved channel_id empty (observed on 3.10.8).
+        self.write(codec.simple_method(channel_id, commands.Channel.OpenOk, ("longstr", "")))
 
     def _close_channel(self, channel: Channel) -> None:
         self.channels.pop(channel.id, None)
@@ -476,8 +477,6 @@ class Connection(asyncio.Protocol):
             self.send_method(0, C.CloseOk())
             self._flush()
             self._abort()
-        elif isinstance(frame, C.CloseOk | C.Blocked | C.Unblocked):
-            pass
         elif state is State.OPEN and isinstance(frame, C.UpdateSecret):
             # Credential rotation (aio-pika/pika update_secret, for OAuth 2 tokens):
             # rabbit_reader takes it when running; RabbitMQ 3.10.8's internal auth backend

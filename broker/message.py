@@ -204,6 +204,8 @@ def properties_decode(header: bytes) -> bool:
     if header in _WELL_FORMED:
         return True
     end = len(header)
+    if end < PROPERTIES_AT + 2:  # no property flags: a header frame of 12 or 13 octets
+        return False
     flags = header[PROPERTIES_AT] << 8 | header[PROPERTIES_AT + 1]
     offset = PROPERTIES_AT + 2
     for size in _field_sizes(flags):

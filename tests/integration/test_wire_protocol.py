@@ -24,6 +24,7 @@ import pytest
 from pamqp import commands
 from pamqp import frame as pframe
 from pamqp.body import ContentBody
+from pamqp.constants import FRAME_HEARTBEAT
 from pamqp.header import ContentHeader
 
 from broker.inspect import BrokerThread
@@ -486,6 +487,55 @@ def test_unknown_frame_type_is_501(opened: WireClient) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("frame_type", "channel", "payload", "octets"),
+    [
+        (1, 1, b"", "<<>>"),  # a method frame without its class and method ids
+        (1, 9, b"\x00\x32", "<<0,50>>"),  # on an unopened channel: still the frame's fault
+        (2, 1, struct.pack(">HHQ", 60, 0, 3)[:11], "<<0,60,0,0,0,0,0,0,0,0,0>>"),
+        (8, 0, b"\x00", "<<0>>"),  # a heartbeat frame carries nothing
+        (8, 1, b"ab", '<<"ab">>'),
+    ],
+    ids=["empty-method", "short-method", "short-header", "heartbeat-payload", "heartbeat-ch1"],
+)
+def test_frames_too_short_for_their_type_are_unknown_frames(
+    opened: WireClient,
+    bystander: WireClient,
+    frame_type: int,
+    channel: int,
+    payload: bytes,
+    octets: str,
+) -> None:
+    # rabbit_command_assembler:analyze_frame/3 recognises a method frame of at least four
+    # octets (class, method), a header frame of at least twelve (class, weight, body size)
+    # and an empty heartbeat; anything else is an unknown frame (observed on 3.10.8).
+    opened.send_raw(raw_frame(frame_type, channel, payload))
+    assert reply(close_frame(opened)) == (
+        501,
+        f"FRAME_ERROR - type {frame_type}, all octets = {octets}: unknown_frame",
+        0,
+        0,
+    )
+    assert_alive(bystander)
+
+
+@pytest.mark.parametrize("channel", [1, 7], ids=["open-channel", "unopened-channel"])
+def test_heartbeat_on_a_channel_other_than_zero_is_505(opened: WireClient, channel: int) -> None:
+    # rabbit_reader:handle_frame/4: a heartbeat belongs to channel 0 (AMQP 0-9-1 4.2.7).
+    opened.send_raw(raw_frame(FRAME_HEARTBEAT, channel, b""))
+    assert reply(close_frame(opened)) == (505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0)
+
+
+@pytest.mark.parametrize("size", [12, 13], ids=["no-flags", "half-flags"])
+def test_content_header_without_property_flags_is_541(opened: WireClient, size: int) -> None:
+    # Twelve octets make a header frame, so the frame is taken; its properties then do not
+    # decode, which crashes RabbitMQ's channel (observed on 3.10.8).
+    queue = declare_queue(opened)
+    opened.send(commands.Basic.Publish(routing_key=queue), 1)
+    opened.send_raw(raw_frame(FRAME_HEADER, 1, (struct.pack(">HHQ", 60, 0, 0) + b"\0")[:size]))
+    assert reply(close_frame(opened)) == (541, "INTERNAL_ERROR", 0, 0)
+
+
 def test_truncated_method_arguments_are_501(opened: WireClient) -> None:
     opened.send_raw(raw_method(1, 50, 10, b"\0"))  # queue.declare cut after one byte
     assert reply(close_frame(opened)) == (501, "FRAME_ERROR - cannot decode <<0>>", 50, 10)
@@ -529,6 +579,31 @@ def test_second_channel_open_is_504(opened: WireClient) -> None:
         "CHANNEL_ERROR - second 'channel.open' seen",
         20,
         10,
+    )
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        commands.Connection.CloseOk(),
+        commands.Connection.Blocked(reason="busy"),
+        commands.Connection.Unblocked(),
+        commands.Connection.UpdateSecretOk(),
+    ],
+    ids=["close-ok", "blocked", "unblocked", "update-secret-ok"],
+)
+def test_server_side_connection_methods_from_the_client_are_504(
+    opened: WireClient, method: object
+) -> None:
+    # rabbit_reader:handle_method0/2 takes these only in reply to its own (or not at all):
+    # anything else on channel 0 of a running connection is its catch-all 504.
+    opened.send(method, 0)
+    class_id, method_id = divmod(method.index, 0x10000)  # type: ignore[attr-defined]
+    assert reply(close_frame(opened)) == (
+        504,
+        "CHANNEL_ERROR - unexpected method in connection state running",
+        class_id,
+        method_id,
     )
 
 
@@ -730,6 +805,18 @@ def test_not_implemented_methods_are_540(
 def test_channel_flow_true_gets_flow_ok(opened: WireClient) -> None:
     opened.send(commands.Channel.Flow(active=True), 1)
     assert opened.expect(commands.Channel.FlowOk, channel=1).active is True
+
+
+def test_unsolicited_channel_flow_ok_is_503(opened: WireClient) -> None:
+    # RabbitMQ never sends channel.flow, so a flow-ok is no answer to anything (3.10.8).
+    opened.send(commands.Channel.FlowOk(active=True), 1)
+    assert reply(close_frame(opened)) == (503, "COMMAND_INVALID - unimplemented method", 20, 21)
+
+
+def test_channel_open_ok_has_an_empty_channel_id(opened: WireClient) -> None:
+    # The reserved longstr is sent empty (observed on 3.10.8), checked on the raw bytes.
+    opened.send(commands.Channel.Open(), 2)
+    assert opened.read_raw_frame() == (FRAME_METHOD, 2, struct.pack(">HHI", 20, 11, 0))
 
 
 # -- channel close handshake ------------------------------------------------------------------
