@@ -21,13 +21,15 @@ from broker.management.access import (
     require_vhost,
     visible_vhosts,
 )
-from broker.management.errors import not_found
+from broker.management.errors import ApiError, not_found
 from broker.management.query import json_response, reply_list
 from broker.management.state import state_of
 from broker.management.stats import GAUGES
 from exchanges.model import ExchangeType
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from broker.server import Server
     from broker.vhost import VHost
 
@@ -60,14 +62,22 @@ def server_of(request: web.Request) -> Server:
     return request.app[SERVER_KEY]
 
 
-def vhost_of(request: web.Request, key: str = "vhost") -> VHost:
-    """The vhost named in the path (access checked), or 404."""
+def vhost_or_none(request: web.Request, key: str = "vhost") -> VHost | None:
+    """The vhost named in the path (access checked), or None when there is none."""
     server = server_of(request)
     name = request.match_info[key]
-    vhost = server.vhosts.get(name)
     require_vhost(request, server, name)
+    return server.vhosts.get(name)
+
+
+def vhost_of(
+    request: web.Request, key: str = "vhost", missing: Callable[[], ApiError] = not_found
+) -> VHost:
+    """The vhost named in the path (access checked), or the ``missing`` error (404 ``Object
+    Not Found`` unless the caller knows RabbitMQ answers otherwise)."""
+    vhost = vhost_or_none(request, key)
     if vhost is None:
-        raise not_found()
+        raise missing()
     return vhost
 
 
@@ -239,7 +249,7 @@ async def list_vhosts(request: web.Request) -> web.Response:
     """GET /api/vhosts: the vhosts the user may see."""
     server = server_of(request)
     names = visible_vhosts(server, current_user(request))
-    return reply_list([vhost_item(server, name) for name in names], request)
+    return reply_list([vhost_item(server, name) for name in names], request, pages=True)
 
 
 @routes.get("/api/vhosts/{vhost}")

@@ -7,6 +7,7 @@ AMQP connections, with no locking.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from broker.management import (
 )
 from broker.management.access import SERVER_KEY, USER_KEY, authenticate
 from broker.management.errors import ApiError, from_amqp, not_found
+from broker.management.query import COLUMNS_PICKED, pick_columns
 from broker.management.state import state_of
 from broker.management.stats import INTERVAL
 
@@ -60,7 +62,18 @@ async def guard(
             raise routing_error
         if not is_public(request.path):
             request[USER_KEY] = authenticate(request.app[SERVER_KEY], request)
-        return await handler(request)
+        response = await handler(request)
+        spec = request.query.get("columns")
+        if (
+            spec
+            and isinstance(response, web.Response)
+            and response.content_type == "application/json"
+            and response.text
+            and not response.get(COLUMNS_PICKED)
+        ):
+            # rabbit_mgmt_util:reply/3 picks the columns of every JSON reply.
+            response.text = json.dumps(pick_columns(json.loads(response.text), spec))
+        return response
     except ApiError as exc:
         if exc.challenge and request.headers.get("X-Requested-With") == "XMLHttpRequest":
             # No WWW-Authenticate for scripts: browsers would pop up their own login

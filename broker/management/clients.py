@@ -57,9 +57,9 @@ def find_connection(request: web.Request) -> Connection:
 @routes.get("/api/connections")
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_connections(request: web.Request) -> web.Response:
-    """GET /api/connections."""
+    """GET /api/connections (paged; a vhost's list is not, as in RabbitMQ 3.10.8)."""
     items = [views.connection_view(c, connection_state(c)) for c in visible_connections(request)]
-    return reply_list(items, request)
+    return reply_list(items, request, pages="vhost" not in request.match_info)
 
 
 @routes.get("/api/connections/{connection}")
@@ -93,9 +93,9 @@ def visible_channels(request: web.Request) -> list[tuple[Connection, Channel]]:
 @routes.get("/api/channels")
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_channels(request: web.Request) -> web.Response:
-    """GET /api/channels."""
+    """GET /api/channels (paged; a vhost's list is not, as in RabbitMQ 3.10.8)."""
     items = [views.channel_view(conn, ch) for conn, ch in visible_channels(request)]
-    return reply_list(items, request)
+    return reply_list(items, request, pages="vhost" not in request.match_info)
 
 
 @routes.get("/api/connections/{connection}/channels")

@@ -66,8 +66,21 @@ def not_found() -> ApiError:
 
 
 def bad_request(reason: str | list[Any]) -> ApiError:
-    """400 ``bad_request``."""
+    """400 ``bad_request``; a list ``reason`` is an Erlang tuple as RabbitMQ's JSON encoder
+    writes one (``{not_boolean, <<"yes">>}`` is ``["not_boolean", "yes"]``)."""
     return ApiError(400, "bad_request", reason)
+
+
+def access_refused() -> ApiError:
+    """401 ``Access refused.``: what a get or publish in a vhost that does not exist gets,
+    when the channel RabbitMQ opens for it is refused (rabbit_mgmt_util:with_channel/5)."""
+    return not_authorised("Access refused.")
+
+
+def vhost_not_found() -> ApiError:
+    """The 404 of a create (PUT of an exchange or queue, POST of a binding) in a vhost that
+    does not exist (rabbit_mgmt_util:vhost/1 answering ``vhost_not_found``)."""
+    return ApiError(404, "not_found", "vhost_not_found")
 
 
 def not_authorised(reason: str) -> ApiError:

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
-from broker.errors import ACCESS_REFUSED, PRECONDITION_FAILED, AMQPChannelError
+from broker.errors import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, AMQPChannelError
 from broker.fieldtable import marshal_content_header
-from broker.management import views
+from broker.management import ops, views
 from broker.management.access import current_user, permit, permit_topic
 from broker.management.api import server_of, vhost_of
-from broker.management.errors import amqp_errors, bad_request, not_found
+from broker.management.errors import access_refused, amqp_errors, bad_request
 from broker.management.query import json_response, read_json
 from broker.management.state import state_of
 from broker.management.stats import broker_counters
@@ -44,22 +44,32 @@ routes = web.RouteTableDef()
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 
 
-def mandatory(body: dict[str, Any], *keys: str) -> list[Any]:
-    """The values of mandatory keys, or 400 listing the missing ones as RabbitMQ does."""
-    missing = [key for key in keys if body.get(key) is None]
+def mandatory(body: dict[str, Any], *keys: str, null_is_missing: bool = True) -> list[Any]:
+    """The values of mandatory keys, or 400 listing the missing ones as RabbitMQ does
+    (rabbit_mgmt_util:with_decode/5; its get and publish take a ``null`` as present, the
+    callers that give ``null_is_missing=False``)."""
+    missing = [key for key in keys if key not in body or (null_is_missing and body[key] is None)]
     if missing:
-        raise bad_request("[" + ",".join(f"{{key_missing,{key}}}" for key in missing) + "]")
+        raise bad_request(erlang_list([f"{{key_missing,{key}}}" for key in missing]))
     return [body[key] for key in keys]
 
 
-def parse_int(value: Any, name: str) -> int:
-    """rabbit_mgmt_util:parse_int/1: an integer, or a string of one."""
-    if isinstance(value, bool):
-        raise bad_request(f"{{not_int,{name}}}")
-    try:
+def erlang_list(items: list[str]) -> str:
+    """A list of printed Erlang terms as ``~p`` prints it: on one line when that fits in
+    78 columns, else one element a line (io_lib_pretty, checked with ``erl``)."""
+    text = "[" + ",".join(items) + "]"
+    return text if len(text) <= 78 else "[" + ",\n ".join(items) + "]"
+
+
+def parse_int(value: Any) -> int:
+    """rabbit_mgmt_util:parse_int/1: an integer, a float (truncated) or a string of an
+    integer; else 400 ``["not_integer", value]``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return int(value)
-    except (TypeError, ValueError):
-        raise bad_request(f"{{not_int,{name}}}") from None
+    try:
+        return int(value) if isinstance(value, str) else int("?")
+    except ValueError:
+        raise bad_request(["not_integer", value]) from None
 
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")
@@ -106,23 +116,28 @@ def message_item(entry: Entry, remaining: int, encoding: str, truncate: int | No
 
 @routes.post("/api/queues/{vhost}/{name}/get")
 async def get_messages(request: web.Request) -> web.Response:
-    """POST /api/queues/vhost/name/get."""
+    """POST /api/queues/vhost/name/get, checked in rabbit_mgmt_wm_queue_get's order: the
+    keys, the vhost (a channel opens on it: 401 when it does not exist), count, encoding,
+    truncate, then the basic.get itself (404 ``NOT_FOUND - no queue ...``)."""
     body = await read_json(request)  # first: nothing may change between lookup and use
-    vhost, queue = queue_of(request)
     if "ackmode" not in body and "requeue" in body:  # the pre-3.7 form of the request
         body["ackmode"] = (
             "ack_requeue_true" if body["requeue"] in (True, "true") else "ack_requeue_false"
         )
-    ackmode, count_value, encoding = mandatory(body, "ackmode", "count", "encoding")
-    count = parse_int(count_value, "count")
-    if ackmode not in ACKMODES:
-        raise bad_request(f"invalid ackmode '{ackmode}'")
+    ackmode, count_value, encoding = mandatory(
+        body, "ackmode", "count", "encoding", null_is_missing=False
+    )
+    vhost = vhost_of(request, missing=access_refused)
+    count = parse_int(count_value)
     if encoding not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
-    truncate = None if body.get("truncate") is None else parse_int(body["truncate"], "truncate")
+    truncate = None if body.get("truncate") is None else parse_int(body["truncate"])
+    if ackmode not in ACKMODES:  # RabbitMQ's channel crashes later on (500)
+        raise bad_request(f"invalid ackmode '{ackmode}'")
+    name = request.match_info["name"]
     with amqp_errors("channel"):
-        permit(request, vhost.name, "read", "queue", queue.name)
-        vhost.queue(queue.name, None)
+        permit(request, vhost.name, "read", "queue", name)
+        queue = vhost.queue(name, None)
         if queue.stream:
             raise not_supported("basic.get", vhost.rs("queue", queue.name))
     taken: list[tuple[Entry, int]] = []
@@ -156,9 +171,9 @@ def settle(queue: Any, entries: list[Entry], ackmode: str) -> None:
 
 def basic_properties(value: Any) -> commands.Basic.Properties:
     """rabbit_mgmt_format:to_basic_properties/1: a JSON object as Basic properties."""
-    if value in (None, []):
+    if value == []:
         value = {}
-    if not isinstance(value, dict):
+    if not isinstance(value, dict):  # RabbitMQ 3.10.8 answers 500 here
         raise bad_request("properties must be an object")
     fields: dict[str, Any] = {}
     for json_name, attribute in (
@@ -180,16 +195,19 @@ def basic_properties(value: Any) -> commands.Basic.Properties:
             "cluster_id",
         )
     ):
-        item = value.get(json_name)
-        if item is None:
+        if json_name not in value:
             continue
+        item = value[json_name]
         if json_name == "headers":
+            if item is None:  # RabbitMQ 3.10.8 answers 500; taken as no headers
+                continue
             if not isinstance(item, dict):
-                raise bad_request("{not_table,headers}")
+                raise bad_request(["not_table", "headers"])
+            ops.check_no_null(item)
             fields[attribute] = item
         elif json_name in ("delivery_mode", "priority", "timestamp"):
             if not isinstance(item, int) or isinstance(item, bool):
-                raise bad_request(f"{{not_int,{json_name}}}")
+                raise bad_request(["not_int", json_name])
             if json_name == "timestamp":
                 fields[attribute] = datetime.datetime.fromtimestamp(item, datetime.UTC)
             else:
@@ -197,25 +215,23 @@ def basic_properties(value: Any) -> commands.Basic.Properties:
         elif isinstance(item, str):
             fields[attribute] = item
         else:
-            raise bad_request(f"{{not_string,{json_name}}}")
+            raise bad_request(["not_string", json_name])
     try:
         return commands.Basic.Properties(**fields)
     except (TypeError, ValueError) as exc:
         raise bad_request(str(exc)) from None
 
 
-def decode_payload(payload: Any, encoding: Any) -> bytes:
+def decode_payload(payload: str, encoding: Any) -> bytes:
     """The body from ``payload`` and ``payload_encoding`` (``string`` or ``base64``)."""
-    if not isinstance(payload, str):
-        raise bad_request("payload_not_string")
     if encoding == "string":
         return payload.encode("utf-8")
     if encoding == "base64":
         try:
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            raise bad_request("Invalid base64 payload") from None
-    raise bad_request(f"{{unsupported_encoding,{encoding}}}")
+            raise bad_request(["not_base64", payload]) from None
+    raise bad_request(["unsupported_encoding", encoding])
 
 
 async def wait_synced(persistence: Persistence | None, generation: int) -> None:
@@ -237,23 +253,28 @@ async def wait_synced(persistence: Persistence | None, generation: int) -> None:
 
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 async def publish(request: web.Request) -> web.Response:
-    """POST /api/exchanges/vhost/name/publish."""
+    """POST /api/exchanges/vhost/name/publish, checked in rabbit_mgmt_wm_exchange_publish's
+    order: the keys, the payload's type, the vhost (a channel opens on it: 401 when it
+    does not exist), properties, payload, then the publish itself (a missing exchange is
+    400 ``404 NOT_FOUND - no exchange ...``)."""
     body = await read_json(request)  # first: nothing may change between lookup and use
-    vhost = vhost_of(request)
-    name = exchange_name(request)
-    exchange = vhost.projection.exchanges.get(name)
-    if exchange is None:
-        raise not_found()
-    props, routing_key, payload, encoding = mandatory(
-        body, "properties", "routing_key", "payload", "payload_encoding"
+    routing_key, props, payload, encoding = mandatory(
+        body, "routing_key", "properties", "payload", "payload_encoding", null_is_missing=False
     )
+    if not isinstance(payload, str):
+        raise bad_request("payload_not_string")
+    vhost = vhost_of(request, missing=access_refused)
+    name = exchange_name(request)
     if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string")
-    data = decode_payload(payload, encoding)
     properties = basic_properties(props)
+    data = decode_payload(payload, encoding)
     server = server_of(request)
     user = current_user(request).name
     with amqp_errors("publish"):
+        exchange = vhost.projection.exchanges.get(name)
+        if exchange is None:
+            raise AMQPChannelError(NOT_FOUND, f"no {vhost.rs('exchange', name)}")
         permit(request, vhost.name, "write", "exchange", name)
         message = build_message(
             server.config.max_message_size, user, name, routing_key, properties, data

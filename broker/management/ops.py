@@ -24,20 +24,24 @@ if TYPE_CHECKING:
 JSON_ARG_TYPES = (str, bool, int, float, list, dict, type(None))
 
 
-def parse_bool(value: Any, name: str, default: bool = False) -> bool:
-    """rabbit_mgmt_format:parse_bool/1: ``true``/``false`` as JSON or as strings."""
-    if value is None:
-        return default
-    if value in (True, "true"):
-        return True
-    if value in (False, "false"):
+def parse_bool(body: Mapping[str, Any], name: str) -> bool:
+    """rabbit_mgmt_util:parse_bool/1 of ``body[name]``: ``true``/``false`` as JSON or as
+    strings, false when the key is absent; anything else, ``null``, ``0`` and ``1``
+    included, is 400 ``["not_boolean", value]`` (observed on 3.10.8)."""
+    if name not in body:
         return False
-    raise bad_request(f"{{not_boolean,{value!r}}} for {name}")
+    value = body[name]
+    if value is True or value == "true":
+        return True
+    if value is False or value == "false":
+        return False
+    raise bad_request(["not_boolean", value])
 
 
 def json_arguments(value: Any) -> dict[str, Any]:
     """An ``arguments`` object from a request body as an AMQP table (``[]`` and null are
-    empty, as rabbit_mgmt_util:args/1 has them)."""
+    empty, as rabbit_mgmt_util:args/1 has them; a null inside is refused as
+    rabbit_mgmt_format:to_amqp_table/1 refuses it)."""
     if value is None or value == []:
         return {}
     if not isinstance(value, dict):
@@ -45,7 +49,21 @@ def json_arguments(value: Any) -> dict[str, Any]:
     for key, item in value.items():
         if not isinstance(item, JSON_ARG_TYPES):
             raise bad_request(f"unsupported value for argument '{key}'")
+    check_no_null(value)
     return dict(value)
+
+
+def check_no_null(value: Any) -> None:
+    """400 ``null_not_allowed`` for a JSON null anywhere in a table's values, arrays and
+    nested tables included (rabbit_mgmt_format:to_amqp_table/1, observed on 3.10.8)."""
+    if value is None:
+        raise bad_request("null_not_allowed")
+    if isinstance(value, dict):
+        for item in value.values():
+            check_no_null(item)
+    elif isinstance(value, list):
+        for item in value:
+            check_no_null(item)
 
 
 def declare_exchange(

@@ -1,6 +1,12 @@
 """Query-string options of list endpoints: ``sort``, ``sort_reverse``, ``columns`` and
 pagination (``page``, ``page_size``, ``name``, ``use_regex``), as rabbit_mgmt_util does them
-(reply_list/5, extract_columns/2, pagination_params/1)."""
+(reply_list/5, extract_columns/2, pagination_params/1, range_filter/3).
+
+``columns`` applies to every JSON reply, lists and single objects alike, as
+rabbit_mgmt_util:reply/3 applies it: :func:`reply_list` picks the columns of the items it
+pages, and the app's middleware (:func:`pick_columns`) those of every other reply. Only the
+lists RabbitMQ pages are paged (``pages=True``: queues, exchanges, vhosts, and the
+connections and channels of the whole broker); the others ignore ``page``."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.management.errors import bad_request
+from broker.management.errors import ApiError, bad_request
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -57,38 +63,56 @@ def _columns(item: Any, columns: list[list[str]]) -> Any:
     return picked
 
 
-def select_columns(items: list[dict[str, Any]], query: Mapping[str, str]) -> list[Any]:
-    """Keep only the comma-separated, dotted ``columns``."""
-    spec = query.get("columns")
-    if not spec:
-        return list(items)
+def pick_columns(data: Any, spec: str) -> Any:
+    """Keep only the comma-separated, dotted ``columns`` of an object, or of each object
+    of a list."""
     columns = [c.split(".") for c in spec.split(",") if c]
-    return [_columns(item, columns) for item in items]
+    if isinstance(data, list):
+        return [_columns(item, columns) for item in data]
+    return _columns(data, columns)
 
 
-def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+# A response whose columns are already picked (the middleware leaves it alone).
+COLUMNS_PICKED = web.ResponseKey("columns_picked", bool)
+
+
+def _pagination_error(page: int, size: int | None) -> ApiError:
+    # rabbit_mgmt_util:pagination_params/1
+    return ApiError(
+        400,
+        "invalid_pagination_parameters",
+        "Invalid pagination parameters: page number "
+        f"{page}, page size {'undefined' if size is None else size}",
+    )
+
+
+def _int_param(query: Mapping[str, str], name: str) -> int | None:
+    if name not in query:
+        return None
     try:
-        value = int(query.get(name, default))
+        return int(query[name])
     except ValueError:
         raise bad_request("Pagination parameters are invalid") from None
-    if value < 1:
-        raise bad_request(f"{name} must be greater than 0")
-    return value
 
 
 def reply_list(
-    items: list[dict[str, Any]], request: web.Request, default_sort: str | None = None
+    items: list[dict[str, Any]],
+    request: web.Request,
+    default_sort: str | None = None,
+    pages: bool = False,
 ) -> web.Response:
     """A list response with the query-string options applied (rabbit_mgmt_util:
-    reply_list/4; ``default_sort`` is the field its callers name, e.g. ``priority``)."""
+    reply_list/4, and reply_list_or_paginate/3 for the lists it pages, ``pages``;
+    ``default_sort`` is the field its callers name, e.g. ``priority``)."""
     query = request.query
     items = sort_items(items, query, default_sort)
-    if "page" not in query:
-        return json_response(select_columns(items, query))
-    page = _int_param(query, "page", 1)
-    size = _int_param(query, "page_size", DEFAULT_PAGE_SIZE)
-    if size > MAX_PAGE_SIZE:
-        raise bad_request(f"page_size cannot be greater than {MAX_PAGE_SIZE}")
+    if not pages or "page" not in query:
+        return json_response(items)  # columns: the middleware
+    page = _int_param(query, "page") or 0
+    size = _int_param(query, "page_size")
+    if page < 1 or (size is not None and not 0 < size <= MAX_PAGE_SIZE):
+        raise _pagination_error(page, size)
+    size = size or DEFAULT_PAGE_SIZE
     total = len(items)
     name = query.get("name")
     if name:
@@ -96,26 +120,34 @@ def reply_list(
             try:
                 pattern = re.compile(name)
             except re.error:
-                raise bad_request("invalid regular expression") from None
+                raise bad_request("Pagination parameters are invalid") from None
             items = [i for i in items if pattern.search(str(i.get("name", "")))]
         else:
             items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
     filtered = len(items)
-    page_count = max(1, math.ceil(filtered / size))
-    if page > page_count and filtered:
-        raise bad_request("page out of range")
+    if (page - 1) * size > filtered:
+        # range_filter/3: lists:sublist/3 takes a start up to one past the end, so the
+        # page just after the last full one is an empty page, not an error (3.10.8).
+        raise ApiError(
+            400,
+            "page_out_of_range",
+            f"Page out of range, page: {page} page size: {size}, len: {filtered}",
+        )
     chunk = items[(page - 1) * size : page * size]
-    return json_response(
+    spec = query.get("columns")
+    response = json_response(
         {
             "filtered_count": filtered,
             "item_count": len(chunk),
-            "items": select_columns(chunk, query),
+            "items": pick_columns(chunk, spec) if spec else chunk,
             "page": page,
-            "page_count": page_count,
+            "page_count": math.ceil(filtered / size),
             "page_size": size,
             "total_count": total,
         }
     )
+    response[COLUMNS_PICKED] = True
+    return response
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

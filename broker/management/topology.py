@@ -16,8 +16,8 @@ from aiohttp import web
 
 from broker.management import ops, views
 from broker.management.access import permit, permit_topic
-from broker.management.api import scoped_vhosts, server_of, vhost_of
-from broker.management.errors import amqp_errors, bad_request, not_found
+from broker.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
+from broker.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
 from broker.management.query import json_response, read_json, reply_list
 from broker.management.state import state_of
 from exchanges.model import Binding, DestKind
@@ -59,7 +59,7 @@ async def list_exchanges(request: web.Request) -> web.Response:
         for vhost in scoped_vhosts(request)
         for exchange in vhost.projection.exchanges.values()
     ]
-    return reply_list(items, request)
+    return reply_list(items, request, pages=True)
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
@@ -79,7 +79,7 @@ async def put_exchange(request: web.Request) -> web.Response:
     """PUT /api/exchanges/vhost/name: ``{type, durable, auto_delete, internal, arguments}``
     (defaults: exchange.declare's field defaults, direct and all false)."""
     body = await read_json(request)  # first: nothing may change between lookup and use
-    vhost = vhost_of(request)
+    vhost = vhost_of(request, missing=vhost_not_found)
     name = exchange_name(request)
     type_name = body.get("type", "direct")
     if not isinstance(type_name, str):
@@ -91,9 +91,9 @@ async def put_exchange(request: web.Request) -> web.Response:
             vhost,
             name,
             type_name,
-            ops.parse_bool(body.get("durable"), "durable"),
-            ops.parse_bool(body.get("auto_delete"), "auto_delete"),
-            ops.parse_bool(body.get("internal"), "internal"),
+            ops.parse_bool(body, "durable"),
+            ops.parse_bool(body, "auto_delete"),
+            ops.parse_bool(body, "internal"),
             ops.json_arguments(body.get("arguments")),
         )
     return created_or_updated(created)
@@ -115,11 +115,12 @@ async def delete_exchange(request: web.Request) -> web.Response:
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/{direction}")
 async def exchange_bindings(request: web.Request) -> web.Response:
-    """GET /api/exchanges/vhost/name/bindings/source|destination."""
-    vhost = vhost_of(request)
+    """GET /api/exchanges/vhost/name/bindings/source|destination: a missing vhost or
+    exchange has no bindings (200 ``[]``, as RabbitMQ 3.10.8 answers)."""
+    vhost = vhost_or_none(request)
     name = exchange_name(request)
-    if name not in vhost.projection.exchanges:
-        raise not_found()
+    if vhost is None or name not in vhost.projection.exchanges:
+        return json_response([])
     direction = request.match_info["direction"]
     if direction == "source":
         found = [b for b in all_bindings(vhost) if b.source == name]
@@ -161,7 +162,7 @@ async def list_queues(request: web.Request) -> web.Response:
         for vhost in scoped_vhosts(request)
         for queue in vhost.queues.values()
     ]
-    return reply_list(items, request)
+    return reply_list(items, request, pages=True)
 
 
 def queue_of(request: web.Request) -> tuple[VHost, Queue]:
@@ -191,15 +192,15 @@ async def put_queue(request: web.Request) -> web.Response:
     """PUT /api/queues/vhost/name: ``{durable, auto_delete, arguments}`` (queue.declare's
     defaults: not durable, not auto-delete)."""
     body = await read_json(request)  # first: nothing may change between lookup and use
-    vhost = vhost_of(request)
+    vhost = vhost_of(request, missing=vhost_not_found)
     name = request.match_info["name"]
     with amqp_errors():
         permit(request, vhost.name, "configure", "queue", name)
         _queue, created = ops.declare_queue(
             vhost,
             name,
-            ops.parse_bool(body.get("durable"), "durable"),
-            ops.parse_bool(body.get("auto_delete"), "auto_delete"),
+            ops.parse_bool(body, "durable"),
+            ops.parse_bool(body, "auto_delete"),
             ops.json_arguments(body.get("arguments")),
         )
     state_of(server_of(request)).sampler.refresh()
@@ -225,10 +226,15 @@ async def delete_queue(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
-    """GET /api/queues/vhost/name/bindings: the default binding first, as RabbitMQ."""
-    vhost, queue = queue_of(request)
-    found = [views.default_binding(queue.name)]
-    found += vhost.projection.bindings_to(DestKind.QUEUE, queue.name)
+    """GET /api/queues/vhost/name/bindings: the default binding first, as RabbitMQ. It
+    lists the bindings it finds without looking the queue up, so a queue that does not
+    exist still has its default binding, and a vhost that does not exist none (3.10.8)."""
+    vhost = vhost_or_none(request)
+    if vhost is None:
+        return json_response([])
+    name = request.match_info["name"]
+    found = [views.default_binding(name)]
+    found += vhost.projection.bindings_to(DestKind.QUEUE, name)
     return json_response([views.binding_view(vhost.name, b) for b in found])
 
 
@@ -255,16 +261,27 @@ async def list_bindings(request: web.Request) -> web.Response:
     return json_response(items)
 
 
-def binding_ends(request: web.Request) -> tuple[VHost, str, DestKind, str]:
-    """(vhost, source, destination kind, destination) from the path; 404 for a missing end."""
-    vhost = vhost_of(request)
+def path_ends(request: web.Request) -> tuple[str, DestKind, str]:
+    """(source, destination kind, destination) as the path names them."""
     source = exchange_name(request, "source")
     kind = ops.dest_kind(request.match_info["dtype"])
     destination = request.match_info["destination"]
     if kind is DestKind.EXCHANGE and destination == "amq.default":
         destination = ""
+    return source, kind, destination
+
+
+def ends_exist(vhost: VHost, source: str, kind: DestKind, destination: str) -> bool:
+    """Whether both ends of a binding path exist."""
     targets: Any = vhost.queues if kind is DestKind.QUEUE else vhost.projection.exchanges
-    if source not in vhost.projection.exchanges or destination not in targets:
+    return source in vhost.projection.exchanges and destination in targets
+
+
+def binding_ends(request: web.Request) -> tuple[VHost, str, DestKind, str]:
+    """(vhost, source, destination kind, destination) from the path; 404 for a missing end."""
+    vhost = vhost_of(request)
+    source, kind, destination = path_ends(request)
+    if not ends_exist(vhost, source, kind, destination):
         raise not_found()
     return vhost, source, kind, destination
 
@@ -280,8 +297,12 @@ def bindings_between(vhost: VHost, source: str, kind: DestKind, destination: str
 
 @routes.get("/api/bindings/{vhost}/e/{source}/{dtype}/{destination}")
 async def list_bindings_between(request: web.Request) -> web.Response:
-    """GET /api/bindings/vhost/e/source/q|e/destination."""
-    vhost, source, kind, destination = binding_ends(request)
+    """GET /api/bindings/vhost/e/source/q|e/destination: none when an end or the vhost is
+    missing (200 ``[]``, as RabbitMQ 3.10.8 answers)."""
+    vhost = vhost_or_none(request)
+    source, kind, destination = path_ends(request)
+    if vhost is None or not ends_exist(vhost, source, kind, destination):
+        return json_response([])
     found = bindings_between(vhost, source, kind, destination)
     return json_response([views.binding_view(vhost.name, b) for b in found])
 
@@ -289,9 +310,11 @@ async def list_bindings_between(request: web.Request) -> web.Response:
 @routes.post("/api/bindings/{vhost}/e/{source}/{dtype}/{destination}")
 async def add_binding(request: web.Request) -> web.Response:
     """POST /api/bindings/vhost/e/source/q|e/destination ``{routing_key, arguments}``:
-    201 with the new binding's ``Location`` (relative, as rabbit_mgmt_wm_bindings sends)."""
+    201 with the new binding's ``Location`` (relative, as rabbit_mgmt_wm_bindings sends). A
+    missing end is queue.bind's 404 (``no queue 'q' in vhost '/'``)."""
     body = await read_json(request)  # first: nothing may change between lookup and use
-    vhost, source, kind, destination = binding_ends(request)
+    vhost = vhost_of(request, missing=vhost_not_found)
+    source, kind, destination = path_ends(request)
     routing_key = body.get("routing_key", "")
     if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string")

@@ -99,9 +99,9 @@ async def test_publish_unroutable_base64_and_errors(mgmt: Mgmt) -> None:
         "POST", "exchanges", "/", "amq.direct", "publish", body={"payload": "x"}
     )
     assert status == 400
-    assert (
-        body["reason"]
-        == "[{key_missing,properties},{key_missing,routing_key},{key_missing,payload_encoding}]"
+    # In with_decode's key order, printed with ~p: too long for one line (observed, 3.10.8).
+    assert body["reason"] == (
+        "[{key_missing,routing_key},\n {key_missing,properties},\n {key_missing,payload_encoding}]"
     )
     status, body = await mgmt.request(
         "POST",
@@ -116,7 +116,11 @@ async def test_publish_unroutable_base64_and_errors(mgmt: Mgmt) -> None:
     status, body = await mgmt.request(
         "POST", "exchanges", "/", "missing", "publish", body=publish_body("x", "k")
     )
-    assert (status, body["error"]) == (404, "Object Not Found")
+    # The publish's channel error, as a publish reports every one (observed, 3.10.8).
+    assert (status, body) == (
+        400,
+        {"error": "bad_request", "reason": "404 NOT_FOUND - no exchange 'missing' in vhost '/'"},
+    )
 
 
 async def post_get(mgmt: Mgmt, queue: str, **body: object) -> list[dict[str, object]]:
