@@ -314,6 +314,17 @@ async def list_users(request: web.Request) -> web.Response:
     return reply_list([views.user_view(u) for u in users], request)
 
 
+@routes.get("/api/users/without-permissions")
+async def users_without_permissions(request: web.Request) -> web.Response:
+    """GET /api/users/without-permissions (rabbit_mgmt_wm_users: the users with no
+    permission in any vhost; registered before ``/api/users/{user}``, which would take it)."""
+    require_admin(request)
+    access = server_of(request).access
+    granted = {user for user, _vhost in access.permissions}
+    users = [u for name, u in access.users.items() if name not in granted]
+    return reply_list([views.user_view(u) for u in users], request)
+
+
 @routes.get("/api/users/{user}")
 async def get_user(request: web.Request) -> web.Response:
     """GET /api/users/name."""

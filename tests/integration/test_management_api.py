@@ -266,3 +266,38 @@ def test_columns_apply_to_single_objects_too(tenant: Tenant) -> None:
     status, listed = api("GET", f"/api/exchanges/{vhost}?columns=name&sort=name")
     assert status == 200
     assert listed[:2] == [{"name": ""}, {"name": "amq.direct"}]
+
+
+# -- users ------------------------------------------------------------------------------------
+
+
+def test_users_without_permissions_and_bulk_delete(tenant: Tenant) -> None:
+    api = tenant.api
+    first, second, missing = unique("bulk-a"), unique("bulk-b"), unique("bulk-none")
+    for name in (first, second):
+        assert api("PUT", f"/api/users/{name}", {"password": "pw", "tags": ""})[0] == 201
+    try:
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        grant = f"/api/permissions/{quoted(tenant.vhost)}/{second}"
+        assert api("PUT", grant, everything)[0] in (201, 204)
+        status, users = api("GET", "/api/users/without-permissions?columns=name")
+        assert status == 200
+        names = [u["name"] for u in users]
+        assert first in names
+        assert second not in names and tenant.user not in names
+        # Deleted in order up to the first name that is no user.
+        assert api("POST", "/api/users/bulk-delete", {}) == (
+            400,
+            error("[{key_missing,users}]"),
+        )
+        assert api("POST", "/api/users/bulk-delete", {"users": [first, missing, second]}) == (
+            400,
+            error(["no_such_user", missing]),
+        )
+        assert api("GET", f"/api/users/{first}")[0] == 404
+        assert api("GET", f"/api/users/{second}")[0] == 200
+        assert api("POST", "/api/users/bulk-delete", {"users": [second]}) == (204, None)
+        assert api("GET", f"/api/users/{second}")[0] == 404
+    finally:
+        for name in (first, second):
+            api("DELETE", f"/api/users/{name}")
