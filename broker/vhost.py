@@ -420,27 +420,24 @@ class VHost:
         if kind is DestKind.EXCHANGE:
             self.check_not_default(destination)
         self.check_not_default(source)
-        if not add:
-            targets: Mapping[str, Any] = (
-                self.queues if kind is DestKind.QUEUE else self.projection.exchanges
-            )
-            if source not in self.projection.exchanges or destination not in targets:
-                # Unbinding from or to something that does not exist is unbind-ok, as for
-                # a binding that does not exist (observed on RabbitMQ 3.10.8; clients
-                # rely on it: aio-pika's RPC unbinds after its auto-delete queue went).
-                return
+        binding = Binding(source, destination, kind, routing_key, dict(arguments))
+        if not add and not self.projection.has_binding(binding):
+            # Unbinding what is not bound is unbind-ok, whether the binding, its exchange or
+            # its queue is missing, and before the queue's exclusivity is checked (observed
+            # on RabbitMQ 3.10.8; clients rely on it: aio-pika's RPC unbinds after its
+            # auto-delete queue went).
+            return
         exchange = self.exchange(source)
         if kind is DestKind.QUEUE:
             self.queue(destination, connection)
         else:
             self.exchange(destination)
-        binding = Binding(source, destination, kind, routing_key, dict(arguments))
         if add:
             problem = validate_binding(exchange, binding.arguments, routing_key)
             if problem is not None:
                 raise AMQPChannelError(PRECONDITION_FAILED, problem)
             self._apply(BindingAdded(binding))
-        elif self.projection.has_binding(binding):
+        else:
             self._apply(BindingRemoved(binding))
             self._auto_delete_sources({source})
 

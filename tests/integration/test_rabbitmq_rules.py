@@ -30,11 +30,13 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import aio_pika
 import pika
 import pytest
 from aio_pika import ExchangeType, Message
 from aiormq.exceptions import (
     ChannelAccessRefused,
+    ChannelLockedResource,
     ChannelNotFoundEntity,
     ChannelPreconditionFailed,
 )
@@ -187,6 +189,34 @@ async def test_ack_of_a_tag_delivered_on_another_channel(conn, ch, cleanup):
     await wait_ready(ch, queue.name, 1)
     again = await queue.get(no_ack=True)
     assert (again.body, again.redelivered) == (b"m", True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unbinding another connection's exclusive queue
+#
+# rabbit_binding:remove/3 finds nothing to remove before it runs the binding checks (the
+# queue's exclusivity among them): unbinding what is not bound is unbind-ok even from an
+# exclusive queue of another connection, unbinding what is bound is 405 (observed, 3.10.8).
+
+
+async def test_unbinding_another_connections_exclusive_queue(conn, ch, amqp_url):
+    queue = await ch.declare_queue(unique("excl"), exclusive=True)
+    await queue.bind("amq.fanout", routing_key="")
+    other = await aio_pika.connect(amqp_url)
+    try:
+        channel = await other.channel()
+        underlay = await channel.get_underlay_channel()
+        await underlay.queue_unbind(queue.name, "amq.direct", routing_key="never-bound")
+        with pytest.raises(ChannelLockedResource) as err:
+            await underlay.queue_unbind(queue.name, "amq.fanout")
+        code, text = aio_reply(err.value)
+        assert (code, text.split(".")[0]) == (
+            405,
+            f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{queue.name}' "
+            "in vhost '/'",
+        )
+    finally:
+        await other.close()
 
 
 # ---------------------------------------------------------------------------------------------
