@@ -19,6 +19,7 @@ from broker.management import (
     actions,
     api,
     clients,
+    health,
     limits,
     messages,
     metrics,
@@ -41,14 +42,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Paths served without credentials: the page's static files (its script asks for them)
-# and the Prometheus endpoint (rabbitmq_prometheus has no authentication by default).
+# Paths served without credentials: the page's static files (its script asks for them),
+# the Prometheus endpoint (rabbitmq_prometheus has no authentication by default) and the
+# login settings a login page reads before logging in (/api/auth, observed on 3.10.8).
 PUBLIC_PREFIXES = ("/static/", "/metrics")
+PUBLIC_PATHS = ("/", "/api/auth")
 
 
 def is_public(path: str) -> bool:
     """Whether ``path`` needs no credentials."""
-    return path == "/" or path.startswith(PUBLIC_PREFIXES)
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
 @web.middleware
@@ -112,6 +115,7 @@ def build_app(server: Server) -> web.Application:
         metrics,
         page,
         trace,
+        health,
     )
     for module in modules:
         app.router.add_routes(module.routes)

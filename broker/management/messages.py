@@ -38,6 +38,7 @@ from broker.stream import not_supported
 if TYPE_CHECKING:
     from broker.persistence import Persistence
     from broker.queue import Entry
+    from broker.server import Server
 
 routes = web.RouteTableDef()
 
@@ -285,21 +286,29 @@ async def publish(request: web.Request) -> web.Response:
             )
         permit_topic(request, vhost, "write", name, routing_key)
     routed, rejected, generation = vhost.publish(message)
-    sampler = state_of(server).sampler
-    sampler.api_received += 1
-    if not routed:
-        sampler.unroutable_returned += 1
-    counters = broker_counters(server)
-    if counters is not None:  # the broker's own per-publish counters (AMQP publishes)
-        counters.received += 1
-        if routed:
-            counters.routed += 1
-        else:
-            counters.unroutable_returned += 1  # the API publishes as mandatory
+    count_publish(server, routed, mandatory=True)  # the API publishes as mandatory
     if rejected:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     await wait_synced(vhost.persistence, generation)
     return json_response({"routed": routed})
+
+
+def count_publish(server: Server, routed: bool, mandatory: bool) -> None:
+    """Count a publish the API makes itself (a publish request, the aliveness test) where
+    the channels count theirs: in the broker's per-publish counters when it has them, else
+    in the sampler (the unroutable returned ones, all the metrics read from it)."""
+    counters = broker_counters(server)
+    if counters is None:
+        if not routed and mandatory:
+            state_of(server).sampler.unroutable_returned += 1
+        return
+    counters.received += 1
+    if routed:
+        counters.routed += 1
+    elif mandatory:
+        counters.unroutable_returned += 1
+    else:
+        counters.unroutable_dropped += 1
 
 
 def build_message(

@@ -82,9 +82,8 @@ class Sampler:
         # Weak: the sampler lives in a WeakKeyDictionary keyed by the server.
         self._server = weakref.ref(server)
         self.retired = [0, 0, 0]
-        # Messages published through the management API, and those of them that reached
-        # no queue (returned, as the API publishes with mandatory set).
-        self.api_received = 0
+        # Messages published through the management API that reached no queue (returned,
+        # as the API publishes with mandatory set), for a broker without its own counters.
         self.unroutable_returned = 0
         self.global_rates: dict[str, float] = {}
         self.queue_rates: dict[int, dict[str, float]] = {}
