@@ -44,13 +44,17 @@ def tags_of(value: Any) -> list[str]:
 
 @routes.put("/api/vhosts/{vhost}")
 async def put_vhost(request: web.Request) -> web.Response:
-    """PUT /api/vhosts/name ``{description, tags, default_queue_type, tracing}``."""
-    require_admin(request)
+    """PUT /api/vhosts/name ``{description, tags, default_queue_type, tracing}``. A new
+    vhost gives the user who created it full permissions on it (rabbit_mgmt_wm_vhost, as
+    3.10.8 does: observed; an update grants nothing)."""
+    user = require_admin(request)
     server = server_of(request)
     name = request.match_info["vhost"]
     body = await read_json(request)
     created = name not in server.vhosts
     server.add_vhost(name)
+    if created:
+        server.access.set_permissions(user.name, name, Permission(".*", ".*", ".*"))
     meta = state_of(server).vhost_meta(name)
     if "description" in body:
         meta.description = str(body["description"])

@@ -301,3 +301,22 @@ def test_users_without_permissions_and_bulk_delete(tenant: Tenant) -> None:
     finally:
         for name in (first, second):
             api("DELETE", f"/api/users/{name}")
+
+
+def test_creating_a_vhost_grants_its_creator_full_permissions(tenant: Tenant) -> None:
+    # rabbit_mgmt_wm_vhost: the acting user gets ".*" on a vhost it creates; an update of
+    # an existing vhost grants nothing (observed on 3.10.8).
+    api, vhost = tenant.api, unique("created")
+    path = f"/api/vhosts/{quoted(vhost)}"
+    assert api("PUT", path, {})[0] == 201
+    try:
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert api("GET", f"{path}/permissions") == (
+            200,
+            [{"vhost": vhost, "user": "guest", **everything}],
+        )
+        assert api("DELETE", f"/api/permissions/{quoted(vhost)}/guest") == (204, None)
+        assert api("PUT", path, {"description": "again"})[0] == 204
+        assert api("GET", f"{path}/permissions") == (200, [])
+    finally:
+        api("DELETE", path)
