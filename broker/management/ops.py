@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker.codec import TypedTable
 from broker.errors import PRECONDITION_FAILED, AMQPChannelError
 from broker.management.errors import bad_request
 from exchanges.model import DestKind
@@ -50,7 +51,10 @@ def json_arguments(value: Any) -> dict[str, Any]:
         if not isinstance(item, JSON_ARG_TYPES):
             raise bad_request(f"unsupported value for argument '{key}'")
     check_no_null(value)
-    return dict(value)
+    # A JSON integer is a ``long`` in RabbitMQ (rabbit_misc:to_amqp_table/1), whatever its
+    # size; the texts of inequivalent arguments name the type (observed on 3.10.8).
+    longs = {k: "long" for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return TypedTable(value, longs) if longs else dict(value)
 
 
 def check_no_null(value: Any) -> None:

@@ -20,6 +20,7 @@ import urllib.parse
 from typing import Any
 
 import pytest
+from pika.exceptions import ChannelClosedByBroker
 
 from .helpers import Tenant, unique
 
@@ -320,3 +321,23 @@ def test_creating_a_vhost_grants_its_creator_full_permissions(tenant: Tenant) ->
         assert api("GET", f"{path}/permissions") == (200, [])
     finally:
         api("DELETE", path)
+
+
+def test_a_json_integer_argument_is_a_long(tenant: Tenant) -> None:
+    # rabbit_misc:to_amqp_table/1 makes every JSON integer a long, which an inequivalent
+    # re-declare over AMQP names (observed on 3.10.8).
+    queue = unique("typed")
+    path = f"/api/queues/{quoted(tenant.vhost)}/{queue}"
+    assert tenant.api("PUT", path, {"arguments": {"x-max-length": 0}})[0] == 201
+    connection = tenant.connect()
+    try:
+        with pytest.raises(ChannelClosedByBroker) as err:
+            connection.channel().queue_declare(queue)
+        assert (err.value.reply_code, err.value.reply_text) == (
+            406,
+            f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{queue}' in "
+            f"vhost '{tenant.vhost}': received none but current is the value '0' of type 'long'",
+        )
+    finally:
+        connection.close()
+        tenant.api("DELETE", path)
