@@ -17,6 +17,8 @@ import asyncio
 import base64
 import binascii
 import datetime
+import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -65,12 +67,13 @@ def erlang_list(items: list[str]) -> str:
 def parse_int(value: Any) -> int:
     """rabbit_mgmt_util:parse_int/1: an integer, a float (truncated) or a string of an
     integer; else 400 ``["not_integer", value]``."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
         return int(value)
-    try:
-        return int(value) if isinstance(value, str) else int("?")
-    except ValueError:
-        raise bad_request(["not_integer", value]) from None
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
+        return int(value)  # list_to_integer/1: no spaces, no underscores
+    raise bad_request(["not_integer", value])
 
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")
