@@ -20,7 +20,6 @@ overview reports the 3.13 profile, so neither 3.10.8's list nor 3.13's would be 
 
 from __future__ import annotations
 
-import re
 import time
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,7 @@ from broker.management.access import permit, require_vhost
 from broker.management.api import listeners, server_of
 from broker.management.errors import amqp_errors, bad_request, not_authorised, not_found
 from broker.management.messages import count_publish
-from broker.management.query import json_response
+from broker.management.query import erlang_integer, json_response
 from broker.management.state import state_of
 from broker.message import Message
 
@@ -72,50 +71,6 @@ def erlang_lowercase(raw: bytes) -> bytes:
     """``string:lowercase(binary_to_list(Raw))``: each byte taken as a Latin-1 character
     (so only A-Z and the Latin-1 capitals change; a UTF-8 sequence may be broken)."""
     return raw.decode("latin-1").lower().encode("latin-1")
-
-
-def continuations(lead: int) -> int:
-    """How many continuation bytes the UTF-8 lead byte ``lead`` announces (0 for a byte
-    that cannot lead a sequence)."""
-    if 0xC0 <= lead <= 0xDF:
-        return 1
-    if 0xE0 <= lead <= 0xEF:
-        return 2
-    if 0xF0 <= lead <= 0xF7:
-        return 3
-    return 0
-
-
-def json_text(raw: bytes) -> str:
-    """``raw`` as RabbitMQ's JSON encoder writes a binary that may not be UTF-8: each
-    invalid sequence (a lead byte with the continuation bytes that follow it, or a stray
-    byte) becomes one U+FFFD (observed on 3.10.8 with broken, overlong, surrogate and
-    out-of-range sequences; Python's own "replace" would write some of them as several)."""
-    out: list[str] = []
-    i, size = 0, len(raw)
-    while i < size:
-        if raw[i] < 0x80:
-            out.append(chr(raw[i]))
-            i += 1
-            continue
-        needed = continuations(raw[i])
-        end = i + 1
-        while end < size and end - i <= needed and 0x80 <= raw[end] <= 0xBF:
-            end += 1
-        try:
-            out.append(raw[i:end].decode("utf-8") if end - i == needed + 1 else "\ufffd")
-        except UnicodeDecodeError:  # overlong, a surrogate, beyond U+10FFFF
-            out.append("\ufffd")
-        i = end
-    return "".join(out)
-
-
-def erlang_integer(raw: bytes) -> int | None:
-    """``binary_to_integer/1``: optional sign and decimal digits only (no spaces, no
-    underscores, no other digits than 0-9), else None (its ``badarg``)."""
-    if re.fullmatch(rb"[+-]?[0-9]+", raw) is None:
-        return None
-    return int(raw)
 
 
 # -- aliveness test ---------------------------------------------------------------------
@@ -291,9 +246,11 @@ async def protocol_listener(request: web.Request) -> web.Response:
     protocols = [listener["protocol"] for listener in listeners(request)]
     if wanted.decode("latin-1") in protocols:
         return json_response({"status": "ok", "protocol": wanted.decode()})
-    return failure(
-        {"reason": "No active listener", "missing": json_text(wanted), "protocols": protocols}
-    )
+    # A name that is no UTF-8 (lowercasing bytes as Latin-1 can break it) is written with
+    # U+FFFD, as RabbitMQ's JSON encoder writes it (the same for broken sequences; for an
+    # overlong one RabbitMQ writes one U+FFFD where Python's decoder writes two).
+    missing = wanted.decode("utf-8", "replace")
+    return failure({"reason": "No active listener", "missing": missing, "protocols": protocols})
 
 
 # -- certificates -----------------------------------------------------------------------

@@ -18,7 +18,6 @@ import base64
 import binascii
 import datetime
 import math
-import re
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -30,7 +29,7 @@ from broker.management import ops, views
 from broker.management.access import current_user, permit, permit_topic
 from broker.management.api import server_of, vhost_of
 from broker.management.errors import access_refused, amqp_errors, bad_request
-from broker.management.query import json_response, read_json
+from broker.management.query import erlang_integer, json_response, read_json
 from broker.management.state import state_of
 from broker.management.stats import broker_counters
 from broker.management.topology import exchange_name, queue_of
@@ -71,9 +70,10 @@ def parse_int(value: Any) -> int:
         return value
     if isinstance(value, float) and math.isfinite(value):
         return int(value)
-    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value):
-        return int(value)  # list_to_integer/1: no spaces, no underscores
-    raise bad_request(["not_integer", value])
+    parsed = erlang_integer(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise bad_request(["not_integer", value])
+    return parsed
 
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")

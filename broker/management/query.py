@@ -86,13 +86,21 @@ def _pagination_error(page: int, size: int | None) -> ApiError:
     )
 
 
+def erlang_integer(text: str | bytes) -> int | None:
+    """``list_to_integer/1`` (or ``binary_to_integer/1``) of request text: an optional sign
+    and the digits 0-9 only (no spaces, no underscores, unlike Python's ``int``), else None
+    (its ``badarg``)."""
+    raw = text.encode() if isinstance(text, str) else text
+    return int(raw) if re.fullmatch(rb"[+-]?[0-9]+", raw) else None
+
+
 def _int_param(query: Mapping[str, str], name: str) -> int | None:
     if name not in query:
         return None
-    try:
-        return int(query[name])
-    except ValueError:
-        raise bad_request("Pagination parameters are invalid") from None
+    value = erlang_integer(query[name])
+    if value is None:
+        raise bad_request("Pagination parameters are invalid")
+    return value
 
 
 def reply_list(

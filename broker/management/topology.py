@@ -118,9 +118,9 @@ async def exchange_bindings(request: web.Request) -> web.Response:
     """GET /api/exchanges/vhost/name/bindings/source|destination: a missing vhost or
     exchange has no bindings (200 ``[]``, as RabbitMQ 3.10.8 answers)."""
     vhost = vhost_or_none(request)
-    name = exchange_name(request)
-    if vhost is None or name not in vhost.projection.exchanges:
+    if vhost is None:
         return json_response([])
+    name = exchange_name(request)  # a missing exchange is the source of no binding
     direction = request.match_info["direction"]
     if direction == "source":
         found = [b for b in all_bindings(vhost) if b.source == name]
@@ -271,17 +271,12 @@ def path_ends(request: web.Request) -> tuple[str, DestKind, str]:
     return source, kind, destination
 
 
-def ends_exist(vhost: VHost, source: str, kind: DestKind, destination: str) -> bool:
-    """Whether both ends of a binding path exist."""
-    targets: Any = vhost.queues if kind is DestKind.QUEUE else vhost.projection.exchanges
-    return source in vhost.projection.exchanges and destination in targets
-
-
 def binding_ends(request: web.Request) -> tuple[VHost, str, DestKind, str]:
     """(vhost, source, destination kind, destination) from the path; 404 for a missing end."""
     vhost = vhost_of(request)
     source, kind, destination = path_ends(request)
-    if not ends_exist(vhost, source, kind, destination):
+    targets: Any = vhost.queues if kind is DestKind.QUEUE else vhost.projection.exchanges
+    if source not in vhost.projection.exchanges or destination not in targets:
         raise not_found()
     return vhost, source, kind, destination
 
@@ -300,10 +295,9 @@ async def list_bindings_between(request: web.Request) -> web.Response:
     """GET /api/bindings/vhost/e/source/q|e/destination: none when an end or the vhost is
     missing (200 ``[]``, as RabbitMQ 3.10.8 answers)."""
     vhost = vhost_or_none(request)
-    source, kind, destination = path_ends(request)
-    if vhost is None or not ends_exist(vhost, source, kind, destination):
+    if vhost is None:
         return json_response([])
-    found = bindings_between(vhost, source, kind, destination)
+    found = bindings_between(vhost, *path_ends(request))  # missing ends have none
     return json_response([views.binding_view(vhost.name, b) for b in found])
 
 
