@@ -31,7 +31,7 @@ from broker.management import (
 )
 from broker.management.access import SERVER_KEY, USER_KEY, authenticate
 from broker.management.errors import ApiError, from_amqp, not_found
-from broker.management.query import COLUMNS_PICKED, pick_columns
+from broker.management.query import COLUMNS_PICKED, JSON_DATA, pick_columns
 from broker.management.state import state_of
 from broker.management.stats import INTERVAL
 
@@ -70,12 +70,11 @@ async def guard(
         if (
             spec
             and isinstance(response, web.Response)
-            and response.content_type == "application/json"
-            and response.text
+            and JSON_DATA in response
             and not response.get(COLUMNS_PICKED)
         ):
             # rabbit_mgmt_util:reply/3 picks the columns of every JSON reply.
-            response.text = json.dumps(pick_columns(json.loads(response.text), spec))
+            response.text = json.dumps(pick_columns(response[JSON_DATA], spec))
         return response
     except ApiError as exc:
         if exc.challenge and request.headers.get("X-Requested-With") == "XMLHttpRequest":

@@ -74,6 +74,8 @@ def pick_columns(data: Any, spec: str) -> Any:
 
 # A response whose columns are already picked (the middleware leaves it alone).
 COLUMNS_PICKED = web.ResponseKey("columns_picked", bool)
+# The data a JSON response was made from.
+JSON_DATA = web.ResponseKey("json_data", object)
 
 
 def _pagination_error(page: int, size: int | None) -> ApiError:
@@ -159,13 +161,16 @@ def reply_list(
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
-    """A JSON body with RabbitMQ's ``cache-control: no-cache`` (rabbit_mgmt_util:reply/3)."""
-    return web.Response(
+    """A JSON body with RabbitMQ's ``cache-control: no-cache`` (rabbit_mgmt_util:reply/3);
+    the data is kept on the response for the middleware's ``columns``."""
+    response = web.Response(
         status=status,
         text=json.dumps(data),
         content_type="application/json",
         headers={"Cache-Control": "no-cache"},
     )
+    response[JSON_DATA] = data
+    return response
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
