@@ -31,6 +31,7 @@ from broker.message import (
     marshal_properties,
     unmarshal_properties,
 )
+from exchanges.delayed import DelayCrashError, delay_of
 from exchanges.routing import route
 
 if TYPE_CHECKING:
@@ -171,8 +172,17 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     copy._properties = death.properties
     headers = death.headers
     targets: set[str] = set()
+    holds: list[str] = []
     for key in death.keys:
-        targets.update(route(vhost.projection, dlx, key, headers, copy.header))
+        try:
+            targets.update(route(vhost.projection, dlx, key, headers, copy.header, holds))
+        except DelayCrashError:
+            # An x-delay the delayed-message plugin crashes on: RabbitMQ's queue process
+            # crashes; here this routing key reaches nothing.
+            continue
+    if holds:
+        # A delayed exchange on the way keeps it back once, whatever the number of keys.
+        vhost.delayed.hold(copy, list(dict.fromkeys(holds)), delay_of(headers))
     for name in sorted(targets):
         target = vhost.queues.get(name)
         if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):

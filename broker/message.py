@@ -74,41 +74,50 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
     return marshal_content_header(0, properties)[len(_NO_BODY) :]
 
 
-_TAGGED_LONG = struct.Struct(">cq")
+_INT_TAGS = {"l": struct.Struct(">cq"), "I": struct.Struct(">ci")}
 
 
-def with_header(content_header: bytes, name: str, value: int) -> bytes:
-    """A content header whose headers table carries ``name`` = ``value`` (a long), any
-    value the publisher put there replaced: a quorum queue's ``x-delivery-count``
-    (rabbit_fifo_client), a stream's ``x-stream-offset`` (rabbit_stream_queue).
+def with_header(content_header: bytes, name: str, value: int, tag: str = "l") -> bytes:
+    """A content header whose headers table carries ``name`` = ``value``, an integer of
+    field type ``tag`` (``l``: long, ``I``: signedint), any value the publisher put there
+    replaced: a quorum queue's ``x-delivery-count`` (rabbit_fifo_client), a stream's
+    ``x-stream-offset`` (rabbit_stream_queue), a released delayed message's ``x-delay``.
 
-    The entry is appended to the publisher's table bytes, so every other header keeps its
-    wire type, as RabbitMQ keeps them; only when the table already has ``name`` is it
-    decoded and encoded again.
+    The entry goes at the end of the publisher's table bytes and any earlier ``name`` entry
+    is cut out of them, so every other header keeps its wire type, as RabbitMQ keeps them.
     """
     flags = int.from_bytes(content_header[PROPERTIES_AT : PROPERTIES_AT + 2], "big")
     start, end = _headers_span(content_header, flags)
-    if not flags & FLAG_HEADERS or name not in decoded_table(content_header[start:end]):
-        raw = name.encode()
-        entry = bytes([len(raw)]) + raw + _TAGGED_LONG.pack(b"l", value)
-        if flags & FLAG_HEADERS:
-            table = content_header[start + 4 : end] + entry
-        else:
-            table = entry
-            flags |= FLAG_HEADERS
-        return (
-            content_header[:PROPERTIES_AT]
-            + flags.to_bytes(2, "big")
-            + content_header[PROPERTIES_AT + 2 : start]
-            + len(table).to_bytes(4, "big")
-            + table
-            + content_header[end:]
-        )
-    properties = unmarshal_properties(content_header[PROPERTIES_AT:])
-    headers = dict(properties.headers or {})
-    headers[name] = value
-    properties.headers = headers
-    return content_header[:PROPERTIES_AT] + marshal_properties(properties)
+    raw = name.encode()
+    entry = bytes([len(raw)]) + raw + _INT_TAGS[tag].pack(tag.encode(), value)
+    if flags & FLAG_HEADERS:
+        table = _without_entry(content_header[start + 4 : end], name) + entry
+    else:
+        table = entry
+        flags |= FLAG_HEADERS
+    return (
+        content_header[:PROPERTIES_AT]
+        + flags.to_bytes(2, "big")
+        + content_header[PROPERTIES_AT + 2 : start]
+        + len(table).to_bytes(4, "big")
+        + table
+        + content_header[end:]
+    )
+
+
+def _without_entry(table: bytes, name: str) -> bytes:
+    """A field table's entries (no length prefix) without those named ``name``."""
+    if name.encode() not in table:
+        return table
+    kept = []
+    pos = 0
+    while pos < len(table):
+        used, key = decode.short_str(table[pos:])
+        size, _ = decode.embedded_value(table[pos + used :])
+        if key != name:
+            kept.append(table[pos : pos + used + size])
+        pos += used + size
+    return b"".join(kept)
 
 
 def cached_by_properties(

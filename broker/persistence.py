@@ -7,7 +7,9 @@ start-up replays the log through the same :meth:`broker.vhost.VHost.apply` that 
 commands use. Persistent messages (delivery mode 2) in durable queues go to the message
 store; their publisher confirms wait for the fsync that covers them. One fsync runs at a
 time in a worker thread and covers everything appended before it started (group commit):
-the more publishers, the more messages per fsync.
+the more publishers, the more messages per fsync. Messages that ``x-delayed-message``
+exchanges keep back have a store of their own (``DATA/delayed``, broker/delayed.py), synced
+by the same group commit.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from exchanges.model import (
 from storage.files import create_atomically, gc_paused
 from storage.log import DefinitionLog
 from storage.messages import MessageStore
+from storage.segments import QueueKey
 
 if TYPE_CHECKING:
     from broker.vhost import VHost
@@ -53,6 +56,7 @@ class Persistence:
         with gc_paused():
             self.log = DefinitionLog.open(data_dir / "definitions.log")
             self.store = MessageStore.open(data_dir / "msgs")
+            self.delayed = MessageStore.open(data_dir / "delayed")
         log.info("opened %s in %.3fs", data_dir, time.monotonic() - started)
         # Group commit: ``appended`` counts sync generations with unsynced messages;
         # ``synced`` is the last generation known to be on disk.
@@ -61,6 +65,8 @@ class Persistence:
         self._dirty = False
         self._syncing = False
         self._listeners: set[Callable[[int], None]] = set()
+        # Released delayed messages whose records wait for the sync of their generation.
+        self._released: list[tuple[int, list[tuple[QueueKey, int]]]] = []
 
     # -- topology ---------------------------------------------------------------------
 
@@ -109,9 +115,10 @@ class Persistence:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
-            if self.store.needs_compaction():
-                result = await loop.run_in_executor(None, self.store.compact)
-                log.debug("message store compaction: %s", result)
+            for store in (self.store, self.delayed):
+                if store.needs_compaction():
+                    result = await loop.run_in_executor(None, store.compact)
+                    log.debug("%s compaction: %s", store.directory, result)
 
     # -- messages and group commit ----------------------------------------------------
 
@@ -133,6 +140,19 @@ class Persistence:
             asyncio.get_running_loop().call_soon(self._start_sync)
         self._dirty = True
 
+    def release_delayed(self, records: list[tuple[QueueKey, int]]) -> None:
+        """Forget these delayed-message records (``(vhost, exchange)``, id) once the copies
+        their release put in durable queues are on disk: after the sync of a generation
+        that starts after every append made so far. A crash before then releases them
+        again (twice rather than never)."""
+        self._released.append((self.appended(), records))
+
+    def _forget_released(self, upto: int) -> None:
+        while self._released and self._released[0][0] <= upto:
+            for key, msg_id in self._released.pop(0)[1]:
+                self.delayed.ack(key, msg_id)
+            self._dirty = True  # the marks go out with the next sync
+
     def subscribe(self, listener: Callable[[int], None]) -> None:
         """Call ``listener(synced_generation)`` after each completed sync."""
         self._listeners.add(listener)
@@ -149,10 +169,16 @@ class Persistence:
         self.generation += 1
         generation = self.generation
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, self.store.sync)
+        future = loop.run_in_executor(None, self._sync_stores)
         future.add_done_callback(lambda f: self._synced(generation, f))
 
-    def _synced(self, generation: int, future: asyncio.Future[int]) -> None:
+    def _sync_stores(self) -> None:
+        # The queues' store first: a released delayed message's record is forgotten only
+        # by a later sync than the one that wrote its copies (broker/delayed.py).
+        self.store.sync()
+        self.delayed.sync()
+
+    def _synced(self, generation: int, future: asyncio.Future[None]) -> None:
         self._syncing = False
         error = future.exception()
         if error is not None:
@@ -161,6 +187,7 @@ class Persistence:
             log.error("message store sync failed: %s", error)
             return
         self.synced = generation
+        self._forget_released(generation)
         for listener in list(self._listeners):
             listener(generation)
         self._start_sync()
@@ -187,4 +214,6 @@ class Persistence:
         """Flush and close the log and the store."""
         self.store.sync()
         self.store.close()
+        self._forget_released(self.generation + 1)  # everything appended is on disk now
+        self.delayed.close()
         self.log.close()

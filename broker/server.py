@@ -156,6 +156,7 @@ class Server:
                 connection.force_close(f"vhost '{name}' is deleted")
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
+        vhost.delayed.drop()
         self.access.forget_vhost(name)
         self._save_access()
         return True
@@ -210,6 +211,15 @@ class Server:
                     persistence.store.drop_queue((vhost_name, queue_name))
                     continue
                 target.restore(stored)
+                restored += len(stored)
+            for (vhost_name, exchange), stored in persistence.delayed.recover().items():
+                # Kept back by a delayed exchange; released on time whether the exchange
+                # is still there or not, as the plugin does.
+                owner = self.vhosts.get(vhost_name)
+                if owner is None:
+                    persistence.delayed.drop_queue((vhost_name, exchange))
+                    continue
+                owner.delayed.restore(exchange, stored)
                 restored += len(stored)
             gc.freeze()
         log.info(
@@ -302,6 +312,8 @@ class Server:
         if self._reclaimer is not None:
             self._reclaimer.cancel()
             self._reclaimer = None
+        for vhost in self.vhosts.values():
+            vhost.delayed.close()
         self.ack_timeouts.stop()
         if self.persistence is not None:
             self.persistence.close()

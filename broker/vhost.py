@@ -22,6 +22,7 @@ from broker.arguments import (
     queue_type,
 )
 from broker.arguments import type_name as arg_type
+from broker.delayed import DelayedMessages
 from broker.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -36,6 +37,7 @@ from broker.message import BccMessage, Message
 from broker.queue import Consumer, Queue
 from broker.stream import StreamQueue
 from exchanges.chash import ExchangeTypeCrashError
+from exchanges.delayed import DelayCrashError, declare_problem, delay_of, underlying_type
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -149,6 +151,10 @@ class VHost:
         self.queues: dict[str, Queue] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
+        # x-delayed-message exchanges: while there is one, every publish's headers are
+        # read (for x-delay), and route() reports the exchanges that keep a message back.
+        self._delayed_exchanges: set[str] = set()
+        self.delayed = DelayedMessages(self)
         # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
         # Operator policies by name: a second set, applied to queues beside the policies.
@@ -177,10 +183,13 @@ class VHost:
         if isinstance(event, ExchangeDeclared):
             if event.exchange.type is ExchangeType.HEADERS:
                 self._headers_exchanges.add(event.exchange.name)
+            elif event.exchange.type is ExchangeType.DELAYED:
+                self._delayed_exchanges.add(event.exchange.name)
             if self.policies:
                 apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
+            self._delayed_exchanges.discard(event.name)
         elif isinstance(event, QueueDeclared) and (self.policies or self.operator_policies):
             queue = self.queues.get(event.queue.name)
             if queue is not None:
@@ -247,11 +256,14 @@ class VHost:
 
     @property
     def projection_uses_headers(self) -> bool:
-        """Whether any headers exchange has bindings, so routing may read headers.
-        Recomputed lazily after a topology change, so publishing stays cheap."""
+        """Whether any headers exchange has bindings, or a delayed exchange exists, so
+        routing may read headers. Recomputed lazily after a topology change, so publishing
+        stays cheap."""
         if self._uses_headers is None:
             has = self.projection.has_bindings_from
-            self._uses_headers = any(has(name) for name in self._headers_exchanges)
+            self._uses_headers = bool(self._delayed_exchanges) or any(
+                has(name) for name in self._headers_exchanges
+            )
         return self._uses_headers
 
     def exchange(self, name: str) -> Exchange:
@@ -333,7 +345,10 @@ class VHost:
                 )
             # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
             try:
-                problem = validate_exchange(type_, arguments)
+                if type_ is ExchangeType.DELAYED:
+                    problem = self._delayed_problem(arguments)
+                else:
+                    problem = validate_exchange(type_, arguments)
             except ExchangeTypeCrashError:
                 raise ChannelCrashError() from None
             if problem is not None:
@@ -358,6 +373,19 @@ class VHost:
                     f"but current is '{str(old).lower()}'",
                 )
         self._assert_args(what, ("alternate-exchange",), arguments, current.arguments)
+
+    @staticmethod
+    def _delayed_problem(arguments: Mapping[str, Any]) -> str | None:
+        """The delayed-message plugin's validate/1: ``x-delayed-type`` must name another
+        type, which then validates the arguments as its own (exchanges.delayed)."""
+        problem = declare_problem(arguments)
+        if problem is not None:
+            return problem
+        kind = underlying_type(arguments)
+        if not isinstance(kind, ExchangeType):
+            # rabbit_exchange:check_type/1, with the unknown type refused as above.
+            raise AMQPChannelError(PRECONDITION_FAILED, f"unknown exchange type '{kind}'")
+        return validate_exchange(kind, arguments)
 
     def _assert_args(
         self,
@@ -587,20 +615,36 @@ class VHost:
 
     # -- publishing -------------------------------------------------------------------
 
-    def publish(self, message: Message, origin: Channel | None = None) -> tuple[bool, bool, int]:
+    def publish(
+        self, message: Message, origin: Channel | None = None, source: str | None = None
+    ) -> tuple[bool, bool, int]:
         """Route ``message`` and enqueue it in every queue it reaches.
 
         Returns (routed, rejected by an overflowing queue, group-commit generation that
         makes it durable or 0). Used by channels (``origin``, which the firehose tracer
-        names) and by the management API alike.
+        names) and by the management API alike, and with ``source`` (the exchange to route
+        from, not the one published to) for a delayed message whose delay is up; that is no
+        publish, so neither tracer sees it.
         """
         payload = message.header
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
-        # somewhere in the vhost, or sender-selected CC/BCC keys.
+        # somewhere in the vhost, a delayed exchange, or sender-selected CC/BCC keys.
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
-        names = route(self.projection, message.exchange, message.routing_key, headers, payload)
+        holds: list[str] | None = [] if self._delayed_exchanges else None
+        try:
+            names = route(
+                self.projection,
+                message.exchange if source is None else source,
+                message.routing_key,
+                headers,
+                payload,
+                holds,
+            )
+        except DelayCrashError:
+            raise ChannelCrashError() from None
+        held = self.delayed.hold(message, holds, delay_of(headers)) if holds else 0
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()
@@ -619,7 +663,7 @@ class VHost:
                     if not queue.publish(message):
                         rejected = True
         tracer = self.tracer
-        if tracer is not None:
+        if tracer is not None and source is None:
             tracer.record(
                 self.name,
                 message.exchange,
@@ -628,4 +672,4 @@ class VHost:
                 message.body_size,
                 tuple(n for n in names if n in self.queues),
             )
-        return routed, rejected, message.sync_gen
+        return routed, rejected, max(message.sync_gen, held) if held else message.sync_gen

@@ -25,6 +25,9 @@ class ExchangeType(StrEnum):
     # The consistent-hash exchange of the rabbitmq_consistent_hash_exchange plugin
     # (exchanges.chash).
     CONSISTENT_HASH = "x-consistent-hash"
+    # The delayed-message exchange of the rabbitmq-delayed-message-exchange plugin
+    # (exchanges.delayed): routes as its ``x-delayed-type``, later when a message asks.
+    DELAYED = "x-delayed-message"
 
 
 class XMatch(StrEnum):
@@ -81,6 +84,17 @@ class Exchange:
         if isinstance(ae, bytes):
             ae = ae.decode("utf-8", "replace")
         return ae if isinstance(ae, str) else None
+
+    @property
+    def routing_type(self) -> ExchangeType:
+        """The type whose rules route this exchange's messages: its own, or for an
+        ``x-delayed-message`` exchange its ``x-delayed-type`` (checked at declare)."""
+        if self.type is not ExchangeType.DELAYED:
+            return self.type
+        value = self.arguments.get("x-delayed-type")
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        return ExchangeType(str(value))
 
 
 # The exchanges every vhost has from the start, all durable

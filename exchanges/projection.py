@@ -202,6 +202,7 @@ class ExchangeIndex:
 
     __slots__ = (
         "alternate",
+        "delayed",
         "direct",
         "e2e",
         "exchanges",
@@ -217,15 +218,19 @@ class ExchangeIndex:
         self.type = exchange.type
         self.alternate = exchange.alternate_exchange
         self.is_default = exchange.name == DEFAULT_EXCHANGE
+        # x-delayed-message: indexed as the type it routes as; route() keeps back the
+        # messages that ask for a delay (exchanges.delayed).
+        self.delayed = exchange.type is ExchangeType.DELAYED
+        kind = exchange.routing_type
         self.queues: Index
         self.exchanges: Index
-        if exchange.type is ExchangeType.CONSISTENT_HASH:
+        if kind is ExchangeType.CONSISTENT_HASH:
             # One ring of buckets over both kinds of destination.
             ring = Ring(exchange.arguments)
             self.queues = ConsistentHashIndex(ring, DestKind.QUEUE)
             self.exchanges = ConsistentHashIndex(ring, DestKind.EXCHANGE)
         else:
-            index_type = INDEX_TYPES[exchange.type]
+            index_type = INDEX_TYPES[kind]
             self.queues = index_type()
             self.exchanges = index_type()
         self.e2e = 0  # number of bindings to exchanges

@@ -13,7 +13,10 @@ shared by all types, once, as ``rabbit_exchange:route/3`` does:
 * the ``CC`` and ``BCC`` headers add routing keys for the whole route
   (``mc_amqpl:message/4`` stores ``[RoutingKey | CC ++ BCC]``, which every exchange type
   reads; docs: sender-selected.md);
-* the default exchange (``""``) routes to the queue named by each routing key, if it exists.
+* the default exchange (``""``) routes to the queue named by each routing key, if it exists;
+* an ``x-delayed-message`` exchange keeps back a message that asks for a delay: it routes
+  nowhere from there now (so its alternate exchange applies), and the caller learns which
+  exchanges keep it (``holds``) to route it from each of them later (exchanges.delayed).
 
 Nothing here does I/O or mutates the projection.
 """
@@ -31,6 +34,7 @@ from exchanges.chash import (
     exchange_problem,
     route_consistent_hash,
 )
+from exchanges.delayed import delay_of
 from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
 from exchanges.patterns import RTopicIndex, TopicIndex
 from exchanges.projection import (
@@ -224,11 +228,16 @@ def route(
     routing_key: str,
     headers: Headers = None,
     content: Content = None,
+    holds: list[str] | None = None,
 ) -> Names:
     """Names of the queues that a message published to ``exchange_name`` reaches.
 
     ``content`` (the raw content header) matters only to consistent-hash exchanges that
     hash a header or property; without it those see the message as having none.
+    ``holds``, when given, gets the names of the ``x-delayed-message`` exchanges that keep
+    the message back (:func:`exchanges.delayed.delay_of` of ``headers`` is a delay); it
+    routes nowhere from those now. Raises :class:`exchanges.delayed.DelayCrashError` for an
+    ``x-delay`` the plugin crashes on, when a delayed exchange reads it.
 
     An unknown exchange reaches nothing (the broker checks existence first). The result is
     shared when it comes straight from an index: treat it as read-only.
@@ -238,7 +247,7 @@ def route(
         return EMPTY
     if headers is not None and ("CC" in headers or "BCC" in headers):
         keys = sender_selected_keys(routing_key, headers)
-        return _walk(projection, index, keys, headers, content)
+        return _walk(projection, index, keys, headers, content, holds)
     if index.plain_direct:
         # The hot path: a direct exchange without E2E bindings. Two dict lookups, and the
         # result is the index's own frozenset.
@@ -249,11 +258,11 @@ def route(
             return EMPTY
     elif index.is_default:
         return projection.queue_routes.get(routing_key, EMPTY)
-    elif index.e2e == 0:
+    elif index.e2e == 0 and not index.delayed:
         found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, (routing_key,), headers, content)
         if found or index.alternate is None:
             return found
-    return _walk(projection, index, (routing_key,), headers, content)
+    return _walk(projection, index, (routing_key,), headers, content, holds)
 
 
 def _walk(
@@ -262,17 +271,27 @@ def _walk(
     keys: tuple[str, ...],
     headers: Headers,
     content: Content,
+    holds: list[str] | None = None,
 ) -> Names:
-    """The general case: E2E bindings, alternate exchanges, several routing keys."""
+    """The general case: E2E bindings, alternate exchanges, several routing keys, delayed
+    exchanges."""
     indexes = projection.indexes
     queues: set[str] = set()
     seen = {first.name}
     work = [first]
+    delay = -1  # not read yet
     while work:
         index = work.pop()
         exchanges: Names = EMPTY
+        if index.delayed and delay < 0:
+            delay = delay_of(headers)
         if index.is_default:
             found: Names = {key for key in keys if key in projection.queues}
+        elif index.delayed and delay:
+            # The plugin's route/2: kept back, so routed nowhere from here now.
+            found = EMPTY
+            if holds is not None:
+                holds.append(index.name)
         else:
             router = _ROUTER_BY_INDEX[type(index.queues)]
             found = router(index.queues, keys, headers, content)

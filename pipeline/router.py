@@ -23,6 +23,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from exchanges.delayed import DelayCrashError
 from exchanges.model import (
     Binding,
     BindingAdded,
@@ -113,8 +114,15 @@ class Router:
         return exchange in self.projection(vhost).exchanges
 
     def route(self, vhost: str, exchange: str, routing_key: str, headers: Headers) -> list[str]:
-        """Queues reached, sorted: :func:`exchanges.routing.route` on the vhost's projection."""
-        return sorted(route(self.projection(vhost), exchange, routing_key, headers))
+        """Queues reached, sorted: :func:`exchanges.routing.route` on the vhost's projection.
+
+        A message a delayed exchange keeps back reaches nothing from there, as the broker
+        records it at publish time; one whose ``x-delay`` the plugin crashes on reaches
+        nothing at all (the broker closes the publisher's connection)."""
+        try:
+            return sorted(route(self.projection(vhost), exchange, routing_key, headers))
+        except DelayCrashError:
+            return []
 
     def matched_bindings(
         self, vhost: str, exchange: str, routing_key: str, headers: Headers
@@ -125,7 +133,10 @@ class Router:
         attribution = self._attribution.get(vhost)
         if attribution is None:
             return []
-        names = route(attribution, exchange, routing_key, headers)
+        try:
+            names = route(attribution, exchange, routing_key, headers)
+        except DelayCrashError:
+            return []
         size = len(BINDING_PREFIX)
         return sorted(int(name[size:]) for name in names if name.startswith(BINDING_PREFIX))
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from exchanges.chash import hash_on
+from exchanges.delayed import underlying_type
 from exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -244,7 +245,15 @@ def _exchange(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Exchange 
         )
         return None
     arguments = _arguments(obj, f"exchange {name!r}")
-    if kind is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
+    routes_as = underlying_type(arguments) if kind is ExchangeType.DELAYED else kind
+    if not isinstance(routes_as, ExchangeType) or routes_as is ExchangeType.DELAYED:
+        notes.append(
+            f"exchange {name!r} in vhost {vhost!r} is an x-delayed-message exchange whose "
+            f"'x-delayed-type' ({arguments.get('x-delayed-type')!r}) names no type it can "
+            "route as: it and its bindings are left out (its traffic counts as unroutable)"
+        )
+        return None
+    if routes_as is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
         # The trace keeps no message properties, and header values without their AMQP
         # types, which the hash covers: such an exchange's choices cannot be replayed.
         notes.append(

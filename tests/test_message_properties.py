@@ -17,6 +17,7 @@ from broker.message import (
     headers_and_mode,
     marshal_properties,
     unmarshal_properties,
+    with_header,
 )
 
 
@@ -80,3 +81,19 @@ def test_headers_and_mode_read_from_the_raw_header(
         assert table is not None
         assert decode.field_table(table) == (len(table), decoded.headers)
     assert Message("", "k", payload, b"1234567").persistent == (delivery_mode == 2)
+
+
+def test_with_header_replaces_an_entry_and_keeps_the_other_types() -> None:
+    # A released delayed message's x-delay becomes a signedint; the publisher's byte and
+    # longstr headers keep their wire types (RabbitMQ keeps a table's other entries as is).
+    def entry(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + value
+
+    def content_header(table: bytes) -> bytes:
+        fixed = (60).to_bytes(2, "big") + bytes(2) + bytes(8)
+        return fixed + (0x2000).to_bytes(2, "big") + len(table).to_bytes(4, "big") + table
+
+    byte, text = entry(b"a", b"b\x05"), entry(b"z", b"S\x00\x00\x00\x01y")
+    before = byte + entry(b"x-delay", b"I" + (250).to_bytes(4, "big")) + text
+    after = byte + text + entry(b"x-delay", b"I" + (-250).to_bytes(4, "big", signed=True))
+    assert with_header(content_header(before), "x-delay", -250, "I") == content_header(after)

@@ -44,6 +44,8 @@ EXCHANGE_DESCRIPTIONS = {
     "headers": "AMQP headers exchange, as per the AMQP specification",
     # rabbit_exchange_type_consistent_hash:description/0 (seen in 3.10.8's /api/overview)
     "x-consistent-hash": "Consistent Hashing Exchange",
+    # rabbit_exchange_type_delayed_message:description/0 (rabbitmq-delayed-message-exchange)
+    "x-delayed-message": "Delayed Message Exchange.",
 }
 
 

@@ -114,7 +114,8 @@ def test_topic_routes_through_the_trie() -> None:
 
 
 def test_routers_table_covers_every_type() -> None:
-    assert set(ROUTERS) == set(ExchangeType)
+    # x-delayed-message routes with the router of its x-delayed-type
+    assert set(ROUTERS) == set(ExchangeType) - {ExchangeType.DELAYED}
 
 
 def test_missing_exchange_routes_nowhere() -> None:

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pipeline_helpers import SHOP_EVENTS, dump_objects, projection_of, write_dump
@@ -248,3 +249,39 @@ def test_consistent_hash_on_routing_keys_routes_as_the_broker(tmp_path: Path) ->
         "k15": {"shard0"},
         "": {"shard0"},
     }
+
+
+def test_delayed_exchanges_route_as_their_type_or_are_left_out() -> None:
+    # x-delayed-message routes as its x-delayed-type; messages with an x-delay route
+    # nowhere from it at publish time, as the broker records them in the trace.
+    def delayed(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "vhost": "/", "type": "x-delayed-message", "arguments": arguments}
+
+    parsed = topology.from_definitions(
+        {
+            "exchanges": [
+                delayed("later", {"x-delayed-type": "topic"}),
+                delayed("untyped", {}),
+            ],
+            "queues": [{"name": "q", "vhost": "/"}],
+            "bindings": [
+                {
+                    "source": "later",
+                    "vhost": "/",
+                    "destination": "q",
+                    "destination_type": "queue",
+                    "routing_key": "a.#",
+                    "arguments": {},
+                }
+            ],
+        }
+    )
+    root = parsed.projections()["/"]
+    assert route(root, "later", "a.b") == {"q"}
+    assert route(root, "later", "a.b", {"x-delay": 500}) == set()
+    assert "untyped" not in root.exchanges
+    assert parsed.notes == (
+        "exchange 'untyped' in vhost '/' is an x-delayed-message exchange whose "
+        "'x-delayed-type' (None) names no type it can route as: it and its bindings are "
+        "left out (its traffic counts as unroutable)",
+    )
