@@ -34,6 +34,11 @@ broker has to read message properties for (figure: msgs_per_s, compare with plai
   --mode message-ttl  every message has the expiration property "60000" (never triggered).
   --mode headers      messages go through a headers exchange (x-match all on two headers,
                       bound to the work queue) and carry those two headers.
+  --mode delayed      messages go through an x-delayed-message exchange (x-delayed-type
+                      direct, bound to the work queue) with x-delay --delay-ms (default 1):
+                      every message is kept back, then released. Needs the delayed-message
+                      plugin on RabbitMQ.
+  --mode delayed-none the same exchange, messages without x-delay: its cost as a proxy.
 
 Uses amqpwire from amqpbench: the directory in $AMQPBENCH, else the working directory if it
 holds amqpwire.py (run.py and profile.py run scripts there), else ../shared/amqpbench from
@@ -52,7 +57,16 @@ from amqpbench_path import amqpwire
 from pamqp import commands
 
 # Modes whose work queue has a manual-ack consumer (pubsub_direct --ack single).
-CONSUMED = ("ttl-dlx", "plain", "priority", "message-ttl", "headers", "stream")
+CONSUMED = (
+    "ttl-dlx",
+    "plain",
+    "priority",
+    "message-ttl",
+    "headers",
+    "stream",
+    "delayed",
+    "delayed-none",
+)
 MODES = (*CONSUMED, "dead-letter", "expire")
 FIGURE = {
     **{mode: "msgs_per_s" for mode in CONSUMED},
@@ -83,7 +97,7 @@ def queue_arguments(args: argparse.Namespace, dlx: str) -> dict[str, Any]:
         return {"x-max-priority": 10}
     if args.mode == "stream":
         return {"x-queue-type": "stream"}
-    if args.mode in ("plain", "message-ttl", "headers"):
+    if args.mode in ("plain", "message-ttl", "headers", "delayed", "delayed-none"):
         return {}
     arguments: dict[str, Any] = {"x-dead-letter-exchange": dlx}
     if args.mode in ("ttl-dlx", "expire"):
@@ -154,8 +168,10 @@ def settling_consumer(conn: amqpwire.AMQPConnection, n: int, how: str) -> Counte
     return counter
 
 
-def message_properties(mode: str) -> commands.Basic.Properties | None:
+def message_properties(mode: str, delay_ms: int = 1) -> commands.Basic.Properties | None:
     """The properties every published message carries (None: none at all)."""
+    if mode == "delayed":
+        return commands.Basic.Properties(headers={"x-delay": delay_ms})
     if mode == "priority":
         return commands.Basic.Properties(priority=5)
     if mode == "message-ttl":
@@ -223,6 +239,20 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
                 1,
                 commands.Queue.Bind(queue=q, exchange=exchange, routing_key="", arguments=binding),
             )
+        elif mode in ("delayed", "delayed-none"):
+            exchange = f"{q}.delayed"
+            await cons.rpc(
+                1,
+                commands.Exchange.Declare(
+                    exchange=exchange,
+                    exchange_type="x-delayed-message",
+                    durable=False,
+                    auto_delete=False,
+                    arguments={"x-delayed-type": "direct"},
+                ),
+            )
+            declared_exchanges.append(exchange)
+            await cons.rpc(1, commands.Queue.Bind(queue=q, exchange=exchange, routing_key=q))
 
         # The counter whose n-th message stops the clock, and what consumes what.
         if mode in CONSUMED:
@@ -252,7 +282,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
             q,
             b"x" * args.body_size,
             1,
-            properties=message_properties(mode),
+            properties=message_properties(mode, args.delay_ms),
             frame_max=pub.frame_max,
         )
         publisher = amqpwire.Publisher(pub, msg, batch=args.batch)
@@ -323,6 +353,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     amqpwire.common_args(parser, n_default=200_000)
     parser.add_argument("--mode", choices=MODES, default="ttl-dlx")
     parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--delay-ms", type=int, default=1, help="x-delay of --mode delayed")
     parser.add_argument(
         "--ttl-ms",
         type=int,
