@@ -34,7 +34,7 @@ from exchanges.chash import (
     exchange_problem,
     route_consistent_hash,
 )
-from exchanges.delayed import delay_of
+from exchanges.delayed import DELAY_HEADER, delay_of
 from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
 from exchanges.patterns import RTopicIndex, TopicIndex
 from exchanges.projection import (
@@ -258,7 +258,7 @@ def route(
             return EMPTY
     elif index.is_default:
         return projection.queue_routes.get(routing_key, EMPTY)
-    elif index.e2e == 0 and not index.delayed:
+    elif index.e2e == 0 and (not index.delayed or headers is None or DELAY_HEADER not in headers):
         found = _ROUTER_BY_INDEX[type(index.queues)](index.queues, (routing_key,), headers, content)
         if found or index.alternate is None:
             return found
