@@ -85,17 +85,6 @@ class Exchange:
             ae = ae.decode("utf-8", "replace")
         return ae if isinstance(ae, str) else None
 
-    @property
-    def routing_type(self) -> ExchangeType:
-        """The type whose rules route this exchange's messages: its own, or for an
-        ``x-delayed-message`` exchange its ``x-delayed-type`` (checked at declare)."""
-        if self.type is not ExchangeType.DELAYED:
-            return self.type
-        value = self.arguments.get("x-delayed-type")
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        return ExchangeType(str(value))
-
 
 # The exchanges every vhost has from the start, all durable
 # (rabbit_vhost:declare_default_exchanges/2). Shared by the broker and the pipeline.

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from exchanges.chash import ConsistentHashIndex, Ring
+from exchanges.delayed import underlying_type
 from exchanges.model import (
     EMPTY,
     Binding,
@@ -221,7 +222,9 @@ class ExchangeIndex:
         # x-delayed-message: indexed as the type it routes as; route() keeps back the
         # messages that ask for a delay (exchanges.delayed).
         self.delayed = exchange.type is ExchangeType.DELAYED
-        kind = exchange.routing_type
+        kind = underlying_type(exchange.arguments) if self.delayed else exchange.type
+        if not isinstance(kind, ExchangeType):  # refused at declare
+            raise ValueError(f"x-delayed-message exchange {exchange.name!r} routes as {kind!r}")
         self.queues: Index
         self.exchanges: Index
         if kind is ExchangeType.CONSISTENT_HASH:
