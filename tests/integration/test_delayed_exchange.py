@@ -111,7 +111,7 @@ def test_declare_refusals(ch: BlockingChannel, arguments: dict[str, Any], text: 
     assert caught.value.reply_text.startswith(f"PRECONDITION_FAILED - {text}")
 
 
-def test_redeclare_is_equivalent_and_listed_by_the_management_type(ch: BlockingChannel) -> None:
+def test_redeclare_and_passive_declare(ch: BlockingChannel) -> None:
     exchange = delayed_exchange(ch)
     ch.exchange_declare(
         exchange, "x-delayed-message", auto_delete=True, arguments={"x-delayed-type": "direct"}

@@ -48,6 +48,7 @@ async def test_overview_shape(mgmt: Mgmt) -> None:
     types = {t["name"]: t["description"] for t in data["exchange_types"]}
     assert types["topic"] == "AMQP topic exchange, as per the AMQP specification"
     assert types["x-consistent-hash"] == "Consistent Hashing Exchange"  # as the plugin's
+    assert types["x-delayed-message"] == "Delayed Message Exchange."  # description/0
     assert "x-rtopic" in types
     assert data["queue_totals"]["messages"] == 0
     assert data["queue_totals"]["messages_details"] == {"rate": 0.0}
