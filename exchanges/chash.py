@@ -20,7 +20,6 @@ memoised per hashed value, and the memo is dropped whenever the ring changes.
 
 from __future__ import annotations
 
-import re
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +27,10 @@ from itertools import accumulate
 from typing import Any
 
 from exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
-from exchanges.fields import FIELD_TYPES, property_spans
+from exchanges.fields import FIELD_TYPES, erlang_integer, property_spans
 from exchanges.model import EMPTY, Binding, DestKind
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
-_WEIGHT = re.compile(rb"[+-]?[0-9]+")  # what erlang:list_to_integer/1 accepts
 _MEMO_LIMIT = 65536
 
 
@@ -77,9 +75,10 @@ def binding_problem(routing_key: str, show: Callable[[bytes], str]) -> str | Non
     """RabbitMQ's 406 text for a binding key that is no weight (``validate_binding/2``),
     or None. ``show`` prints a binary as Erlang does."""
     raw = routing_key.encode("utf-8")
-    if not _WEIGHT.fullmatch(raw):
+    weight = erlang_integer(raw)
+    if weight is None:
         return f"The binding key must be an integer: {show(raw)}"
-    if int(raw) < 1:
+    if weight < 1:
         return "The binding key must be greater than 0"
     return None
 
@@ -99,8 +98,7 @@ class Ring:
     def bind(self, binding: Binding) -> None:
         """Append ``binding``'s buckets (the broker refuses a key that is no weight; one
         from elsewhere, a hand-edited definitions file say, gets no buckets)."""
-        raw = binding.routing_key.encode("utf-8")
-        weight = max(int(raw), 0) if _WEIGHT.fullmatch(raw) else 0
+        weight = max(erlang_integer(binding.routing_key) or 0, 0)
         self._bindings[binding.key] = (binding.destination, binding.kind, weight)
         # Appending keeps a replay of many bindings linear; only an unbind renumbers.
         self._ends.append((self._ends[-1] if self._ends else 0) + weight)

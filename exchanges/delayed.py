@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from exchanges.fields import erlang_integer
 from exchanges.model import ExchangeType
 
 DELAYED_TYPE = "x-delayed-type"
@@ -83,18 +84,12 @@ def delay_of(headers: Mapping[str, Any] | None) -> int:
             raise DelayCrashError(f"x-delay {value!r}")
         delay = math.trunc(value)
     elif isinstance(value, str | bytes):
-        delay = _erlang_integer(value)
+        parsed = erlang_integer(value)  # binary_to_integer/1
+        if parsed is None:
+            raise DelayCrashError(f"x-delay {value!r}")
+        delay = parsed
     elif isinstance(value, Decimal):
         raise DelayCrashError(f"x-delay {value!r}")
     else:
         return 0  # a timestamp, a table, an array
     return delay if 0 < delay <= MAX_DELAY else 0
-
-
-def _erlang_integer(value: str | bytes) -> int:
-    """``binary_to_integer/1``: an optional sign and decimal digits, nothing else."""
-    text = value.decode("latin-1") if isinstance(value, bytes) else value
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not (digits.isascii() and digits.isdigit()):
-        raise DelayCrashError(f"x-delay {value!r}")
-    return int(text)

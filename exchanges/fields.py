@@ -8,6 +8,7 @@ tables, so they cannot disagree about a tag or a property's place.
 
 from __future__ import annotations
 
+import re
 import struct
 
 # Field type tags -> RabbitMQ's names (rabbit_binary_parser), with the size of fixed-width
@@ -75,3 +76,15 @@ def property_spans(content: bytes) -> dict[str, tuple[int, int]]:
             start, pos = pos, pos + size
         spans[name] = (start, pos)
     return spans
+
+
+_ERLANG_INTEGER = re.compile(rb"[+-]?[0-9]+")
+
+
+def erlang_integer(text: str | bytes) -> int | None:
+    """``list_to_integer/1`` (or ``binary_to_integer/1``): an optional sign and the digits
+    0-9 only (no spaces, no underscores, unlike Python's ``int``), else None (its
+    ``badarg``). RabbitMQ reads integers this way from consistent-hash binding keys,
+    ``x-delay`` strings and management API request text."""
+    raw = text.encode() if isinstance(text, str) else text
+    return int(raw) if _ERLANG_INTEGER.fullmatch(raw) else None

@@ -19,6 +19,9 @@ from typing import Any
 from aiohttp import web
 
 from broker.management.errors import ApiError, bad_request
+from exchanges.fields import erlang_integer
+
+__all__ = ["erlang_integer"]  # request integers are read as RabbitMQ reads them
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -86,14 +89,6 @@ def _pagination_error(page: int, size: int | None) -> ApiError:
         "Invalid pagination parameters: page number "
         f"{page}, page size {'undefined' if size is None else size}",
     )
-
-
-def erlang_integer(text: str | bytes) -> int | None:
-    """``list_to_integer/1`` (or ``binary_to_integer/1``) of request text: an optional sign
-    and the digits 0-9 only (no spaces, no underscores, unlike Python's ``int``), else None
-    (its ``badarg``)."""
-    raw = text.encode() if isinstance(text, str) else text
-    return int(raw) if re.fullmatch(rb"[+-]?[0-9]+", raw) else None
 
 
 def _int_param(query: Mapping[str, str], name: str) -> int | None:
