@@ -27,7 +27,7 @@ from typing import Any
 from pamqp import body, commands, frame, heartbeat
 
 from broker.errors import FRAME_ERROR, AMQPConnectionError
-from exchanges.fields import FIELD_TYPES
+from exchanges.fields import FIELD_TYPES, table_fields
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -218,20 +218,10 @@ class TypedTable(dict[str, Any]):
 def table_types(data: bytes, offset: int) -> dict[str, str]:
     """Type names of the top-level values of the field table at ``offset``."""
     (length,) = _LONG.unpack_from(data, offset)
-    pos, end = offset + 4, offset + 4 + length
-    types: dict[str, str] = {}
-    while pos < end:
-        key_len = data[pos]
-        key = data[pos + 1 : pos + 1 + key_len].decode("utf-8", "replace")
-        pos += 1 + key_len
-        name, size = FIELD_TYPES.get(data[pos], ("unknown", 0))
-        pos += 1
-        if size < 0:  # length-prefixed
-            (size,) = _LONG.unpack_from(data, pos)
-            size += 4
-        types[key] = name
-        pos += size
-    return types
+    return {
+        key.decode("utf-8", "replace"): FIELD_TYPES.get(tag, ("unknown", 0))[0]
+        for key, tag, _, _ in table_fields(data, offset + 4, offset + 4 + length)
+    }
 
 
 _FIELD_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}

@@ -15,7 +15,7 @@ from pamqp import commands, decode, header
 
 from broker.arguments import MAX_EXPIRY
 from broker.fieldtable import marshal_content_header
-from exchanges.fields import PROPERTY_LAYOUT
+from exchanges.fields import PROPERTY_LAYOUT, table_fields
 
 _HEADER_FIXED = struct.Struct(">HHQ")
 # Where the property flags start in a content header payload (after class id, weight and
@@ -107,17 +107,11 @@ def with_header(content_header: bytes, name: str, value: int, tag: str = "l") ->
 
 def _without_entry(table: bytes, name: str) -> bytes:
     """A field table's entries (no length prefix) without those named ``name``."""
-    if name.encode() not in table:
+    wanted = name.encode()
+    if wanted not in table:
         return table
-    kept = []
-    pos = 0
-    while pos < len(table):
-        used, key = decode.short_str(table[pos:])
-        size, _ = decode.embedded_value(table[pos + used :])
-        if key != name:
-            kept.append(table[pos : pos + used + size])
-        pos += used + size
-    return b"".join(kept)
+    entries = table_fields(table, 0, len(table))
+    return b"".join(table[start:end] for key, _, start, end in entries if key != wanted)
 
 
 def cached_by_properties(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 
 # Field type tags -> RabbitMQ's names (rabbit_binary_parser), with the size of fixed-width
 # values (-1: a 32-bit length prefix follows the tag).
@@ -76,6 +77,22 @@ def property_spans(content: bytes) -> dict[str, tuple[int, int]]:
             start, pos = pos, pos + size
         spans[name] = (start, pos)
     return spans
+
+
+def table_fields(data: bytes, pos: int, end: int) -> Iterator[tuple[bytes, int, int, int]]:
+    """``(name, type tag, start, end)`` of each entry of the field table whose entries are
+    ``data[pos:end]`` (after its length prefix), without decoding any value. An unknown tag
+    is taken as zero-width (the callers read tables the publish path has checked)."""
+    while pos < end:
+        start = pos
+        key_end = pos + 1 + data[pos]
+        tag = data[key_end]
+        size = FIELD_TYPES.get(tag, ("unknown", 0))[1]
+        pos = key_end + 1
+        if size < 0:  # length-prefixed
+            size = 4 + _LENGTH.unpack_from(data, pos)[0]
+        pos += size
+        yield data[start + 1 : key_end], tag, start, pos
 
 
 _ERLANG_INTEGER = re.compile(rb"[+-]?[0-9]+")
