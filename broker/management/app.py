@@ -118,7 +118,19 @@ def build_app(server: Server) -> web.Application:
     )
     for module in modules:
         app.router.add_routes(module.routes)
+        app.router.add_routes(with_trailing_slash(module.routes))
     return app
+
+
+def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
+    """The same routes at their paths plus ``/``: RabbitMQ's router (cowboy) serves
+    ``/api/queues/%2F/`` as ``/api/queues/%2F`` (one trailing slash, not two; observed on
+    3.10.8), and HTTP clients that build URLs by joining segments send such paths."""
+    return [
+        web.RouteDef(route.method, route.path + "/", route.handler, route.kwargs)
+        for route in routes
+        if isinstance(route, web.RouteDef) and not route.path.endswith("/")
+    ]
 
 
 @dataclass

@@ -269,6 +269,21 @@ def test_columns_apply_to_single_objects_too(tenant: Tenant) -> None:
     assert listed[:2] == [{"name": ""}, {"name": "amq.direct"}]
 
 
+def test_one_trailing_slash_is_the_same_path(tenant: Tenant) -> None:
+    # cowboy's router takes /api/queues/%2F/ as /api/queues/%2F; two slashes are another
+    # path (an empty segment), which matches nothing.
+    api, vhost = tenant.api, quoted(tenant.vhost)
+    queue = unique("slash")
+    assert api("PUT", f"/api/queues/{vhost}/{queue}/", {"durable": False})[0] == 201
+    status, listed = api("GET", f"/api/queues/{vhost}/?columns=name")
+    assert (status, listed) == (200, [{"name": queue}])
+    assert api("GET", f"/api/queues/{vhost}/{queue}/?columns=name") == (200, {"name": queue})
+    assert api("GET", "/api/whoami/")[0] == 200
+    assert api("DELETE", f"/api/queues/{vhost}/{queue}/")[0] == 204
+    assert api("GET", f"/api/queues/{vhost}/{queue}")[0] == 404
+    assert api("GET", f"/api/queues/{vhost}//") == (404, error("Not Found", "Object Not Found"))
+
+
 # -- users ------------------------------------------------------------------------------------
 
 
