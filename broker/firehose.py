@@ -137,7 +137,7 @@ def published(message: Message, queues: Iterable[str], channel: Channel) -> None
     if message.exchange == TRACE_EXCHANGE:
         return
     extra = _who(channel) + _field("routed_queues", _strings(queues))
-    channel.vhost.publish(_copy(message, "publish", message.exchange, extra))
+    channel.vhost.publish(_copy(message, "publish", message.exchange, extra), counted=False)
 
 
 def delivered(message: Message, queue: str, redelivered: bool, channel: Channel) -> None:
@@ -145,4 +145,4 @@ def delivered(message: Message, queue: str, redelivered: bool, channel: Channel)
     if message.exchange == TRACE_EXCHANGE:
         return
     extra = _field("redelivered", _signedint(int(redelivered))) + _who(channel)
-    channel.vhost.publish(_copy(message, "deliver", queue, extra))
+    channel.vhost.publish(_copy(message, "deliver", queue, extra), counted=False)

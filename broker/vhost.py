@@ -155,6 +155,9 @@ class VHost:
         self.reply_consumers: dict[str, Consumer] = {}
         self.projection = Projection()
         self.queues: dict[str, Queue] = {}
+        # Per exchange published to: [messages in, deliveries to queues out], what the
+        # management API shows as publish_in and publish_out (client publishes only).
+        self.exchange_stats: dict[str, list[int]] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
         # x-delayed-message exchanges: while there is one, every publish's headers are
@@ -196,6 +199,7 @@ class VHost:
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
             self._delayed_exchanges.discard(event.name)
+            self.exchange_stats.pop(event.name, None)
         elif isinstance(event, QueueDeclared) and (self.policies or self.operator_policies):
             queue = self.queues.get(event.queue.name)
             if queue is not None:
@@ -618,7 +622,11 @@ class VHost:
     # -- publishing -------------------------------------------------------------------
 
     def publish(
-        self, message: Message, origin: Channel | None = None, source: str | None = None
+        self,
+        message: Message,
+        origin: Channel | None = None,
+        source: str | None = None,
+        counted: bool = True,
     ) -> tuple[bool, bool, int]:
         """Route ``message`` and enqueue it in every queue it reaches.
 
@@ -626,7 +634,11 @@ class VHost:
         makes it durable or 0). Used by channels (``origin``, which the firehose tracer
         names) and by the management API alike, and with ``source`` (the exchange to route
         from, not the one published to) for a delayed message whose delay is up; that is no
-        publish, so neither tracer sees it.
+        publish, so neither tracer sees it. Publishes are counted in :attr:`exchange_stats`
+        unless ``counted`` is false (the firehose's copies) or they are such a release:
+        RabbitMQ counts what channels publish (the management API publishes through one),
+        not what the broker publishes itself (observed on 3.10.8: firehose copies,
+        dead letters).
         """
         payload = message.header
         headers = None
@@ -655,15 +667,21 @@ class VHost:
         if self.firehose and origin is not None:
             firehose.published(message, [n for n in names if n in self.queues], origin)
         rejected = False
-        routed = False
+        reached = 0
         if names:
             queues = self.queues
             for name in names:
                 queue = queues.get(name)
                 if queue is not None:
-                    routed = True
+                    reached += 1
                     if not queue.publish(message):
                         rejected = True
+        if counted and source is None:
+            stats = self.exchange_stats.get(message.exchange)
+            if stats is None:
+                stats = self.exchange_stats[message.exchange] = [0, 0]
+            stats[0] += 1
+            stats[1] += reached
         tracer = self.tracer
         if tracer is not None and source is None:
             tracer.record(
@@ -674,4 +692,5 @@ class VHost:
                 message.body_size,
                 tuple(n for n in names if n in self.queues),
             )
-        return routed, rejected, max(message.sync_gen, held) if held else message.sync_gen
+        generation = max(message.sync_gen, held) if held else message.sync_gen
+        return reached > 0, rejected, generation

@@ -37,6 +37,9 @@ INTERVAL = 5.0
 COUNTERS = ("publish", "deliver_get", "ack")
 # Gauges whose rate of change RabbitMQ also shows (queue_totals, per queue).
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
+# An exchange's message_stats: messages published to it, and the deliveries to queues they
+# made (VHost.exchange_stats; rabbit_mgmt_format's exchange stats in 3.10.8).
+EXCHANGE_COUNTERS = ("publish_in", "publish_out")
 
 
 class BrokerCounters(Protocol):
@@ -87,9 +90,11 @@ class Sampler:
         self.unroutable_returned = 0
         self.global_rates: dict[str, float] = {}
         self.queue_rates: dict[int, dict[str, float]] = {}
+        self.exchange_rates: dict[tuple[str, str], dict[str, float]] = {}
         self._seen: dict[int, Queue] = {}
         self._last: Sample | None = None
         self._last_queues: dict[int, Sample] = {}
+        self._last_exchanges: dict[tuple[str, str], Sample] = {}
         self._task: asyncio.Task[None] | None = None
 
     def live_queues(self) -> list[Queue]:
@@ -144,15 +149,31 @@ class Sampler:
         totals = self.totals()
         gauges = self.gauges()
         values = (*totals.values(), *gauges.values())
+        names = COUNTERS + GAUGES
         if self._last is not None:
-            self.global_rates = _rates(self._last, Sample(now, values))
+            self.global_rates = _rates(self._last, Sample(now, values), names)
         self._last = Sample(now, values)
         for key, queue in self._seen.items():
             current = Sample(now, (*queue_counters(queue), *queue_gauges(queue)))
             previous = self._last_queues.get(key)
             if previous is not None:
-                self.queue_rates[key] = _rates(previous, current)
+                self.queue_rates[key] = _rates(previous, current, names)
             self._last_queues[key] = current
+        self._sample_exchanges(now)
+
+    def _sample_exchanges(self, now: float) -> None:
+        server = self._server()
+        last: dict[tuple[str, str], Sample] = {}
+        rates: dict[tuple[str, str], dict[str, float]] = {}
+        for vhost in server.vhosts.values() if server is not None else ():
+            for name, counts in vhost.exchange_stats.items():
+                key = (vhost.name, name)
+                current = last[key] = Sample(now, tuple(counts))
+                previous = self._last_exchanges.get(key)
+                if previous is not None:
+                    rates[key] = _rates(previous, current, EXCHANGE_COUNTERS)
+        # Deleted exchanges drop out here: a new one of the same name starts afresh.
+        self._last_exchanges, self.exchange_rates = last, rates
 
     def rates_of(self, queue: Queue) -> dict[str, float]:
         """The last computed rates of ``queue`` (zeros before two samples)."""
@@ -183,9 +204,8 @@ class Sampler:
                 log.exception("management statistics sample failed")
 
 
-def _rates(previous: Sample, current: Sample) -> dict[str, float]:
+def _rates(previous: Sample, current: Sample, names: tuple[str, ...]) -> dict[str, float]:
     elapsed = current.at - previous.at
-    names = COUNTERS + GAUGES
     if elapsed <= 0:
         return dict.fromkeys(names, 0.0)
     return {

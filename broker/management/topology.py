@@ -20,7 +20,7 @@ from broker.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_n
 from broker.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
 from broker.management.query import json_response, read_json, reply_list
 from broker.management.state import state_of
-from exchanges.model import Binding, DestKind
+from exchanges.model import Binding, DestKind, Exchange
 
 if TYPE_CHECKING:
     from broker.queue import Queue
@@ -54,8 +54,9 @@ def created_or_updated(created: bool) -> web.Response:
 @routes.get("/api/exchanges/{vhost}")
 async def list_exchanges(request: web.Request) -> web.Response:
     """GET /api/exchanges[/vhost]."""
+    server = server_of(request)
     items = [
-        views.exchange_view(vhost.name, exchange, policy_name(vhost, exchange.name))
+        exchange_item(server, vhost, exchange)
         for vhost in scoped_vhosts(request)
         for exchange in vhost.projection.exchanges.values()
     ]
@@ -69,8 +70,17 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.projection.exchanges.get(exchange_name(request))
     if exchange is None:
         raise not_found()
-    return json_response(
-        views.exchange_view(vhost.name, exchange, policy_name(vhost, exchange.name))
+    return json_response(exchange_item(server_of(request), vhost, exchange))
+
+
+def exchange_item(server: Server, vhost: VHost, exchange: Exchange) -> Any:
+    """An exchange as the list and the single view show it, with its message statistics."""
+    return views.exchange_view(
+        vhost.name,
+        exchange,
+        policy_name(vhost, exchange.name),
+        vhost.exchange_stats.get(exchange.name),
+        state_of(server).sampler.exchange_rates.get((vhost.name, exchange.name)),
     )
 
 
