@@ -441,10 +441,12 @@ class Channel:
             nack = nacks.pop(0)
             if nack - 1 > start:
                 self.send(B.Ack(nack - 1, nack - 1 - start > 1))
+                self.counters.confirmed += nack - 1 - start
             self.send(B.Nack(nack, False, False))
             start = nack
         if upto > start:
             self.send(B.Ack(upto, upto - start > 1))
+            self.counters.confirmed += upto - start
         self.confirmed_upto = max(upto, start)
 
     # -- delivery ---------------------------------------------------------------------
@@ -458,17 +460,21 @@ class Channel:
         queue = consumer.queue
         queue.delivered_total += 1
         content_header = message.header
-        if queue.quorum and redelivered:
-            content_header = with_header(content_header, "x-delivery-count", redelivered)
-            redelivered = True
+        if redelivered:
+            queue.redeliver_total += 1
+            if queue.quorum:
+                content_header = with_header(content_header, "x-delivery-count", redelivered)
+                redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             queue.unacked += 1
             if message.store_ids is not None:
                 queue.delivered(message)
-        elif message.store_ids is not None:
-            consumer.queue.forget(message)
+        else:
+            queue.deliver_no_ack_total += 1
+            if message.store_ids is not None:
+                queue.forget(message)
         parts = codec.deliver_frames(
             self.id,
             consumer.tag_bytes,
@@ -615,17 +621,18 @@ class Channel:
             raise not_supported("basic.get", self.vhost.rs("queue", queue.name))
         entry = queue.get()
         if entry is None:
+            queue.get_empty_total += 1
             self.send(B.GetEmpty())
             return
         message = entry[0]
         redelivered = entry[1]
         content_header = message.header
+        queue.count_get(redelivered, m.no_ack)
         if queue.quorum and redelivered:
             content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
         tag = self.next_tag
         self.next_tag = tag + 1
-        queue.delivered_total += 1
         if not m.no_ack:
             queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)

@@ -126,6 +126,7 @@ class Queue:
         "consumer_timeout",
         "consumers",
         "deleted",
+        "deliver_no_ack_total",
         "delivered_total",
         "delivery_limit",
         "dlrk",
@@ -134,6 +135,9 @@ class Queue:
         "exclusive_consumer",
         "expires",
         "expiring",
+        "get_empty_total",
+        "get_no_ack_total",
+        "get_total",
         "had_consumers",
         "max_length",
         "max_length_bytes",
@@ -151,6 +155,7 @@ class Queue:
         "published_total",
         "quorum",
         "ready_bytes",
+        "redeliver_total",
         "seq",
         "single_active",
         "store",
@@ -189,7 +194,12 @@ class Queue:
         # Counters for the management API, metrics and the pytest inspection API.
         self.unacked: int = 0  # delivered, not yet acked (all channels)
         self.published_total: int = 0
-        self.delivered_total: int = 0
+        self.delivered_total: int = 0  # deliver_get: to consumers and by basic.get
+        self.deliver_no_ack_total: int = 0  # of those, to no-ack consumers
+        self.get_total: int = 0  # by basic.get with acks
+        self.get_no_ack_total: int = 0  # by basic.get without
+        self.get_empty_total: int = 0  # basic.get-empty answers
+        self.redeliver_total: int = 0  # deliveries and gets of redelivered messages
         self.acked_total: int = 0
         self.max_priority = int_arg(arguments, "x-max-priority")
         self.single_active = arguments.get("x-single-active-consumer") is True
@@ -441,6 +451,17 @@ class Queue:
                 consumers.insert(end - 1, consumers.pop(index))
                 return consumer
         return None
+
+    def count_get(self, redelivered: int, no_ack: bool) -> None:
+        """Count one message taken by a basic.get (``message_stats``: deliver_get, get or
+        get_no_ack, redeliver)."""
+        self.delivered_total += 1
+        if no_ack:
+            self.get_no_ack_total += 1
+        else:
+            self.get_total += 1
+        if redelivered:
+            self.redeliver_total += 1
 
     def get(self) -> Entry | None:
         """Take the head message for ``basic.get``."""

@@ -35,9 +35,10 @@ log = logging.getLogger(__name__)
 class PublishCounters:
     """Broker-wide publish counters (for /metrics and the management overview)."""
 
-    __slots__ = ("received", "routed", "unroutable_dropped", "unroutable_returned")
+    __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")
 
     def __init__(self) -> None:
+        self.confirmed = 0  # publisher confirms (basic.ack) sent, one per message
         self.received = 0
         self.routed = 0
         self.unroutable_dropped = 0

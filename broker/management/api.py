@@ -166,7 +166,7 @@ async def overview(request: web.Request) -> web.Response:
                 }
                 for t in ExchangeType
             ],
-            "message_stats": views.message_stats(totals, rates),
+            "message_stats": views.message_stats(totals, rates, tuple(totals)),
             "queue_totals": views.message_counts(gauges, rates),
             "object_totals": object_totals(server),
             "listeners": listeners(request),

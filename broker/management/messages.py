@@ -145,11 +145,13 @@ async def get_messages(request: web.Request) -> web.Response:
         if queue.stream:
             raise not_supported("basic.get", vhost.rs("queue", queue.name))
     taken: list[tuple[Entry, int]] = []
+    no_ack = ackmode == "ack_requeue_false"  # the get is a no-ack basic.get then
     while len(taken) < count:
         entry = queue.get()
         if entry is None:
+            queue.get_empty_total += 1  # as the channel's get-empty (observed on 3.10.8)
             break
-        queue.delivered_total += 1
+        queue.count_get(entry[1], no_ack)
         taken.append((entry, queue.message_count))
     items = [message_item(entry, left, encoding, truncate) for entry, left in taken]
     settle(queue, [entry for entry, _ in taken], ackmode)

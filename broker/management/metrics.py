@@ -135,6 +135,12 @@ def global_counters(server: Server) -> list[tuple[str, str, int]]:
             + ("" if hook else " (only those published through the management API)"),
             hook.unroutable_returned if hook else sampler.unroutable_returned,
         ),
+        (
+            "rabbitmq_global_messages_confirmed_total",
+            "Total number of messages confirmed to publishers"
+            + ("" if hook else " (not counted: no per-publish counter yet)"),
+            hook.confirmed if hook else 0,
+        ),
     ]
 
 

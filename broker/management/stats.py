@@ -33,8 +33,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INTERVAL = 5.0
-# Counter names as RabbitMQ's message_stats keys.
-COUNTERS = ("publish", "deliver_get", "ack")
+# Counter names as RabbitMQ's message_stats keys: a queue's, summed for the overview (whose
+# publish is the broker's own count). deliver_get is deliver (to consumers that ack),
+# deliver_no_ack, get and get_no_ack together; redeliver counts both ways of taking.
+COUNTERS: tuple[str, ...] = ("publish", "deliver_get", "ack", "deliver", "deliver_no_ack")
+COUNTERS += ("get", "get_no_ack", "get_empty", "redeliver")
+# The overview's counters that only the broker's per-publish counters have.
+PUBLISH_COUNTERS = ("confirm", "drop_unroutable", "return_unroutable")
 # Gauges whose rate of change RabbitMQ also shows (queue_totals, per queue).
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
 # An exchange's message_stats: messages published to it, and the deliveries to queues they
@@ -47,6 +52,7 @@ class BrokerCounters(Protocol):
     channels for AMQP publishes (the management API adds its own publishes): used instead
     of what the per-queue counters can only estimate."""
 
+    confirmed: int
     received: int
     routed: int
     unroutable_dropped: int
@@ -59,9 +65,21 @@ def broker_counters(server: Server) -> BrokerCounters | None:
     return counters
 
 
-def queue_counters(queue: Queue) -> tuple[int, int, int]:
-    """(publish, deliver_get, ack) of one queue."""
-    return queue.published_total, queue.delivered_total, queue.acked_total
+def queue_counters(queue: Queue) -> tuple[int, ...]:
+    """The :data:`COUNTERS` of one queue, in order."""
+    taken = queue.delivered_total
+    no_ack, get, get_no_ack = queue.deliver_no_ack_total, queue.get_total, queue.get_no_ack_total
+    return (
+        queue.published_total,
+        taken,
+        queue.acked_total,
+        taken - no_ack - get - get_no_ack,
+        no_ack,
+        get,
+        get_no_ack,
+        queue.get_empty_total,
+        queue.redeliver_total,
+    )
 
 
 def queue_gauges(queue: Queue) -> tuple[int, int, int]:
@@ -84,7 +102,7 @@ class Sampler:
     def __init__(self, server: Server) -> None:
         # Weak: the sampler lives in a WeakKeyDictionary keyed by the server.
         self._server = weakref.ref(server)
-        self.retired = [0, 0, 0]
+        self.retired = [0] * len(COUNTERS)
         # Messages published through the management API that reached no queue (returned,
         # as the API publishes with mandatory set), for a broker without its own counters.
         self.unroutable_returned = 0
@@ -131,9 +149,12 @@ class Sampler:
                 sums[i] += value
         server = self._server()
         counters = broker_counters(server) if server is not None else None
+        totals = dict(zip(COUNTERS, sums, strict=True))
         if counters is not None:
-            sums[0] = counters.received
-        return dict(zip(COUNTERS, sums, strict=True))
+            totals["publish"] = counters.received
+            own = (counters.confirmed, counters.unroutable_dropped, counters.unroutable_returned)
+            totals.update(zip(PUBLISH_COUNTERS, own, strict=True))
+        return totals
 
     def gauges(self) -> dict[str, int]:
         """Broker-wide messages, ready and unacknowledged now."""
@@ -149,7 +170,7 @@ class Sampler:
         totals = self.totals()
         gauges = self.gauges()
         values = (*totals.values(), *gauges.values())
-        names = COUNTERS + GAUGES
+        names = (*totals, *GAUGES)
         if self._last is not None:
             self.global_rates = _rates(self._last, Sample(now, values), names)
         self._last = Sample(now, values)
@@ -157,7 +178,7 @@ class Sampler:
             current = Sample(now, (*queue_counters(queue), *queue_gauges(queue)))
             previous = self._last_queues.get(key)
             if previous is not None:
-                self.queue_rates[key] = _rates(previous, current, names)
+                self.queue_rates[key] = _rates(previous, current, COUNTERS + GAUGES)
             self._last_queues[key] = current
         self._sample_exchanges(now)
 

@@ -20,7 +20,7 @@ from broker.arguments import queue_type
 from broker.auth import Permission, User
 from broker.config import NODE_NAME
 from broker.fieldtable import amqp_json
-from broker.management.stats import COUNTERS, EXCHANGE_COUNTERS, GAUGES, details
+from broker.management.stats import COUNTERS, EXCHANGE_COUNTERS, GAUGES, details, queue_counters
 from exchanges.model import Binding, DestKind, Exchange, freeze
 
 if TYPE_CHECKING:
@@ -172,11 +172,7 @@ def queue_view(
         "messages_unacknowledged": queue.unacked,
     }
     view.update(message_counts(gauges, rates))
-    counters = {
-        "publish": queue.published_total,
-        "deliver_get": queue.delivered_total,
-        "ack": queue.acked_total,
-    }
+    counters = dict(zip(COUNTERS, queue_counters(queue), strict=True))
     view["message_stats"] = message_stats(counters, rates)
     if queue.owner is not None:
         view["owner_pid_details"] = connection_details(queue.owner)

@@ -127,7 +127,9 @@ async def test_rates_in_overview_and_queues(mgmt: Mgmt) -> None:
 async def test_broker_counters_hook_is_used_when_present(mgmt: Mgmt) -> None:
     """With ``Server.counters`` (per-publish counters kept by the channels) the global
     counters come from it; API publishes add to it."""
-    counters = SimpleNamespace(received=10, routed=7, unroutable_dropped=2, unroutable_returned=1)
+    counters = SimpleNamespace(
+        received=10, routed=7, unroutable_dropped=2, unroutable_returned=1, confirmed=6
+    )
     mgmt.server.counters = counters  # type: ignore[attr-defined]
     body = {"properties": {}, "routing_key": "none", "payload": "x", "payload_encoding": "string"}
     await mgmt.request("POST", "exchanges", "/", "amq.direct", "publish", body=body)
@@ -137,3 +139,4 @@ async def test_broker_counters_hook_is_used_when_present(mgmt: Mgmt) -> None:
     assert metrics["rabbitmq_global_messages_routed_total"][protocol] == 7
     assert metrics["rabbitmq_global_messages_unroutable_dropped_total"][protocol] == 2
     assert metrics["rabbitmq_global_messages_unroutable_returned_total"][protocol] == 2
+    assert metrics["rabbitmq_global_messages_confirmed_total"][protocol] == 6
