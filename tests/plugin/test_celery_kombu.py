@@ -3,7 +3,8 @@
 kombu's ``pyamqp`` transport (the ``amqp`` package, what Celery uses with an ``amqp://``
 broker URL) publishes and consumes; a Celery worker runs in a thread (solo pool) and a
 task makes the round trip, its result coming back through the ``rpc://`` backend (a reply
-queue per client, consumed with no-ack).
+queue per client, consumed with no-ack); remote control (``celery inspect``) and task
+events reach the caller.
 """
 
 from __future__ import annotations
@@ -152,3 +153,46 @@ def test_celery_with_quorum_queues(amqp_url: str, leveret: Inspector) -> None:
         channel = connection.channel()
         with pytest.raises(PreconditionFailed, match="current is the value 'quorum'"):
             channel.queue_declare("celery-quorum", durable=True, auto_delete=False)
+
+
+def test_celery_remote_control_and_events(amqp_url: str) -> None:
+    # Remote control (celery inspect / control) goes through kombu's pidbox: a fanout
+    # exchange every worker's auto-delete queue is bound to, answers through a direct
+    # reply exchange to a queue of the caller's; task events go to the celeryev topic
+    # exchange, read here by an event receiver's own queue (x-message-ttl, x-expires).
+    app = Celery("leveret-test", broker=amqp_url, backend="rpc://", set_as_current=False)
+    app.conf.broker_connection_retry_on_startup = False
+    app.conf.worker_send_task_events = True
+    app.conf.task_send_sent_event = True
+
+    @app.task
+    def echo(value: str) -> str:
+        return value
+
+    events: list[dict[str, Any]] = []
+    try:
+        with (
+            celery_worker(app) as worker,
+            app.connection_for_read() as connection,
+            app.events.Receiver(connection, handlers={"*": events.append}).consumer_context(
+                wakeup=False
+            ) as (events_connection, _channel, _consumers),
+        ):
+            replies = app.control.ping(timeout=2)
+            assert [set(reply) for reply in replies] == [{worker.hostname}]
+            assert list(replies[0].values()) == [{"ok": "pong"}]
+            registered = app.control.inspect(timeout=2).registered()
+            assert registered is not None
+            assert f"{__name__}.echo" in registered[worker.hostname]
+            assert echo.delay("hi").get(timeout=10) == "hi"
+            deadline = time.monotonic() + 10
+            # task-sent comes from the caller's connection, the others from the worker's.
+            wanted = {"task-sent", "task-received", "task-started", "task-succeeded"}
+            while not wanted <= {e["type"] for e in events}:
+                assert time.monotonic() < deadline, [e["type"] for e in events]
+                with contextlib.suppress(TimeoutError, OSError):
+                    events_connection.drain_events(timeout=0.5)
+            succeeded = next(e for e in events if e["type"] == "task-succeeded")
+            assert (succeeded["hostname"], succeeded["result"]) == (worker.hostname, "'hi'")
+    finally:
+        app.close()
