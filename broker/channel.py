@@ -111,6 +111,7 @@ class Channel:
         # tx.commit-oks waiting for an fsync, by generation, in order.
         self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
+        self.tx_publishes = 0  # of those, publishes (the management API's uncommitted)
         self.tx_acks: list[tuple[int, Record]] = []
         # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
         self.sent = DeliveryClock()
@@ -330,6 +331,7 @@ class Channel:
         if self.tx is not None:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
+            self.tx_publishes += 1
             return
         self._accept(message, publish.mandatory)
 
@@ -827,6 +829,7 @@ class Channel:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         actions, self.tx = self.tx, []
         self.tx_acks = []
+        self.tx_publishes = 0
         generation = 0
         for action in actions:
             result = action()
@@ -845,6 +848,7 @@ class Channel:
         if self.tx is None:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = []
+        self.tx_publishes = 0
         # Acks of a rolled-back transaction are undone: the deliveries are unacked again.
         restored = sorted([*self.tx_acks, *self.unacked.items()], key=lambda item: item[0])
         self.unacked = OrderedDict(restored)
