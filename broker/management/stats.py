@@ -1,7 +1,9 @@
 """Message counters and rates for the management API and the metrics endpoint.
 
 The broker keeps plain per-queue counters (``Queue.published_total``, ``delivered_total``,
-``acked_total``); this module turns them into what RabbitMQ's management plugin shows:
+``acked_total``, and the kinds of delivery: ``deliver_no_ack_total``, ``get_total``, ...),
+and per exchange its publishes in and out (``VHost.exchange_stats``); this module turns them
+into what RabbitMQ's management plugin shows:
 
 - totals over the whole broker that survive queue deletion: the sampler holds on to every
   queue object it has seen, so when a queue disappears its final counters move into
@@ -137,9 +139,9 @@ class Sampler:
         return live
 
     def totals(self) -> dict[str, int]:
-        """Broker-wide ``publish``, ``deliver_get`` and ``ack`` since start. ``publish``
-        counts messages received from publishers when the broker keeps per-publish
-        counters, as RabbitMQ's overview does (a message routed to three queues is one
+        """Broker-wide :data:`COUNTERS` since start, and with per-publish counters
+        :data:`PUBLISH_COUNTERS` too. ``publish`` then counts messages received from
+        publishers, as RabbitMQ's overview does (a message routed to three queues is one
         publish there, unroutable ones count too; observed on 3.10.8); the queues'
         ``publish`` counts what each of them received."""
         live = self.refresh()  # first: it may move counters into ``retired``
