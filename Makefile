@@ -2,28 +2,36 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two installs into one venv: what serving needs (make run), then the test and pipeline
+# extras on top (make test). Each redone when pyproject.toml changes.
+RUN_STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
 RABBITMQADMIN := $(VENV)/bin/rabbitmqadmin
 
 .PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,pipeline]'
-	touch $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,pipeline]'
+	touch $@
 
 # System packages the test suite drives: headless Chromium for the management page test
 # (Java for PySpark is on the machine). Installed once, only when missing (needs root).
 system-deps:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
-	@command -v java >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q default-jre-headless)
+	@command -v chromium >/dev/null 2>&1 || \
+		(apt-get update -q && apt-get install -y -q --no-install-recommends chromium)
+	@command -v java >/dev/null 2>&1 || \
+		(apt-get update -q && apt-get install -y -q --no-install-recommends default-jre-headless)
 
 # RabbitMQ's own management CLI, to test our management API with the real tool: the one
 # Python script, taken out of Debian's rabbitmq-server package (downloaded, not installed:
 # no Erlang, no service).
-$(RABBITMQADMIN): $(STAMP)
+$(RABBITMQADMIN): $(TEST_STAMP)
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cd "$$tmp"; \
 	apt-get download -q rabbitmq-server >/dev/null 2>&1 || \
 		(apt-get update -q >/dev/null && apt-get download -q rabbitmq-server); \
@@ -32,26 +40,31 @@ $(RABBITMQADMIN): $(STAMP)
 		"$(abspath $(RABBITMQADMIN))"
 	chmod +x $(RABBITMQADMIN)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/leveret serve --host 127.0.0.1 --port 5672 --data-dir ./data
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: $(STAMP)
-	$(VENV)/bin/mypy
+# mypy reads modules from folders, and the namespace exists only in packaging (pyproject's
+# package-dir): check a tree of links shaped as installed, leveret/ = broker/ + the others.
+typecheck: $(TEST_STAMP)
+	rm -rf build/typecheck && mkdir -p build/typecheck/leveret
+	ln -s $(CURDIR)/broker/* $(CURDIR)/exchanges $(CURDIR)/storage $(CURDIR)/pipeline \
+		build/typecheck/leveret/
+	cd build/typecheck && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml
 
-unit: $(STAMP) system-deps $(RABBITMQADMIN)
+unit: $(TEST_STAMP) system-deps $(RABBITMQADMIN)
 	$(PY) -m pytest -q
 
 test: lint typecheck unit
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) bench/run.py
 
-bench-pipeline: $(STAMP)
+bench-pipeline: $(TEST_STAMP)
 	$(PY) bench/pipeline_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What routing through a consistent-hash exchange costs, in process.
 
-``exchanges.routing.route`` against an ``x-consistent-hash`` exchange whose queues are bound
+``leveret.exchanges.routing.route`` against an ``x-consistent-hash`` exchange whose queues are bound
 with weights 1-3, for 10 and 1,000 bindings:
 
 * ``repeating``: 1,000 routing keys cycled, so the ring's memo answers after the first pass
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pamqp import commands, header
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -40,8 +40,8 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from exchanges.routing import route
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
 
 CALLS = 100_000
 

@@ -5,7 +5,7 @@
     .venv/bin/python bench/crash_test.py -n 20 --mode publish --seed 7
     .venv/bin/python bench/crash_test.py --keep-data         # keep the data dir and broker log
 
-Leveret runs as a subprocess (``python -m broker serve --data-dir DIR``). One data directory
+Leveret runs as a subprocess (``python -m leveret serve --data-dir DIR``). One data directory
 is used for all iterations, so every restart also recovers what the earlier crashes left.
 Each iteration uses a new durable queue (deleted once checked) and is one of:
 
@@ -75,7 +75,7 @@ def accepts_tcp(port: int) -> bool:
 
 
 class BrokerProcess:
-    """``python -m broker serve --data-dir DIR`` on a free port; output appended to a log."""
+    """``python -m leveret serve --data-dir DIR`` on a free port; output appended to a log."""
 
     def __init__(self, data_dir: Path, log_path: Path, python: str = sys.executable) -> None:
         self.data_dir = data_dir
@@ -96,7 +96,7 @@ class BrokerProcess:
         self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in wait()
         self._log.write(f"--- start on port {self.port} ---\n")
         self._log.flush()
-        cmd = [self.python, "-m", "broker", "serve", "--port", str(self.port)]
+        cmd = [self.python, "-m", "leveret", "serve", "--port", str(self.port)]
         cmd += ["--management-port", "-1"]  # not needed here; never collide on 15672
         cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         started = time.monotonic()

@@ -12,7 +12,7 @@ randomly chosen binding keys (``*`` -> one word, ``#`` -> 0-2 words): 10,000 of 
 1,000 keys of random words (mostly unroutable). Messages pick a key uniformly and are spread
 evenly over one hour; every line carries the queues the broker would have recorded.
 
-The trace is written in the broker's format (schema version 2: ``broker.trace.message_line``
+The trace is written in the broker's format (schema version 2: ``leveret.trace.message_line``
 and a ``KeyIndex`` per file, so ``trace-*.jsonl`` files each with their ``keys-*.jsonl``), one
 process per core, and the topology as ``leveret log dump`` lines. Generation and the job are
 timed separately; the job runs in a fresh process (``local[2]`` by default) so that nothing
@@ -39,8 +39,7 @@ ROOT = HERE.parent
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from bench.topicwords import binding_words, vocabulary  # noqa: E402
-from broker.trace import SCHEMA_VERSION  # noqa: E402
-from exchanges.model import (  # noqa: E402
+from leveret.exchanges.model import (  # noqa: E402
     Binding,
     BindingAdded,
     DestKind,
@@ -51,7 +50,8 @@ from exchanges.model import (  # noqa: E402
     Queue,
     QueueDeclared,
 )
-from exchanges.routing import route  # noqa: E402
+from leveret.exchanges.routing import route  # noqa: E402
+from leveret.trace import SCHEMA_VERSION  # noqa: E402
 
 DEFAULT_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "leveret-pipeline-bench"
 EXCHANGE = "bench.topic"
@@ -89,7 +89,7 @@ def workload(
     while len(routing_keys) < keys:
         routing_keys.add(routing_key_from(rng, rng.choice(patterns), vocab))
     strays = {".".join(rng.choice(vocab) for _ in range(rng.randint(2, 5))) for _ in range(stray)}
-    from pipeline.topology import empty_projection
+    from leveret.pipeline.topology import empty_projection
 
     projection = empty_projection()
     for event in events:
@@ -103,7 +103,7 @@ def workload(
 
 def _write_file(job: tuple[Path, int, int, int, list[tuple[str, list[str]]]]) -> int:
     """One ``trace-*.jsonl`` with its ``keys-*.jsonl``, lines encoded by ``broker/trace.py``."""
-    from broker.trace import KeyIndex, message_line
+    from leveret.trace import KeyIndex, message_line
 
     trace_path, start, stop, total, mix = job
     index = KeyIndex()
@@ -128,12 +128,12 @@ def _write_file(job: tuple[Path, int, int, int, list[tuple[str, list[str]]]]) ->
 def generate(args: argparse.Namespace) -> dict[str, Any]:
     """Write ``DIR/trace/{trace,keys}-*.jsonl`` and ``DIR/topology.jsonl``; return what was made.
 
-    The lines are the broker's (``broker.trace.message_line`` and ``KeyIndex``), written by one
+    The lines are the broker's (``leveret.trace.message_line`` and ``KeyIndex``), written by one
     process per core, ``--files`` pairs of files of consecutive messages.
     """
     from multiprocessing import Pool
 
-    from storage.records import event_to_json
+    from leveret.storage.records import event_to_json
 
     directory: Path = args.dir
     started = time.perf_counter()
@@ -174,10 +174,10 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_job(args: argparse.Namespace) -> dict[str, Any]:
-    """Time ``pipeline.job.run`` on the generated trace (in this process: call it fresh)."""
+    """Time ``leveret.pipeline.job.run`` on the generated trace (in this process: call it fresh)."""
     import logging
 
-    from pipeline import job
+    from leveret.pipeline import job
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -46,8 +46,8 @@ from workloads import (  # noqa: E402
     parse_last_json,
 )
 
-from broker.config import Config  # noqa: E402
-from broker.server import Server  # noqa: E402
+from leveret.config import Config  # noqa: E402
+from leveret.server import Server  # noqa: E402
 
 
 @dataclass

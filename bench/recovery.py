@@ -10,16 +10,16 @@ Two scenarios, each in a fresh temporary data dir, built with the storage API di
 
 * ``bindings``: one durable topic exchange, ``--queues`` (100) durable queues and
   ``--bindings`` (100k) durable bindings, written to the definitions log with
-  :meth:`storage.log.DefinitionLog.append_many`. Binding keys follow amqpbench's topic mix
+  :meth:`leveret.storage.log.DefinitionLog.append_many`. Binding keys follow amqpbench's topic mix
   (``topicgen.py --shape literal-first``): 3-7 words, the first a literal from a
   1000-word vocabulary, the others a literal (p 0.7), ``*`` (0.2) or ``#`` (0.1), never
   ``##``; bindings round-robin over the queues, every (key, queue) pair distinct.
 * ``messages``: ``--message-queues`` (10) durable queues in the log and ``--per-queue``
   (100k) persistent messages each of ``--body-size`` (100) bytes in the message store
-  (:meth:`storage.messages.MessageStore.append`, one ``sync()`` per 100k), content header
+  (:meth:`leveret.storage.messages.MessageStore.append`, one ``sync()`` per 100k), content header
   ``delivery_mode=2``.
 
-Then, ``--reps`` times, a new :class:`broker.server.Server` on the directory (uvloop, as
+Then, ``--reps`` times, a new :class:`leveret.server.Server` on the directory (uvloop, as
 ``leveret serve``) is timed from ``start()`` to listening, checked (binding count, queue
 depths), and stopped. Target (issue 5): 100k bindings replayed in under 1 s.
 
@@ -49,9 +49,8 @@ sys.path.insert(0, str(REPO))
 from pamqp import commands, header  # noqa: E402
 
 from bench.topicwords import binding_words, vocabulary  # noqa: E402
-from broker.config import Config  # noqa: E402
-from broker.server import Server  # noqa: E402
-from exchanges.model import (  # noqa: E402
+from leveret.config import Config  # noqa: E402
+from leveret.exchanges.model import (  # noqa: E402
     Binding,
     BindingAdded,
     DestKind,
@@ -61,8 +60,9 @@ from exchanges.model import (  # noqa: E402
     Queue,
     QueueDeclared,
 )
-from storage.log import DefinitionLog  # noqa: E402
-from storage.messages import MessageStore  # noqa: E402
+from leveret.server import Server  # noqa: E402
+from leveret.storage.log import DefinitionLog  # noqa: E402
+from leveret.storage.messages import MessageStore  # noqa: E402
 
 VHOST = "/"
 EXCHANGE = "recovery.topic"

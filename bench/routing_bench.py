@@ -9,7 +9,7 @@ number of bindings, with and without a ``#.#`` binding (binding keys 70% words, 
 10% ``#``, never ``##``; a routing key of length n is a binding key of length n with its
 wildcards replaced by random strings). Seed 003 says the x-rtopic plugin degrades past
 ~1,000 bindings and that suffix patterns are "terribly slow". This script runs the same
-experiments on ``exchanges.routing.route`` in process, for topic and for x-rtopic (prefix,
+experiments on ``leveret.exchanges.routing.route`` in process, for topic and for x-rtopic (prefix,
 suffix, mixed patterns), plus route() throughput at 100k bindings with the route cache off
 (cold) and on (warm). Workload, results and their reading: ``bench/ROUTING.md``.
 """
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -40,9 +40,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.patterns import RouteCache
-from exchanges.projection import Projection
-from exchanges.routing import route
+from leveret.exchanges.patterns import RouteCache
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
 
 # The project is installed editable in the venv (make), so exchanges/ imports from anywhere.
 REPO_ROOT = Path(__file__).resolve().parent.parent

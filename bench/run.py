@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark Leveret against RabbitMQ with amqpbench; write JSONL + a markdown table.
 
-Starts Leveret (``python -m broker serve``) on a free port, uses a RabbitMQ node if one is
+Starts Leveret (``python -m leveret serve``) on a free port, uses a RabbitMQ node if one is
 found (or given), and runs each workload against each broker, interleaved (rep 1: A then B,
 rep 2: B then A, ...), every run a fresh amqpbench process with the broker's PID so its CPU
 is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary table
@@ -87,11 +87,11 @@ class LeveretProcess:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
     def start(self) -> None:
-        """Launch ``python -m broker serve`` with a temporary ``--data-dir`` and wait until
+        """Launch ``python -m leveret serve`` with a temporary ``--data-dir`` and wait until
         the port accepts TCP."""
         self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
         self.data_dir = Path(tempfile.mkdtemp(prefix="leveret-bench-"))
-        cmd = [self.python, "-m", "broker", "serve", "--port", str(self.port)]
+        cmd = [self.python, "-m", "leveret", "serve", "--port", str(self.port)]
         cmd += ["--management-port", "-1"]  # not needed here; never collide on 15672
         cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         self.proc = subprocess.Popen(

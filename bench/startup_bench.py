@@ -25,17 +25,17 @@ with ``--no-bytecode``, also compiling every module from source as under
 ``PYTHONDONTWRITEBYTECODE=1``:
 
 ``import + BrokerThread start + ready``
-    ``from broker.inspect import BrokerThread`` + start + ``Connection.Start`` received:
+    ``from leveret.inspect import BrokerThread`` + start + ``Connection.Start`` received:
     the whole cost of the broker for a test session (per xdist worker), imports included.
-``import broker.server after asyncio``
+``import leveret.server after asyncio``
     The broker's own import cost in a process that already has asyncio (pytest-asyncio
     imports it at start-up).
-``import broker.testing after pytest``
+``import leveret.testing after pytest``
     What the pytest11 entry point adds to every pytest session of a project with Leveret
     installed (pytest and pytest-asyncio already imported).
 
 The last lines list the slowest imports (``-X importtime``, cumulative) of a fresh
-``import broker.server``, to show where the import time goes.
+``import leveret.server``, to show where the import time goes.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.config import Config  # noqa: E402
-from broker.inspect import BrokerThread  # noqa: E402
-from broker.server import Server  # noqa: E402
+from leveret.config import Config  # noqa: E402
+from leveret.inspect import BrokerThread  # noqa: E402
+from leveret.server import Server  # noqa: E402
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -146,8 +146,8 @@ COLD_START = """
 import time
 t0 = time.perf_counter()
 import socket
-from broker.inspect import BrokerThread
-from broker.config import Config
+from leveret.inspect import BrokerThread
+from leveret.config import Config
 t1 = time.perf_counter()
 broker = BrokerThread(Config(host="127.0.0.1", port=0)).start()
 t2 = time.perf_counter()
@@ -196,15 +196,15 @@ def fresh(code: str, bytecode: str | None) -> list[float]:
 def cold_figures(runs: int, bytecode: str | None, label: str) -> dict[str, dict[str, float]]:
     """The fresh-process figures, ``runs`` interpreters each."""
     if bytecode is not None:
-        fresh("import broker.server, broker.testing, pytest, pytest_asyncio", bytecode)
+        fresh("import leveret.server, leveret.testing, pytest, pytest_asyncio", bytecode)
     cold = [fresh(COLD_START, bytecode) for _ in range(runs)]
     results = {
-        f"fresh process{label}: import broker.inspect": summary([c[0] for c in cold]),
+        f"fresh process{label}: import leveret.inspect": summary([c[0] for c in cold]),
         f"fresh process{label}: import + BrokerThread start + ready": summary([c[2] for c in cold]),
     }
     for before, module in (
-        ("asyncio", "broker.server"),
-        ("pytest, pytest_asyncio", "broker.testing"),
+        ("asyncio", "leveret.server"),
+        ("pytest, pytest_asyncio", "leveret.testing"),
     ):
         code = IMPORT_AFTER.format(before=before, module=module)
         results[f"fresh process{label}: import {module} after {before}"] = summary(
@@ -279,8 +279,8 @@ def main() -> None:
         print(f"# Leveret start-up (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
         print(table(results))
         if args.top:
-            print("\nSlowest imports of a fresh `import broker.server` (cumulative ms):")
-            for ms, name in slowest_imports("broker.server", args.top, pycache):
+            print("\nSlowest imports of a fresh `import leveret.server` (cumulative ms):")
+            for ms, name in slowest_imports("leveret.server", args.top, pycache):
                 print(f"    {ms:8.1f}  {name}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))

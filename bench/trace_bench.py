@@ -6,7 +6,7 @@
 The writer thread shares the interpreter with the broker's event loop, so its cost per line
 is CPU the broker does not have for publishing while tracing is on. Each case encodes ``-n``
 records (1,000 routing keys, one queue each, a fresh ``KeyIndex``) with
-``broker.trace.encode_record``, the writer's own function; the figure is lines per second
+``leveret.trace.encode_record``, the writer's own function; the figure is lines per second
 (best of ``--reps``). The content headers are built with pamqp as a client would send them:
 
 * ``same-properties``: every message the same properties (delivery mode 2 only);
@@ -31,7 +31,7 @@ from pamqp import commands, header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker.trace import KeyIndex, Record, encode_record
+from leveret.trace import KeyIndex, Record, encode_record
 
 KEYS = [f"orders.{i % 37}.created.{i}" for i in range(1000)]
 

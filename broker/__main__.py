@@ -1,5 +1,5 @@
-"""``python -m broker serve ...``."""
+"""``python -m leveret serve ...``."""
 
-from broker.cli import main
+from leveret.cli import main
 
 raise SystemExit(main())

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
-    from broker.queue import Queue
+    from leveret.connection import Connection
+    from leveret.queue import Queue
 
 # The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
 _MIN_PERIOD = 0.1

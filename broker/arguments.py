@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from broker.codec import TypedTable
-from broker.errors import ChannelCrashError
+from leveret.codec import TypedTable
+from leveret.errors import ChannelCrashError
 
 # rabbit_misc ?MAX_EXPIRY_TIMER: ten years in ms, the largest TTL, x-expires or expiration
 # RabbitMQ takes (observed on 3.10.8: 315360000000 passes, one more is value_too_large).
@@ -30,7 +30,7 @@ def copy_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
 
 def type_name(arguments: Mapping[str, Any], key: str) -> str:
     """The AMQP type of ``arguments[key]`` as RabbitMQ names it: the wire type when the
-    table came from the wire (:class:`broker.codec.TypedTable`), else a best guess."""
+    table came from the wire (:class:`leveret.codec.TypedTable`), else a best guess."""
     types = getattr(arguments, "types", None)
     if types and key in types:
         return str(types[key])

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.errors import ACCESS_REFUSED, AMQPChannelError
-from exchanges.model import Exchange, ExchangeType
+from leveret.errors import ACCESS_REFUSED, AMQPChannelError
+from leveret.exchanges.model import Exchange, ExchangeType
 
 SALT_BYTES = 4
 

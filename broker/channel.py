@@ -11,7 +11,7 @@ and synchronously. Methods dispatch through one dict keyed by the method class.
 (a zero-size body completes at the header). Any other frame out of that order is a
 505 UNEXPECTED_FRAME with RabbitMQ's texts (rabbit_command_assembler.erl).
 
-Handlers raise :class:`broker.errors.AMQPError`; the connection converts it (the one
+Handlers raise :class:`leveret.errors.AMQPError`; the connection converts it (the one
 place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
 """
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from broker import codec, firehose
-from broker.acktimeout import DeliveryClock
-from broker.arguments import consume_error, queue_type
-from broker.errors import (
+from leveret import codec, firehose
+from leveret.acktimeout import DeliveryClock
+from leveret.arguments import consume_error, queue_type
+from leveret.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -43,7 +43,8 @@ from broker.errors import (
     AMQPChannelError,
     AMQPConnectionError,
 )
-from broker.message import (
+from leveret.exchanges.model import DestKind, Exchange
+from leveret.message import (
     FLAG_EXPIRATION,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
@@ -52,13 +53,12 @@ from broker.message import (
     properties_decode,
     with_header,
 )
-from broker.queue import Consumer, Entry, Queue
-from broker.stream import StreamQueue, not_supported, parse_start
-from broker.vhost import generated_name
-from exchanges.model import DestKind, Exchange
+from leveret.queue import Consumer, Entry, Queue
+from leveret.stream import StreamQueue, not_supported, parse_start
+from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
+    from leveret.connection import Connection
 
 BASIC_CLASS = 60
 # Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
@@ -497,7 +497,7 @@ class Channel:
 
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
-        (broker.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
+        (leveret.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
         unacked = self.unacked
         if not unacked:
             self.sent.clear()

@@ -1,4 +1,4 @@
-"""Command line: ``leveret serve`` (also ``python -m broker serve``)."""
+"""Command line: ``leveret serve`` (also ``python -m leveret serve``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.auth import AccessControl, Permission
-from broker.config import Config
-from broker.memory import total_memory
-from broker.persistence import USERS_FILE
-from broker.server import Server
-from broker.settings import Settings, add_arguments, resolve
-from storage.logtools import check, read_log
-from storage.records import event_to_json
+from leveret.auth import AccessControl, Permission
+from leveret.config import Config
+from leveret.memory import total_memory
+from leveret.persistence import USERS_FILE
+from leveret.server import Server
+from leveret.settings import Settings, add_arguments, resolve
+from leveret.storage.logtools import check, read_log
+from leveret.storage.records import event_to_json
 
 
 def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
@@ -42,8 +42,8 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
         "or a RabbitMQ definitions.json.",
     )
     if with_analyze:
-        # pipeline.cli declares the job's flags without importing PySpark.
-        from pipeline.cli import add_arguments as add_analyze_arguments
+        # leveret.pipeline.cli declares the job's flags without importing PySpark.
+        from leveret.pipeline.cli import add_arguments as add_analyze_arguments
 
         add_analyze_arguments(analyze)
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
@@ -75,7 +75,7 @@ def analyze_command(args: argparse.Namespace) -> int:
     """``leveret analyze``: data-dir sources are read here (the pipeline never reads the
     binary log: it imports only pyspark and exchanges/)."""
     try:
-        from pipeline.job import run_args
+        from leveret.pipeline.job import run_args
     except ImportError:  # PySpark not installed
         print("leveret analyze needs PySpark: pip install -e '.[pipeline]'", file=sys.stderr)
         return 2
@@ -182,13 +182,13 @@ async def serve(config: Config) -> None:
         await server.stop()
         raise SystemExit(f"leveret: cannot listen: {exc}") from None
     if server.management is not None:
-        logging.getLogger("broker").info("management API on %s", server.management.url)
+        logging.getLogger("leveret").info("management API on %s", server.management.url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    logging.getLogger("broker").info("shutting down")
+    logging.getLogger("leveret").info("shutting down")
     await server.stop()
 
 

@@ -13,7 +13,7 @@ against pamqp byte for byte.
 
 Content headers are not decoded here: :class:`Header` keeps the raw payload so it can
 be re-sent to consumers as it is; properties are decoded lazily by
-:class:`broker.message.Message` when a feature needs them.
+:class:`leveret.message.Message` when a feature needs them.
 
 On the way out, :func:`method_frame` uses pamqp, while deliveries (the other hot path)
 are assembled with ``struct`` by :func:`deliver_frames`.
@@ -26,8 +26,8 @@ from typing import Any
 
 from pamqp import body, commands, frame, heartbeat
 
-from broker.errors import FRAME_ERROR, AMQPConnectionError
-from exchanges.fields import FIELD_TYPES, table_fields
+from leveret.errors import FRAME_ERROR, AMQPConnectionError
+from leveret.exchanges.fields import FIELD_TYPES, table_fields
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.auth import AccessControl
+    from leveret.auth import AccessControl
 
 # RabbitMQ's defaults (deps/rabbit/Makefile app env): frame_max 131072, channel_max 2047,
 # heartbeat 60 s, handshake_timeout 10 s.
@@ -29,7 +29,7 @@ NODE_NAME = "leveret@localhost"
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Everything a :class:`broker.server.Server` needs to run."""
+    """Everything a :class:`leveret.server.Server` needs to run."""
 
     host: str = "127.0.0.1"
     port: int = 5672

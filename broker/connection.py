@@ -12,7 +12,7 @@ Connection states::
 
     AWAIT_HEADER -> AWAIT_START_OK -> AWAIT_TUNE_OK -> AWAIT_OPEN -> OPEN -> CLOSING
 
-:meth:`Connection._fail` is the single place where an :class:`broker.errors.AMQPError`
+:meth:`Connection._fail` is the single place where an :class:`leveret.errors.AMQPError`
 becomes a ``Channel.Close`` (channel-level codes on a non-zero channel) or a
 ``Connection.Close`` (hard codes, or anything on channel 0), as RabbitMQ's
 ``rabbit_binary_generator:map_exception/3`` does. After a ``Channel.Close`` from us,
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands, decode
 
-from broker import codec
-from broker.auth import is_loopback
-from broker.channel import Channel
-from broker.config import FRAME_MIN
-from broker.errors import (
+from leveret import codec
+from leveret.auth import is_loopback
+from leveret.channel import Channel
+from leveret.config import FRAME_MIN
+from leveret.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -50,12 +50,12 @@ from broker.errors import (
     method_id_of,
     reply_text,
 )
-from broker.limits import reached
+from leveret.limits import reached
 
 if TYPE_CHECKING:
-    from broker.queue import Queue
-    from broker.server import Server
-    from broker.vhost import VHost
+    from leveret.queue import Queue
+    from leveret.server import Server
+    from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ STATE_NAMES = {
 
 def server_properties() -> dict[str, Any]:
     """Connection.Start server properties, shaped like RabbitMQ's."""
-    from broker import __version__
+    from leveret import __version__
 
     return {
         "capabilities": dict(CAPABILITIES),

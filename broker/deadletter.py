@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
-from broker.message import (
+from leveret.exchanges.delayed import DelayCrashError, delay_of
+from leveret.exchanges.routing import route
+from leveret.message import (
     PROPERTIES_AT,
     Message,
     cached_by_properties,
     marshal_properties,
     unmarshal_properties,
 )
-from exchanges.delayed import DelayCrashError, delay_of
-from exchanges.routing import route
 
 if TYPE_CHECKING:
-    from broker.queue import Queue
+    from leveret.queue import Queue
 
 
 def _text(value: Any) -> str:

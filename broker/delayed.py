@@ -1,6 +1,6 @@
 """The messages a vhost's ``x-delayed-message`` exchanges keep back, and their release.
 
-Routing (:func:`exchanges.routing.route`) says which delayed exchanges keep a message; this
+Routing (:func:`leveret.exchanges.routing.route`) says which delayed exchanges keep a message; this
 module keeps it until its delay is up, then routes it from that exchange, as the plugin's
 ``rabbit_delayed_message`` server does (rabbitmq-delayed-message-exchange, 3.10-era):
 
@@ -15,7 +15,7 @@ module keeps it until its delay is up, then routes it from that exchange, as the
   unless an exchange of that name exists again.
 
 With a data directory every kept message is stored (the plugin keeps them all in a disc
-table, whatever their delivery mode) in a :class:`storage.messages.MessageStore` of its
+table, whatever their delivery mode) in a :class:`leveret.storage.messages.MessageStore` of its
 own, keyed ``(vhost, exchange)``, with the due time as the record's expiry. The publisher's
 confirm waits for its fsync, so a confirmed delayed message survives ``kill -9``. A released
 message's record is forgotten only after the fsync that covers its copies in durable
@@ -31,12 +31,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from broker.message import Message, with_header
-from exchanges.delayed import DELAY_HEADER, delay_of
+from leveret.exchanges.delayed import DELAY_HEADER, delay_of
+from leveret.message import Message, with_header
 
 if TYPE_CHECKING:
-    from broker.vhost import VHost
-    from storage.segments import StoredMessage
+    from leveret.storage.segments import StoredMessage
+    from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
 

@@ -31,12 +31,12 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from broker.config import NODE_NAME
-from broker.message import BccMessage, Message
-from exchanges.fields import PROPERTY_LAYOUT, property_spans
+from leveret.config import NODE_NAME
+from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
+from leveret.message import BccMessage, Message
 
 if TYPE_CHECKING:
-    from broker.channel import Channel
+    from leveret.channel import Channel
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 

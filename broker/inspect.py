@@ -1,9 +1,9 @@
 """Run a broker inside a test process and look at its queues without sleeping.
 
 This module needs nothing but the standard library and Leveret itself (no pytest), so it
-serves unittest suites and scripts as well as :mod:`broker.testing`, the pytest plugin:
+serves unittest suites and scripts as well as :mod:`leveret.testing`, the pytest plugin:
 
-- :class:`BrokerThread` runs a :class:`broker.server.Server` on its own event loop in a
+- :class:`BrokerThread` runs a :class:`leveret.server.Server` on its own event loop in a
   daemon thread, so blocking clients (pika, kombu, Celery) and asyncio clients (aio-pika,
   on the test's own loop) can both use it;
 - :class:`Inspector` reads a vhost's queues (depth, ready, unacked, consumers, counters)
@@ -42,8 +42,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from broker.config import Config
-    from broker.server import Server
+    from leveret.config import Config
+    from leveret.server import Server
 
 T = TypeVar("T")
 
@@ -100,16 +100,16 @@ class BrokerThread:
     """A Leveret server running on its own event loop in a daemon thread.
 
     ``BrokerThread()`` listens on 127.0.0.1 on a free port (see :attr:`url`);
-    pass a :class:`broker.config.Config` for anything else. Use ``start()`` / ``stop()``
+    pass a :class:`leveret.config.Config` for anything else. Use ``start()`` / ``stop()``
     or a ``with`` block. The broker's state belongs to :attr:`loop`: touch it from other
     threads only through :meth:`call` (or ``asyncio.run_coroutine_threadsafe``).
     """
 
     def __init__(self, config: Config | None = None, *, name: str = "leveret-broker") -> None:
-        # Imported here: ``import broker.testing`` (every pytest start-up, through the
+        # Imported here: ``import leveret.testing`` (every pytest start-up, through the
         # pytest11 entry point) must not pay for importing the whole broker.
-        from broker.config import Config
-        from broker.server import Server
+        from leveret.config import Config
+        from leveret.server import Server
 
         self.config = config if config is not None else Config(host="127.0.0.1", port=0)
         self.loop = asyncio.new_event_loop()
@@ -207,7 +207,7 @@ class BrokerThread:
 
     def add_vhost(self, name: str, user: str = "guest") -> str:
         """Create ``name`` and give ``user`` full permissions on it; returns its URL."""
-        from broker.auth import Permission
+        from leveret.auth import Permission
 
         def add() -> None:
             self.server.add_vhost(name)

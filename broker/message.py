@@ -13,9 +13,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pamqp import commands, decode, header
 
-from broker.arguments import MAX_EXPIRY
-from broker.fieldtable import marshal_content_header
-from exchanges.fields import PROPERTY_LAYOUT, table_fields
+from leveret.arguments import MAX_EXPIRY
+from leveret.exchanges.fields import PROPERTY_LAYOUT, table_fields
+from leveret.fieldtable import marshal_content_header
 
 _HEADER_FIXED = struct.Struct(">HHQ")
 # Where the property flags start in a content header payload (after class id, weight and

@@ -3,7 +3,7 @@
 ``storage/`` knows bytes and files; this module decides what is durable and when a client
 may be told. Durable topology (durable exchanges and queues, bindings between durable
 ends) is appended to the definitions log and fsynced before the ``*-Ok`` goes out;
-start-up replays the log through the same :meth:`broker.vhost.VHost.apply` that live
+start-up replays the log through the same :meth:`leveret.vhost.VHost.apply` that live
 commands use. Persistent messages (delivery mode 2) in durable queues go to the message
 store; their publisher confirms wait for the fsync that covers them. One fsync runs at a
 time in a worker thread and covers everything appended before it started (group commit):
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     BindingAdded,
     BindingRemoved,
     DestKind,
@@ -32,13 +32,13 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.files import create_atomically, gc_paused
-from storage.log import DefinitionLog
-from storage.messages import MessageStore
-from storage.segments import QueueKey
+from leveret.storage.files import create_atomically, gc_paused
+from leveret.storage.log import DefinitionLog
+from leveret.storage.messages import MessageStore
+from leveret.storage.segments import QueueKey
 
 if TYPE_CHECKING:
-    from broker.vhost import VHost
+    from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
 # Users, permissions and vhosts (RabbitMQ's definitions.json shape), rewritten atomically on

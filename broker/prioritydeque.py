@@ -1,6 +1,6 @@
 """Ready messages of a priority queue (``x-max-priority``): one FIFO per priority.
 
-It offers the part of ``collections.deque`` that :class:`broker.queue.Queue` uses, so a
+It offers the part of ``collections.deque`` that :class:`leveret.queue.Queue` uses, so a
 queue without priorities keeps a plain deque. The highest priority leaves first; order
 within a priority is kept, also for requeued messages (:meth:`requeue`). A priority above
 the maximum counts as the maximum (docs/priority.md).
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.queue import Entry
+    from leveret.queue import Entry
 
 
 def insert_by_seq(entries: deque[Entry], entry: Entry) -> None:

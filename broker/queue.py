@@ -2,7 +2,7 @@
 
 A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
 is a loop time, 0 for never). Delivered-but-unacked entries live in the delivering
-channel (see :mod:`broker.channel`), which hands them back through
+channel (see :mod:`leveret.channel`), which hands them back through
 :meth:`Queue.requeue`; an entry keeps its expiry when requeued, as in RabbitMQ.
 
 Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer with
@@ -24,19 +24,19 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import arg_text, queue_type
-from broker.codec import shortstr
-from broker.deadletter import dead_letter
-from broker.message import Message
-from broker.prioritydeque import PriorityDeque, insert_by_seq
-from exchanges.policies import Policy, effective_definition, queue_arguments
+from leveret.arguments import arg_text, queue_type
+from leveret.codec import shortstr
+from leveret.deadletter import dead_letter
+from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
+from leveret.message import Message
+from leveret.prioritydeque import PriorityDeque, insert_by_seq
 
 if TYPE_CHECKING:
-    from broker.channel import Channel
-    from broker.connection import Connection
-    from broker.vhost import VHost
-    from storage.messages import MessageStore
-    from storage.segments import StoredMessage
+    from leveret.channel import Channel
+    from leveret.connection import Connection
+    from leveret.storage.messages import MessageStore
+    from leveret.storage.segments import StoredMessage
+    from leveret.vhost import VHost
 
 # (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
 # requeued message goes back to its original place, as in RabbitMQ's classic queues.
@@ -108,10 +108,10 @@ class Consumer:
 class Queue:
     """A queue in a vhost."""
 
-    # broker.stream.StreamQueue: an append-only log, read by offset.
+    # leveret.stream.StreamQueue: an append-only log, read by offset.
     stream = False
 
-    # __weakref__: broker.acktimeout keeps the queues with a timeout of their own weakly.
+    # __weakref__: leveret.acktimeout keeps the queues with a timeout of their own weakly.
     __slots__ = (
         "__weakref__",
         "_expiry_timer",
@@ -212,7 +212,7 @@ class Queue:
         )
         self.policy: Policy | None = None
         self.operator_policy: Policy | None = None
-        # The keys of both that apply (exchanges.policies.effective_definition).
+        # The keys of both that apply (leveret.exchanges.policies.effective_definition).
         self.policy_definition: dict[str, Any] = {}
         # Whether entries may carry an expiry (a queue TTL, or a message with one seen).
         self.expiring = False
@@ -237,7 +237,7 @@ class Queue:
         self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
         if self.quorum:
             self.delivery_limit = int_arg(arguments, "x-delivery-limit")
-        # The queue's own delivery acknowledgement timeout (broker.acktimeout): None
+        # The queue's own delivery acknowledgement timeout (leveret.acktimeout): None
         # means the broker's; a value that is no integer means none at all, as RabbitMQ's
         # evaluate_consumer_timeout1/2 then never fires.
         self.consumer_timeout: float | None = None

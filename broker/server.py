@@ -13,21 +13,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.acktimeout import AckTimeouts
-from broker.auth import AccessControl
-from broker.config import Config
-from broker.connection import Connection
-from broker.memory import MemoryMonitor, default_watermark
-from broker.trace import TraceWriter
-from broker.vhost import VHost
-from exchanges.policies import Policy
-from exchanges.policies import parse as parse_policy
+from leveret.acktimeout import AckTimeouts
+from leveret.auth import AccessControl
+from leveret.config import Config
+from leveret.connection import Connection
+from leveret.exchanges.policies import Policy
+from leveret.exchanges.policies import parse as parse_policy
+from leveret.memory import MemoryMonitor, default_watermark
+from leveret.trace import TraceWriter
+from leveret.vhost import VHost
 
 if TYPE_CHECKING:
     import ssl
 
-    from broker.management import ManagementHandle
-    from broker.persistence import Persistence
+    from leveret.management import ManagementHandle
+    from leveret.persistence import Persistence
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,8 @@ class Server:
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""
         # Imported here: a broker without a data dir (tests) never loads storage/.
-        from broker.persistence import Persistence
-        from storage.files import gc_paused
+        from leveret.persistence import Persistence
+        from leveret.storage.files import gc_paused
 
         started = time.monotonic()
         persistence = self.persistence = Persistence(data_dir)
@@ -239,7 +239,7 @@ class Server:
             self.vhost(name)
         if self.config.load_definitions is not None:
             # Imported here: in-process starts (the pytest plugin) stay fast without it.
-            from broker.management import load_definitions_file
+            from leveret.management import load_definitions_file
 
             load_definitions_file(self, self.config.load_definitions)
         self._listener = await loop.create_server(
@@ -263,7 +263,7 @@ class Server:
             self.tls_port = self._tls_listener.sockets[0].getsockname()[1]
             log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
         if self.config.management_port is not None:
-            from broker.management import start_management
+            from leveret.management import start_management
 
             self.management = await start_management(
                 self, self.config.management_host, self.config.management_port

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import CHANNEL_MAX, CONSUMER_TIMEOUT, FRAME_MAX, HEARTBEAT, MAX_MESSAGE_SIZE
+from leveret.config import CHANNEL_MAX, CONSUMER_TIMEOUT, FRAME_MAX, HEARTBEAT, MAX_MESSAGE_SIZE
 
 ENV_PREFIX = "LEVERET_"
 

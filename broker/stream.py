@@ -38,19 +38,19 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import NAMED_OFFSETS, arg_text, interval_ms
-from broker.errors import (
+from leveret.arguments import NAMED_OFFSETS, arg_text, interval_ms
+from leveret.errors import (
     NOT_IMPLEMENTED,
     AMQPConnectionError,
     ChannelCrashError,
 )
-from broker.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
-from broker.queue import Consumer, Entry, Queue, int_arg
+from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
+from leveret.queue import Consumer, Entry, Queue, int_arg
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
-    from broker.vhost import VHost
-    from storage.segments import StoredMessage
+    from leveret.connection import Connection
+    from leveret.storage.segments import StoredMessage
+    from leveret.vhost import VHost
 
 OFFSET_HEADER = "x-stream-offset"
 FILTER_HEADER = "x-stream-filter-value"
@@ -72,7 +72,7 @@ def parse_start(arguments: Mapping[str, Any]) -> Start:
 
     As RabbitMQ 3.10.8: an integer is an offset (a negative one means the first), a
     timestamp a time (seconds), a string ``first``/``last``/``next`` or an interval back
-    from now (other strings were refused before: broker.arguments.consume_error); floats,
+    from now (other strings were refused before: leveret.arguments.consume_error); floats,
     booleans and other types crash RabbitMQ's channel (541).
     """
     if OFFSET_HEADER not in arguments:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from broker.inspect import (
+from leveret.inspect import (
     DEFAULT_TIMEOUT,
     BrokerThread,
     InspectionUnavailableError,
@@ -62,7 +62,7 @@ from broker.inspect import (
 if TYPE_CHECKING:
     import aio_pika.abc
 
-    from broker.config import Config
+    from leveret.config import Config
 
 try:
     import pytest_asyncio
@@ -296,7 +296,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def leveret_config() -> Config:
     """The configuration of the in-process broker: 127.0.0.1, a free port, and a short
     shutdown so a leaked client connection cannot hold up the end of the session."""
-    from broker.config import Config
+    from leveret.config import Config
 
     return Config(host="127.0.0.1", port=0, shutdown_timeout=0.5)
 

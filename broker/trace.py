@@ -12,7 +12,7 @@ when the index reaches ``max_keys`` keys (it is kept in memory while the file is
      "mode": 2,                               # delivery mode; absent when the publisher set none
      "vhost": "/", "exchange": "amq.topic", "key": "a.b",   # "key": the routing key
      "headers": {"k": "v"},                   # the headers table as the management API shows
-                                              # it (broker.fieldtable.amqp_json); absent if none
+                                              # it (leveret.fieldtable.amqp_json); absent if none
      "queues": ["q1", "q2"]}                  # queues reached, sorted ([] = unroutable)
 
 Messages that share vhost, exchange, routing key, headers and queues share a *key*, and
@@ -48,8 +48,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from broker.fieldtable import amqp_json
-from broker.message import cached_by_properties, decoded_table, headers_and_mode
+from leveret.fieldtable import amqp_json
+from leveret.message import cached_by_properties, decoded_table, headers_and_mode
 
 SCHEMA_VERSION = 2
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact
@@ -87,7 +87,7 @@ def decode_properties(raw_header: bytes) -> tuple[str | None, int | None]:
     try:
         return _headers_json(table), mode
     except ValueError:
-        # Publishing refuses properties that do not decode (broker.message.properties_decode),
+        # Publishing refuses properties that do not decode (leveret.message.properties_decode),
         # but this thread must not die on a record that slips through: no headers, a warning.
         _warn_undecodable()
         return None, mode

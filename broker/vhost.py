@@ -1,8 +1,8 @@
 """A virtual host: its topology (through the pure projection) and its queues.
 
 Every topology command goes validate -> event -> ``projection.apply(event)``; routing
-reads the projection through :func:`exchanges.routing.route`. Validation raises
-:class:`broker.errors.AMQPChannelError` with RabbitMQ's reply codes and texts (sources:
+reads the projection through :func:`leveret.exchanges.routing.route`. Validation raises
+:class:`leveret.errors.AMQPChannelError` with RabbitMQ's reply codes and texts (sources:
 ``deps/rabbit/src/rabbit_channel.erl``, ``rabbit_exchange.erl``, ``rabbit_amqqueue.erl``
 and ``rabbit_misc.erl`` in rabbitmq-server; see ../shared/research/peers.md 2.2).
 """
@@ -14,16 +14,16 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker import firehose
-from broker.arguments import (
+from leveret import firehose
+from leveret.arguments import (
     QUEUE_TYPE_ARGUMENTS,
     copy_args,
     declare_error,
     queue_type,
 )
-from broker.arguments import type_name as arg_type
-from broker.delayed import DelayedMessages
-from broker.errors import (
+from leveret.arguments import type_name as arg_type
+from leveret.delayed import DelayedMessages
+from leveret.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
     PRECONDITION_FAILED,
@@ -31,14 +31,9 @@ from broker.errors import (
     AMQPChannelError,
     ChannelCrashError,
 )
-from broker.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limits, reached
-from broker.memory import MemoryMonitor, default_watermark
-from broker.message import BccMessage, Message
-from broker.queue import Consumer, Queue
-from broker.stream import StreamQueue
-from exchanges.chash import ExchangeTypeCrashError
-from exchanges.delayed import DelayCrashError, declare_problem, delay_of, underlying_type
-from exchanges.model import (
+from leveret.exchanges.chash import ExchangeTypeCrashError
+from leveret.exchanges.delayed import DelayCrashError, declare_problem, delay_of, underlying_type
+from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
     BindingAdded,
@@ -52,23 +47,28 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.model import Queue as QueueDef
-from exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
-from exchanges.policies import match as match_policy
-from exchanges.policies import parse as parse_policy
-from exchanges.projection import Projection
-from exchanges.routing import (
+from leveret.exchanges.model import Queue as QueueDef
+from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
+from leveret.exchanges.policies import match as match_policy
+from leveret.exchanges.policies import parse as parse_policy
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import (
     route,
     validate_binding,
     validate_exchange,
 )
+from leveret.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limits, reached
+from leveret.memory import MemoryMonitor, default_watermark
+from leveret.message import BccMessage, Message
+from leveret.queue import Consumer, Queue
+from leveret.stream import StreamQueue
 
 if TYPE_CHECKING:
-    from broker.acktimeout import AckTimeouts
-    from broker.channel import Channel
-    from broker.connection import Connection
-    from broker.persistence import Persistence
-    from broker.trace import TraceWriter
+    from leveret.acktimeout import AckTimeouts
+    from leveret.channel import Channel
+    from leveret.connection import Connection
+    from leveret.persistence import Persistence
+    from leveret.trace import TraceWriter
 
 DEFAULT_EXCHANGES = PREDECLARED_EXCHANGES
 
@@ -384,7 +384,7 @@ class VHost:
     @staticmethod
     def _delayed_problem(arguments: Mapping[str, Any]) -> str | None:
         """The delayed-message plugin's validate/1: ``x-delayed-type`` must name another
-        type, which then validates the arguments as its own (exchanges.delayed)."""
+        type, which then validates the arguments as its own (leveret.exchanges.delayed)."""
         problem = declare_problem(arguments)
         if problem is not None:
             return problem

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
-from exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
-from exchanges.fields import FIELD_TYPES, erlang_integer, property_spans
-from exchanges.model import EMPTY, Binding, DestKind
+from leveret.exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from leveret.exchanges.fields import FIELD_TYPES, erlang_integer, property_spans
+from leveret.exchanges.model import EMPTY, Binding, DestKind
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 _MEMO_LIMIT = 65536

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from exchanges.fields import erlang_integer
-from exchanges.model import ExchangeType
+from leveret.exchanges.fields import erlang_integer
+from leveret.exchanges.model import ExchangeType
 
 DELAYED_TYPE = "x-delayed-type"
 DELAY_HEADER = "x-delay"

@@ -1,7 +1,7 @@
 """The topology model: exchanges, queues, bindings and the events that change them.
 
 Everything here is immutable. Topology changes are events; the projection
-(:mod:`exchanges.projection`) is the only thing that applies them, both for live
+(:mod:`leveret.exchanges.projection`) is the only thing that applies them, both for live
 commands and for replay of the binding log at start-up.
 """
 
@@ -20,13 +20,13 @@ class ExchangeType(StrEnum):
     FANOUT = "fanout"
     TOPIC = "topic"
     HEADERS = "headers"
-    # The reverse topic exchange of the rabbitmq-rtopic-exchange plugin (exchanges.rtopic).
+    # The reverse topic exchange of the rabbitmq-rtopic-exchange plugin (leveret.exchanges.rtopic).
     RTOPIC = "x-rtopic"
     # The consistent-hash exchange of the rabbitmq_consistent_hash_exchange plugin
-    # (exchanges.chash).
+    # (leveret.exchanges.chash).
     CONSISTENT_HASH = "x-consistent-hash"
     # The delayed-message exchange of the rabbitmq-delayed-message-exchange plugin
-    # (exchanges.delayed): routes as its ``x-delayed-type``, later when a message asks.
+    # (leveret.exchanges.delayed): routes as its ``x-delayed-type``, later when a message asks.
     DELAYED = "x-delayed-message"
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from exchanges.model import EMPTY, Binding
-from exchanges.rtopic import ReverseTopicTrie
-from exchanges.trie import TopicTrie
+from leveret.exchanges.model import EMPTY, Binding
+from leveret.exchanges.rtopic import ReverseTopicTrie
+from leveret.exchanges.trie import TopicTrie
 
 
 class RouteCache(OrderedDict[str, frozenset[str]]):

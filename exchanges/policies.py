@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exchanges.projection import Projection
+from leveret.exchanges.projection import Projection
 
 APPLY_TO = ("queues", "exchanges", "all")
 # Operator policies are runtime parameters of this component in RabbitMQ (and so in its

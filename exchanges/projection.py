@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from exchanges.chash import ConsistentHashIndex, Ring
-from exchanges.delayed import underlying_type
-from exchanges.model import (
+from leveret.exchanges.chash import ConsistentHashIndex, Ring
+from leveret.exchanges.delayed import underlying_type
+from leveret.exchanges.model import (
     EMPTY,
     Binding,
     BindingAdded,
@@ -36,7 +36,7 @@ from exchanges.model import (
     XMatch,
     freeze,
 )
-from exchanges.patterns import RTopicIndex, TopicIndex
+from leveret.exchanges.patterns import RTopicIndex, TopicIndex
 
 DEFAULT_EXCHANGE = ""
 
@@ -220,7 +220,7 @@ class ExchangeIndex:
         self.alternate = exchange.alternate_exchange
         self.is_default = exchange.name == DEFAULT_EXCHANGE
         # x-delayed-message: indexed as the type it routes as; route() keeps back the
-        # messages that ask for a delay (exchanges.delayed).
+        # messages that ask for a delay (leveret.exchanges.delayed).
         self.delayed = exchange.type is ExchangeType.DELAYED
         kind = underlying_type(exchange.arguments) if self.delayed else exchange.type
         if not isinstance(kind, ExchangeType):  # refused at declare

@@ -16,7 +16,7 @@ shared by all types, once, as ``rabbit_exchange:route/3`` does:
 * the default exchange (``""``) routes to the queue named by each routing key, if it exists;
 * an ``x-delayed-message`` exchange keeps back a message that asks for a delay: it routes
   nowhere from there now (so its alternate exchange applies), and the caller learns which
-  exchanges keep it (``holds``) to route it from each of them later (exchanges.delayed).
+  exchanges keep it (``holds``) to route it from each of them later (leveret.exchanges.delayed).
 
 Nothing here does I/O or mutates the projection.
 """
@@ -28,16 +28,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from exchanges.chash import (
+from leveret.exchanges.chash import (
     ConsistentHashIndex,
     binding_problem,
     exchange_problem,
     route_consistent_hash,
 )
-from exchanges.delayed import DELAY_HEADER, delay_of
-from exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
-from exchanges.patterns import RTopicIndex, TopicIndex
-from exchanges.projection import (
+from leveret.exchanges.delayed import DELAY_HEADER, delay_of
+from leveret.exchanges.model import EMPTY, Exchange, ExchangeType, XMatch
+from leveret.exchanges.patterns import RTopicIndex, TopicIndex
+from leveret.exchanges.projection import (
     DirectIndex,
     ExchangeIndex,
     FanoutIndex,
@@ -235,8 +235,8 @@ def route(
     ``content`` (the raw content header) matters only to consistent-hash exchanges that
     hash a header or property; without it those see the message as having none.
     ``holds``, when given, gets the names of the ``x-delayed-message`` exchanges that keep
-    the message back (:func:`exchanges.delayed.delay_of` of ``headers`` is a delay); it
-    routes nowhere from those now. Raises :class:`exchanges.delayed.DelayCrashError` for an
+    the message back (:func:`leveret.exchanges.delayed.delay_of` of ``headers`` is a delay); it
+    routes nowhere from those now. Raises :class:`leveret.exchanges.delayed.DelayCrashError` for an
     ``x-delay`` the plugin crashes on, when a delayed exchange reads it.
 
     An unknown exchange reaches nothing (the broker checks existence first). The result is
@@ -318,8 +318,8 @@ def _walk(
 def validate_exchange(kind: ExchangeType, arguments: Mapping[str, Any]) -> str | None:
     """RabbitMQ's explanation when a new exchange's arguments are invalid for its type
     (the type module's ``validate/1``), else None. Only the consistent-hash type checks
-    (:func:`exchanges.chash.exchange_problem`); raises
-    :class:`exchanges.chash.ExchangeTypeCrashError` where RabbitMQ's type module crashes."""
+    (:func:`leveret.exchanges.chash.exchange_problem`); raises
+    :class:`leveret.exchanges.chash.ExchangeTypeCrashError` where RabbitMQ's type module crashes."""
     if kind is ExchangeType.CONSISTENT_HASH:
         return exchange_problem(arguments)
     return None
@@ -332,7 +332,7 @@ def validate_binding(
 
     Headers exchanges check ``x-match`` (``rabbit_exchange_type_headers:validate_binding/2``):
     a longstr naming one of the four modes, or absent. Consistent-hash exchanges check that
-    the binding key is a weight (:func:`exchanges.chash.binding_problem`).
+    the binding key is a weight (:func:`leveret.exchanges.chash.binding_problem`).
     """
     if exchange.type is ExchangeType.CONSISTENT_HASH:
         return binding_problem(routing_key, erlang_binary)

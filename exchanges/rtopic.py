@@ -2,7 +2,7 @@
 
 The exchange type comes from the ``rabbitmq-rtopic-exchange`` plugin (seed 003): a message
 is published with a *pattern* as its routing key and reaches every binding whose literal
-key the pattern matches. Words are those of the topic exchange (:mod:`exchanges.trie`):
+key the pattern matches. Words are those of the topic exchange (:mod:`leveret.exchanges.trie`):
 ``""`` is zero words, empty words are real words, ``*`` matches exactly one word (an empty
 one too), ``#`` matches zero or more words, and wildcards count only as whole words. In a
 binding key ``*`` and ``#`` are plain words.
@@ -30,7 +30,7 @@ three plans runs, chosen by estimates that cost a few dict lookups:
 The search visits each ``(node, pattern position)`` state at most once, so its cost is at
 most nodes x pattern length: never exponential, whatever the number of ``#``. What no index
 avoids is the output: ``a0.#`` over 100 bindings visits their 100 subtrees. Repeated
-patterns are answered by the route cache in front of the index (:mod:`exchanges.patterns`).
+patterns are answered by the route cache in front of the index (:mod:`leveret.exchanges.patterns`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from exchanges.trie import HASH, STAR, split_words
+from leveret.exchanges.trie import HASH, STAR, split_words
 
 D = TypeVar("D", bound=Hashable)
 
@@ -398,7 +398,7 @@ def _search(
     tied to depths, and after it each state has one predecessor chain). Otherwise (``memo``)
     states repeat, so the ``#`` states are memoised: every other state hangs off a ``#``
     state by a single chain, so this bounds the whole search by nodes x pattern length, as
-    in :class:`exchanges.trie.TopicTrie`.
+    in :class:`leveret.exchanges.trie.TopicTrie`.
     """
     n = len(words)
     last = n - 1

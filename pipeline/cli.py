@@ -2,7 +2,8 @@
 
 ``leveret analyze`` builds its sub-command from :func:`add_arguments` while ``leveret serve``
 must not pay for (or even have) PySpark, so this module imports only the standard library
-and :mod:`pipeline.topology`; :mod:`pipeline.job` is imported when the job actually runs.
+and :mod:`leveret.pipeline.topology`; :mod:`leveret.pipeline.job` is imported when the job
+actually runs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.topology import TopologySource
+from leveret.pipeline.topology import TopologySource
 
 
 @dataclass(frozen=True)

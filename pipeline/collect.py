@@ -16,8 +16,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from pipeline import report
-from pipeline.topology import Topology
+from leveret.pipeline import report
+from leveret.pipeline.topology import Topology
 
 EXCHANGE_COLUMNS = ["vhost", "exchange", "type", "messages", "bytes", "routed_messages"]
 EXCHANGE_COLUMNS += ["unroutable_messages", "unroutable_bytes", "deliveries"]
@@ -262,9 +262,9 @@ def build_report(
     notes = [f"topology: {n}" for n in current.notes]
     notes += [f"proposed: {n}" for n in proposed.notes] if proposed is not None else []
     notes.append(
-        "Routing uses exchanges.routing.route, the broker's own function; headers come from "
-        "the trace's JSON (bytes as text, decimals as numbers, timestamps as epoch seconds), so "
-        "headers-exchange bindings on decimal or timestamp values do not match them."
+        "Routing uses leveret.exchanges.routing.route, the broker's own function; headers come "
+        "from the trace's JSON (bytes as text, decimals as numbers, timestamps as epoch seconds), "
+        "so headers-exchange bindings on decimal or timestamp values do not match them."
     )
     return report.Report(
         title="Leveret traffic analysis",

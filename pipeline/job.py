@@ -3,7 +3,7 @@
 ::
 
     spark-submit pipeline/job.py --trace DIR --topology SOURCE [--proposed SOURCE] --out DIR
-    python -m pipeline.job       (same options; --master and --conf k=v pick the cluster)
+    python -m leveret.pipeline.job       (same options; --master and --conf k=v pick the cluster)
     leveret analyze ...          (the broker's CLI: also takes a Leveret data dir as SOURCE)
 
 SOURCE is ``leveret log dump`` output or a RabbitMQ ``definitions.json``. For a Leveret data
@@ -13,7 +13,7 @@ dir under ``spark-submit``, run ``leveret log dump --data-dir DIR > topology.jso
   its key index (schema version 2), only ``ts``, ``id``, ``size`` and ``mode`` of each line
   (:func:`extract_messages`) and the index (:func:`extract_index`); otherwise every field of
   every line (:func:`extract_trace`). Read the topology sources on the driver.
-* **Transform** (:mod:`pipeline.transforms`): aggregate by key and minute (the one pass over
+* **Transform** (:mod:`leveret.pipeline.transforms`): aggregate by key and minute (the one pass over
   the trace) while, on a second driver thread, the indexed keys are routed once each with the
   broker's route function; join the counts back, build the reports.
 * **Load** (:func:`table_writers`, :func:`write_report`): Parquet tables under ``OUT/``, plus
@@ -50,12 +50,12 @@ from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from pipeline import collect, transforms
-from pipeline import report as html_report
-from pipeline.cli import JobOptions, add_arguments, options_from_args
-from pipeline.progress import Progress
-from pipeline.schema import KEYS_SCHEMA, MESSAGE_SCHEMA, SUPPORTED_VERSIONS, TRACE_SCHEMA
-from pipeline.topology import SourceError, Topology, load
+from leveret.pipeline import collect, transforms
+from leveret.pipeline import report as html_report
+from leveret.pipeline.cli import JobOptions, add_arguments, options_from_args
+from leveret.pipeline.progress import Progress
+from leveret.pipeline.schema import KEYS_SCHEMA, MESSAGE_SCHEMA, SUPPORTED_VERSIONS, TRACE_SCHEMA
+from leveret.pipeline.topology import SourceError, Topology, load
 
 log = logging.getLogger("leveret.pipeline")
 
@@ -86,8 +86,8 @@ def run_args(
 ) -> int:
     """Run from parsed arguments and return an exit status (for ``leveret analyze``).
 
-    ``topology``/``proposed``: dump objects (``storage.records.event_to_json``) to use instead
-    of reading ``args.topology``/``args.proposed`` as files.
+    ``topology``/``proposed``: dump objects (``leveret.storage.records.event_to_json``) to use
+    instead of reading ``args.topology``/``args.proposed`` as files.
     """
     _configure_logging()
     try:
@@ -100,7 +100,7 @@ def run_args(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit pipeline/job.py ...`` / ``python -m pipeline.job ...``."""
+    """``spark-submit pipeline/job.py ...`` / ``python -m leveret.pipeline.job ...``."""
     return run_args(build_parser().parse_args(argv))
 
 
@@ -194,20 +194,24 @@ _SHIPPED: weakref.WeakSet[SparkContext] = weakref.WeakSet()
 
 
 def ship_packages(sc: SparkContext) -> None:
-    """Send the ``pipeline`` and ``exchanges`` sources to the executors (once per context).
+    """Send the ``leveret.pipeline`` and ``leveret.exchanges`` sources to the executors (once
+    per context), with the namespace's ``__init__`` that importing them runs first.
 
     Executors unpickle the routing closure, which imports both packages; on a cluster (or
     under ``spark-submit`` from another directory) they are not installed there.
     """
     if sc in _SHIPPED:
         return
-    import exchanges
-    import pipeline
+    import leveret
+    import leveret.exchanges
+    import leveret.pipeline
 
-    sources = []
-    for package in (exchanges, pipeline):
+    init = Path(leveret.__file__ or "")
+    sources = [(init, Path("leveret", init.name))]
+    for package in (leveret.exchanges, leveret.pipeline):
         root = Path(package.__file__ or "").parent
-        sources += [(source, source.relative_to(root.parent)) for source in root.rglob("*.py")]
+        prefix = Path(*package.__name__.split("."))
+        sources += [(source, prefix / source.relative_to(root)) for source in root.rglob("*.py")]
     sources.sort(key=lambda pair: str(pair[1]))
     digest = hashlib.sha256()
     for source, name in sources:
@@ -313,7 +317,7 @@ class Pass:
 
     counts: DataFrame  # schema_version, id, minute, messages, bytes, persistent
     keys: DataFrame  # id, vhost, exchange, routing_key, headers, recorded
-    routes: DataFrame  # pipeline.schema.ROUTE_SCHEMA, one row per distinct key
+    routes: DataFrame  # leveret.pipeline.schema.ROUTE_SCHEMA, one row per distinct key
     messages: int
     groups: int
     key_count: int
@@ -447,7 +451,9 @@ class _Job:
             messages, groups = _check_versions(transforms.versions(counts).collect())
             keys = self.keep(keys)
             done.append(f"{messages:,} messages in {groups:,} key-minute groups (every field)")
-        with self.progress.stage("route each distinct key with exchanges.routing.route") as done:
+        with self.progress.stage(
+            "route each distinct key with leveret.exchanges.routing.route"
+        ) as done:
             routes, key_count = self.route(keys, done)
         return Pass(counts, keys, routes, messages, groups, key_count)
 

@@ -3,7 +3,7 @@
 Charts are drawn with matplotlib's object API (no pyplot, no display needed) into PNGs that
 are embedded as ``data:`` URIs, and the style sheet is inline, so the report is a single
 file that can be mailed or attached to a ticket. Inputs are plain Python rows, already
-collected from Spark and cut to a readable size by :mod:`pipeline.collect`.
+collected from Spark and cut to a readable size by :mod:`leveret.pipeline.collect`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 This is what every Spark partition of distinct keys runs (:func:`route_partition`): it builds
 a :class:`Router` once from the broadcast :class:`~pipeline.topology.Topology` (one
 :class:`~exchanges.projection.Projection` per vhost, by applying the topology events), then
-calls :func:`exchanges.routing.route` for each key, so the answers are the broker's.
+calls :func:`leveret.exchanges.routing.route` for each key, so the answers are the broker's.
 
 Per-binding attribution ("which bindings did this message match?") reuses the same route
 function on an *attribution projection*: the same exchanges, and for every binding ``b`` a
@@ -23,8 +23,8 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from exchanges.delayed import DelayCrashError
-from exchanges.model import (
+from leveret.exchanges.delayed import DelayCrashError
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -32,9 +32,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from exchanges.routing import route
-from pipeline.topology import Topology, empty_projection, numbered_bindings
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
+from leveret.pipeline.topology import Topology, empty_projection, numbered_bindings
 
 BINDING_PREFIX = "\x00binding:"
 
@@ -114,7 +114,8 @@ class Router:
         return exchange in self.projection(vhost).exchanges
 
     def route(self, vhost: str, exchange: str, routing_key: str, headers: Headers) -> list[str]:
-        """Queues reached, sorted: :func:`exchanges.routing.route` on the vhost's projection.
+        """Queues reached, sorted: :func:`leveret.exchanges.routing.route` on the vhost's
+        projection.
 
         A message a delayed exchange keeps back reaches nothing from there, as the broker
         records it at publish time; one whose ``x-delay`` the plugin crashes on reaches
@@ -151,7 +152,7 @@ def route_partition(
 
     Yields ``(vhost, exchange, routing_key, headers, queues, exchange_exists, bindings,
     proposed_queues, proposed_exchange_exists, error)`` (the ``ROUTE_SCHEMA`` of
-    :mod:`pipeline.schema`); the proposed columns are None without a proposed topology, and
+    :mod:`leveret.pipeline.schema`); the proposed columns are None without a proposed topology, and
     ``bindings`` is None without attribution.
     """
     router = Router(current, bindings=bindings)

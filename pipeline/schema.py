@@ -2,10 +2,10 @@
 
 Traces are read with :data:`TRACE_SCHEMA`, never with schema inference (inference scans the
 data once more and guesses differently per file). ``headers`` is read as a *string*: for an
-object, Spark keeps its raw JSON text, which :func:`pipeline.router.parse_headers` turns
+object, Spark keeps its raw JSON text, which :func:`leveret.pipeline.router.parse_headers` turns
 back into a table with JSON's types (ints stay ints, floats floats, booleans booleans), so
 headers-exchange matching sees the values the broker saw, as far as the trace keeps them
-(``broker/trace.py`` writes them as the management API shows them, ``broker.fieldtable.amqp_json``:
+(``broker/trace.py`` writes them as the management API shows them, ``leveret.fieldtable.amqp_json``:
 bytes as text, decimals as numbers, timestamps as epoch seconds).
 """
 
@@ -74,7 +74,7 @@ TRACE_SCHEMA = StructType(
 # The routing key of a message, as far as routing is concerned.
 KEY_COLUMNS = ("vhost", "exchange", "routing_key", "headers")
 
-# What pipeline.router.route_partition yields for each distinct key.
+# What leveret.pipeline.router.route_partition yields for each distinct key.
 ROUTE_SCHEMA = StructType(
     [
         StructField("vhost", StringType(), False),

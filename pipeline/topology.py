@@ -3,7 +3,7 @@
 A topology is what the broker routes with: exchanges, queues and bindings per vhost. The
 pipeline reads it from:
 
-* ``leveret log dump`` output: JSON lines as written by ``storage.records.event_to_json``,
+* ``leveret log dump`` output: JSON lines as written by ``leveret.storage.records.event_to_json``,
   one event per line (``{"event": "binding.added", "vhost": "/", "source": ...}``), replayed
   in order, deletions included;
 * a RabbitMQ ``definitions.json`` export (``exchanges``, ``queues``, ``bindings`` and
@@ -14,11 +14,11 @@ pipeline reads it from:
   beside it.
 
 Policies matter to routing through one key, ``alternate-exchange``: the projections give
-every exchange the alternate exchange its policy sets (:mod:`exchanges.policies`, the
+every exchange the alternate exchange its policy sets (:mod:`leveret.exchanges.policies`, the
 broker's rules; an exchange's own argument wins).
 
 Either way the result is a :class:`Topology`: ``(vhost, event)`` pairs of
-:mod:`exchanges.model` events that :meth:`Topology.projections` applies to a fresh
+:mod:`leveret.exchanges.model` events that :meth:`Topology.projections` applies to a fresh
 :class:`~exchanges.projection.Projection` per vhost, after the exchanges every broker vhost
 predeclares (``""``, ``amq.direct``, ... , which neither source has to list).
 
@@ -40,9 +40,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from exchanges.chash import hash_on
-from exchanges.delayed import underlying_type
-from exchanges.model import (
+from leveret.exchanges.chash import hash_on
+from leveret.exchanges.delayed import underlying_type
+from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
     BindingAdded,
@@ -57,9 +57,9 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.policies import Policy, PolicyError, apply_alternates
-from exchanges.policies import parse as parse_policy
-from exchanges.projection import Projection
+from leveret.exchanges.policies import Policy, PolicyError, apply_alternates
+from leveret.exchanges.policies import parse as parse_policy
+from leveret.exchanges.projection import Projection
 
 DEFAULT_VHOST = "/"
 
@@ -184,7 +184,8 @@ def empty_projection() -> Projection:
 
 
 def value_from_json(value: Any) -> Any:
-    """The field value of a dump's plain-JSON view (inverse of ``storage.records.value_to_json``).
+    """The field value of a dump's plain-JSON view (inverse of
+    ``leveret.storage.records.value_to_json``).
 
     ``{"$bytes": b64}`` -> bytes, ``{"$decimal": s}`` -> Decimal, ``{"$datetime": iso}`` ->
     datetime, ``{"$float": "nan"}`` -> float; other objects are tables, lists are arrays.

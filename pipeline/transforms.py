@@ -1,6 +1,6 @@
 """The job's transforms: pure ``DataFrame -> DataFrame`` functions, testable one by one.
 
-The data flow (see :mod:`pipeline.job` for the order in which they run)::
+The data flow (see :mod:`leveret.pipeline.job` for the order in which they run)::
 
     message lines ──aggregate_indexed──> counts ──────────────┬── key_totals ──┐
      (v2: ts, id, size, mode)   (key id, minute)               │    (key)       │
@@ -32,9 +32,15 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from pipeline.router import KeyRow, route_partition
-from pipeline.schema import BINDING_SCHEMA, EXCHANGE_SCHEMA, KEY_COLUMNS, QUEUE_SCHEMA, ROUTE_SCHEMA
-from pipeline.topology import DEFAULT_VHOST, Topology
+from leveret.pipeline.router import KeyRow, route_partition
+from leveret.pipeline.schema import (
+    BINDING_SCHEMA,
+    EXCHANGE_SCHEMA,
+    KEY_COLUMNS,
+    QUEUE_SCHEMA,
+    ROUTE_SCHEMA,
+)
+from leveret.pipeline.topology import DEFAULT_VHOST, Topology
 
 KEY = list(KEY_COLUMNS)
 
@@ -208,9 +214,9 @@ def route_keys(
     bindings: bool = True,
     partitions: int | None = None,
 ) -> DataFrame:
-    """Route each distinct key with ``exchanges.routing.route`` (``ROUTE_SCHEMA`` rows).
+    """Route each distinct key with ``leveret.exchanges.routing.route`` (``ROUTE_SCHEMA`` rows).
 
-    Runs :func:`pipeline.router.route_partition` with ``mapPartitions``: every partition
+    Runs :func:`leveret.pipeline.router.route_partition` with ``mapPartitions``: every partition
     builds its routers once from the broadcast topologies.
     """
     spark = keys.sparkSession

@@ -6,17 +6,22 @@ Suggested layout of the data directory::
     DATA/definitions.log   DefinitionLog: durable topology, one fsynced record per change
     DATA/msgs/             MessageStore: msgs.N segments and their acks.N mark files
 
-Formats are documented at the top of :mod:`storage.log`, :mod:`storage.records` and
-:mod:`storage.segments`.
+Formats are documented at the top of :mod:`leveret.storage.log`, :mod:`leveret.storage.records` and
+:mod:`leveret.storage.segments`.
 """
 
-from storage.errors import CorruptRecordError, LogFormatError, StorageError, StoreClosedError
-from storage.live import live_events
-from storage.log import DefinitionLog
-from storage.logtools import LogReport, check, read_log
-from storage.messages import CompactResult, MessageStore, StoreStats
-from storage.records import event_to_json
-from storage.segments import QueueKey, StoredMessage
+from leveret.storage.errors import (
+    CorruptRecordError,
+    LogFormatError,
+    StorageError,
+    StoreClosedError,
+)
+from leveret.storage.live import live_events
+from leveret.storage.log import DefinitionLog
+from leveret.storage.logtools import LogReport, check, read_log
+from leveret.storage.messages import CompactResult, MessageStore, StoreStats
+from leveret.storage.records import event_to_json
+from leveret.storage.segments import QueueKey, StoredMessage
 
 __all__ = [
     "CompactResult",

@@ -1,4 +1,5 @@
-"""Storage benchmarks: ``python -m storage.bench [--messages N] [--body BYTES] [--dir DIR]``.
+"""Storage benchmarks:
+``python -m leveret.storage.bench [--messages N] [--body BYTES] [--dir DIR]``.
 
 Kept out of the unit tests (a million messages take a while). Measures, on the file system of
 ``--dir`` (default: a temp directory):
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -33,9 +34,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from storage.log import DefinitionLog
-from storage.messages import MessageStore
+from leveret.exchanges.projection import Projection
+from leveret.storage.log import DefinitionLog
+from leveret.storage.messages import MessageStore
 
 HEADER = bytes(14)  # a content header payload: class, weight, body size, no properties
 QUEUES = [("/", f"bench-{i}") for i in range(10)]
@@ -174,7 +175,7 @@ def definitions(directory: Path, bindings: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmarks and print one line per measure (or JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m storage.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m leveret.storage.bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--bindings", type=int, default=100_000)

@@ -1,7 +1,7 @@
 """What the definitions log still needs to say: the live entities behind a stream of events.
 
 :class:`LiveState` folds ``(vhost, event)`` pairs into the exchanges, queues and bindings that
-survive them, with the same rules as :meth:`exchanges.projection.Projection.apply`, but with
+survive them, with the same rules as :meth:`leveret.exchanges.projection.Projection.apply`, but with
 plain dicts only (no routing indexes), so the log can track it on every append for almost
 nothing. :meth:`LiveState.events` is then the shortest event list with the same effect,
 which is what compaction writes.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,

@@ -6,7 +6,7 @@ Every change to durable topology is one ``(vhost, event)`` record appended to a 
 (``DATA/definitions.log``) and fsynced before :meth:`DefinitionLog.append` returns, so the
 broker may send its ``*-Ok`` right after. Start-up replays the records through the same
 ``Projection.apply`` that live commands use. Deletes are records too, so dead records pile up;
-compaction rewrites the file with only the live definitions (:mod:`storage.live`).
+compaction rewrites the file with only the live definitions (:mod:`leveret.storage.live`).
 
 File layout (integers big-endian)::
 
@@ -14,7 +14,7 @@ File layout (integers big-endian)::
     offset 12  record   u32 length | u32 crc32(payload) | payload                8 + length
                record   ...
 
-The payload is opaque here; :mod:`storage.records` owns it (it starts with its own version
+The payload is opaque here; :mod:`leveret.storage.records` owns it (it starts with its own version
 byte). ``length`` is at most :data:`MAX_RECORD`, never 0.
 
 Opening (:meth:`DefinitionLog.open`):
@@ -22,7 +22,7 @@ Opening (:meth:`DefinitionLog.open`):
 * no file: one is created atomically (header only);
 * an empty file or a partial header (a crash while creating it): recreated, with a warning;
 * another magic, or a format version above :data:`FORMAT_VERSION`, or a record whose payload
-  version is newer than :data:`storage.records.RECORD_VERSION`: :class:`LogFormatError` and
+  version is newer than :data:`leveret.storage.records.RECORD_VERSION`: :class:`LogFormatError` and
   the file is left untouched. A downgrade must stop the broker, not lose definitions;
 * the records are scanned from the header on. Scanning stops at the first record that is
   incomplete (a torn write), has an impossible length, or fails its CRC, and the file is
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from exchanges.model import Event, ExchangeDeclared, QueueDeclared
-from storage.errors import CorruptRecordError, LogFormatError, StoreClosedError
-from storage.files import (
+from leveret.exchanges.model import Event, ExchangeDeclared, QueueDeclared
+from leveret.storage.errors import CorruptRecordError, LogFormatError, StoreClosedError
+from leveret.storage.files import (
     create_atomically,
     datasync,
     fsync_dir,
@@ -67,8 +67,8 @@ from storage.files import (
     truncate_tail,
     write_all,
 )
-from storage.live import LiveState
-from storage.records import decode, decode_many, encode
+from leveret.storage.live import LiveState
+from leveret.storage.records import decode, decode_many, encode
 
 log = logging.getLogger("leveret.storage")
 

@@ -1,7 +1,7 @@
 """Read-only tools over a definitions log: ``leveret log dump`` and ``leveret log check``.
 
 Neither repairs anything (the broker may be running and appending): they read the file with
-the framing and decoding of :mod:`storage.log` and report what :meth:`DefinitionLog.open`
+the framing and decoding of :mod:`leveret.storage.log` and report what :meth:`DefinitionLog.open`
 would do with it.
 """
 
@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.errors import CorruptRecordError, LogFormatError
-from storage.live import LiveState
-from storage.log import Record, check_header, decode_all, scan_frames
-from storage.records import decode
+from leveret.storage.errors import CorruptRecordError, LogFormatError
+from leveret.storage.live import LiveState
+from leveret.storage.log import Record, check_header, decode_all, scan_frames
+from leveret.storage.records import decode
 
 log = logging.getLogger("leveret.storage")
 

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The file format is in :mod:`storage.segments`. The store keeps in memory only what it needs
+The file format is in :mod:`leveret.storage.segments`. The store keeps in memory only what it needs
 to account for liveness: for each queue, ``msg_id -> segment number << 1 | delivered bit``
 of its unacked messages, and per segment the counts of records and live messages. The
 messages themselves live in the broker's queues; the store hands them back once, at start-up
@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from storage.errors import StoreClosedError
-from storage.files import datasync, fsync_dir, gc_paused, write_all
-from storage.segments import (
+from leveret.storage.errors import StoreClosedError
+from leveret.storage.files import datasync, fsync_dir, gc_paused, write_all
+from leveret.storage.segments import (
     ACKED,
     DELIVERED,
     HEADER_LEN,

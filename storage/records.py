@@ -1,6 +1,6 @@
 """Record payloads of the definitions log: ``(vhost, event)`` <-> bytes.
 
-This module is the only place that knows the payload format; :mod:`storage.log` frames the
+This module is the only place that knows the payload format; :mod:`leveret.storage.log` frames the
 payloads and never looks inside them.
 
 Payload layout (version 1)::
@@ -42,7 +42,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Arguments,
     Binding,
     BindingAdded,
@@ -57,7 +57,7 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.errors import CorruptRecordError, LogFormatError
+from leveret.storage.errors import CorruptRecordError, LogFormatError
 
 RECORD_VERSION = 1
 

@@ -52,8 +52,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.errors import LogFormatError
-from storage.files import create_atomically, truncate_tail
+from leveret.storage.errors import LogFormatError
+from leveret.storage.files import create_atomically, truncate_tail
 
 log = logging.getLogger("leveret.storage")
 

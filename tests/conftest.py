@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.config import Config
-from broker.inspect import BrokerThread
+from leveret.config import Config
+from leveret.inspect import BrokerThread
 
 # ``from tests.conftest import BrokerThread`` keeps working: the class now lives in
 # broker/inspect.py, shared with the pytest plugin (broker/testing.py).

@@ -1,4 +1,4 @@
-"""The command line: ``leveret serve`` / ``python -m broker serve`` in a real subprocess,
+"""The command line: ``leveret serve`` / ``python -m leveret serve`` in a real subprocess,
 graceful shutdown on SIGTERM and SIGINT (Connection.Close 320 to clients, exit 0)."""
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], within: float = 15.
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
-    """``python -m broker serve`` in an empty working directory, without --data-dir."""
+    """``python -m leveret serve`` in an empty working directory, without --data-dir."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "broker",
+            "leveret",
             "serve",
             "--port",
             str(port),
@@ -96,7 +96,7 @@ def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "broker", "serve", "--port", str(port), "--data-dir", "data"],
+            [sys.executable, "-m", "leveret", "serve", "--port", str(port), "--data-dir", "data"],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
             capture_output=True,

@@ -12,10 +12,10 @@ import aio_pika
 import pytest
 from pamqp import commands, frame
 
-from broker import codec
-from broker.config import Config
-from broker.connection import Connection
-from broker.server import Server
+from leveret import codec
+from leveret.config import Config
+from leveret.connection import Connection
+from leveret.server import Server
 
 
 class FakeTransport(asyncio.Transport):

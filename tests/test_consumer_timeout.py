@@ -27,10 +27,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker.cli import build_parser, config_from
-from broker.config import CONSUMER_TIMEOUT, Config
-from broker.inspect import BrokerThread
-from broker.settings import resolve
+from leveret.cli import build_parser, config_from
+from leveret.config import CONSUMER_TIMEOUT, Config
+from leveret.inspect import BrokerThread
+from leveret.settings import resolve
 from tests.integration.helpers import Http, unique
 
 pytestmark = pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""Crash tests: SIGKILL a ``python -m broker serve --data-dir`` subprocess at a random moment,
+"""Crash tests: SIGKILL a ``python -m leveret serve --data-dir`` subprocess at a random moment,
 restart it on the same directory, and check that nothing the broker confirmed is lost.
 
 The scenarios live in ``bench/crash_test.py`` (which runs them many times, as a benchmark);

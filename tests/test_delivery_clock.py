@@ -1,9 +1,9 @@
-"""broker.acktimeout.DeliveryClock: when a channel's oldest unacked delivery went out, as
+"""leveret.acktimeout.DeliveryClock: when a channel's oldest unacked delivery went out, as
 the consumer timeout reads it (never earlier than it did, at most one check late)."""
 
 from __future__ import annotations
 
-from broker.acktimeout import DeliveryClock
+from leveret.acktimeout import DeliveryClock
 
 
 def test_a_delivery_is_dated_by_the_first_check_after_it() -> None:

@@ -23,7 +23,7 @@ def exec_form(instruction: str) -> list[str]:
 
 def serve_help() -> str:
     return subprocess.run(
-        [sys.executable, "-m", "broker", "serve", "--help"],
+        [sys.executable, "-m", "leveret", "serve", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -38,7 +38,7 @@ def test_cmd_runs_leveret_serve_with_existing_flags() -> None:
     for flag in (arg for arg in cmd[2:] if arg.startswith("--")):
         assert flag in help_text, flag
     # The console script the CMD names is declared by the package.
-    assert 'leveret = "broker.cli:main"' in (ROOT / "pyproject.toml").read_text()
+    assert 'leveret = "leveret.cli:main"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_ports_volume_user_and_healthcheck() -> None:

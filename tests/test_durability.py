@@ -36,7 +36,7 @@ import pytest
 from aio_pika import DeliveryMode, ExchangeType, Message
 from aiormq.exceptions import ChannelNotFoundEntity, ChannelPreconditionFailed
 
-from broker.config import Config
+from leveret.config import Config
 from tests.conftest import BrokerThread
 
 REPO = Path(__file__).resolve().parents[1]
@@ -510,7 +510,7 @@ def test_tx_commit_of_persistent_messages_survives_restart(node: Node) -> None:
 
 def leveret_log(command: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker", "log", command, "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "leveret", "log", command, "--data-dir", str(data_dir)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,

@@ -43,21 +43,45 @@ FORBIDDEN: dict[str, set[str]] = {
 }
 
 # pipeline -> exchanges only, plus Spark (and py4j under it) and matplotlib for the charts.
-PIPELINE_ALLOWED = {"__future__", "pipeline", "exchanges", "pyspark", "py4j", "matplotlib"}
+PIPELINE_ALLOWED = {
+    "__future__",
+    "leveret",
+    "pipeline",
+    "exchanges",
+    "pyspark",
+    "py4j",
+    "matplotlib",
+}
+
+
+# Installed, the folders are one namespace (pyproject's package-dir): ``broker/`` is ``leveret``
+# itself, the others its subpackages. The rules speak of folders, so names map back to them.
+FOLDERS = {"exchanges", "storage", "pipeline"}
+
+
+def layer(module: str) -> str:
+    """The repository folder (or third-party top-level name) that ``module`` lives in."""
+    parts = module.split(".")
+    if parts[0] != "leveret" or len(parts) == 1:
+        return parts[0]  # ``leveret`` alone: the namespace's door, a version string
+    return parts[1] if len(parts) > 1 and parts[1] in FOLDERS else "broker"
 
 
 def imported_modules(path: Path, package: str) -> set[str]:
-    """Top-level names of every module that ``path`` imports, relative imports resolved."""
+    """Layers of every module that ``path`` imports (see :func:`layer`), relative imports
+    resolved."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(layer(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: stays inside the package
                 found.add(package)
+            elif node.module == "leveret":  # ``from leveret import cli``: the names are modules
+                found.update(layer(f"leveret.{alias.name}") for alias in node.names)
             elif node.module:
-                found.add(node.module.split(".")[0])
+                found.add(layer(node.module))
         elif (
             isinstance(node, ast.Call)
             and node.args
@@ -68,7 +92,7 @@ def imported_modules(path: Path, package: str) -> set[str]:
                 or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
             )
         ):
-            found.add(node.args[0].value.split(".")[0])
+            found.add(layer(node.args[0].value))
     return found
 
 
@@ -121,3 +145,36 @@ def test_the_checker_sees_every_import_form(tmp_path: Path) -> None:
         "asyncio",
         "socket",
     }
+
+
+def test_the_checker_maps_the_namespace_to_folders(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import leveret.exchanges.routing\nfrom leveret.storage import log\n"
+        "from leveret import cli, exchanges\nimport leveret\n"
+    )
+    assert imported_modules(probe, "pipeline") == {"exchanges", "storage", "broker", "leveret"}
+
+
+@pytest.mark.parametrize("folder", ["broker", "exchanges", "storage", "pipeline", "tests", "bench"])
+def test_nothing_imports_the_folders_by_their_own_names(folder: str) -> None:
+    """Installed, only ``leveret`` exists: ``import broker`` works in a checkout and nowhere
+    else, so every import goes through the namespace."""
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for name in _raw_top_names(path)
+        if name in {"broker", "exchanges", "storage", "pipeline"}
+    ]
+    assert offences == []
+
+
+def _raw_top_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names

@@ -19,7 +19,7 @@ def test_load_definitions_at_start_up(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "broker",
+            "leveret",
             "serve",
             "--port",
             str(port),

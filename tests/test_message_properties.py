@@ -1,6 +1,6 @@
 """Encoded message properties: decoding and encoding them apart from a message, reading
 the headers table and delivery mode from raw bytes, and the cache keyed by them
-(broker.message)."""
+(leveret.message)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pamqp import commands, decode
 
-from broker.fieldtable import marshal_content_header
-from broker.message import (
+from leveret.fieldtable import marshal_content_header
+from leveret.message import (
     CACHED_PROPERTIES_MAX,
     Message,
     cached_by_properties,

@@ -15,20 +15,20 @@ from typing import Any
 import pika
 import pytest
 
-from broker.cli import dump_objects
-from broker.config import Config
-from broker.management.definitions import (
-    DefinitionsError,
-    export_definitions,
-    load_definitions,
-)
-from exchanges.policies import (
+from leveret.cli import dump_objects
+from leveret.config import Config
+from leveret.exchanges.policies import (
     PolicyError,
     effective_definition,
     erl_term,
     match,
     parse,
     queue_arguments,
+)
+from leveret.management.definitions import (
+    DefinitionsError,
+    export_definitions,
+    load_definitions,
 )
 from tests.conftest import BrokerThread
 

@@ -13,10 +13,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker.auth import hash_password
-from broker.cli import build_parser, config_from
-from broker.config import Config
-from broker.settings import resolve
+from leveret.auth import hash_password
+from leveret.cli import build_parser, config_from
+from leveret.config import Config
+from leveret.settings import resolve
 from tests.conftest import BrokerThread
 
 

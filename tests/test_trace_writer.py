@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pamqp import commands, header
 
-from broker.trace import ID_BITS, TraceWriter, key_fragment, key_id
+from leveret.trace import ID_BITS, TraceWriter, key_fragment, key_id
 
 
 def raw_header(body_size: int, **properties: object) -> bytes:
@@ -102,7 +102,7 @@ def test_a_file_rolls_when_its_index_is_full(tmp_path: Path) -> None:
 
 
 def test_headers_read_as_the_management_api_shows_them(tmp_path: Path) -> None:
-    """Timestamps as seconds, decimals as numbers (broker.fieldtable.amqp_json)."""
+    """Timestamps as seconds, decimals as numbers (leveret.fieldtable.amqp_json)."""
     when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     writer = TraceWriter(tmp_path, flush_interval=0.01)
     headers = {"when": when, "price": decimal.Decimal("1.25"), "n": [1, "a"]}

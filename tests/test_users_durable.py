@@ -9,9 +9,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker.auth import Permission, TopicPermission
-from broker.config import Config
-from exchanges.policies import parse as parse_policy
+from leveret.auth import Permission, TopicPermission
+from leveret.config import Config
+from leveret.exchanges.policies import parse as parse_policy
 from tests.conftest import BrokerThread
 
 

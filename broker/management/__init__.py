@@ -26,7 +26,7 @@ Usage, on the broker's event loop::
 
 from typing import TYPE_CHECKING, Any
 
-from broker.management.definitions import (
+from leveret.management.definitions import (
     DefinitionsError,
     export_definitions,
     load_definitions,
@@ -34,7 +34,7 @@ from broker.management.definitions import (
 )
 
 if TYPE_CHECKING:
-    from broker.management.app import ManagementHandle, build_app, start_management
+    from leveret.management.app import ManagementHandle, build_app, start_management
 
 _LAZY = {"ManagementHandle", "build_app", "start_management"}
 
@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
     # The HTTP server (and aiohttp) is imported only when asked for, so loading
     # definitions at start-up costs no aiohttp import.
     if name in _LAZY:
-        from broker.management import app
+        from leveret.management import app
 
         return getattr(app, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

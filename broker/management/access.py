@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.auth import User, is_loopback
-from broker.management.errors import not_authenticated, not_authorised
+from leveret.auth import User, is_loopback
+from leveret.management.errors import not_authenticated, not_authorised
 
 if TYPE_CHECKING:
-    from broker.server import Server
-    from broker.vhost import VHost
+    from leveret.server import Server
+    from leveret.vhost import VHost
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 # Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).

@@ -13,19 +13,19 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.auth import Permission, invalid_regexp
-from broker.management.access import require_admin
-from broker.management.api import server_of, vhost_of
-from broker.management.definitions import (
+from leveret.auth import Permission, invalid_regexp
+from leveret.management.access import require_admin
+from leveret.management.api import server_of, vhost_of
+from leveret.management.definitions import (
     DefinitionsError,
     export_definitions,
     load_definitions,
 )
-from broker.management.errors import bad_request, not_found
-from broker.management.messages import mandatory
-from broker.management.query import json_response, read_json
-from broker.management.state import state_of
-from broker.management.views import HASHING_ALGORITHM
+from leveret.management.errors import bad_request, not_found
+from leveret.management.messages import mandatory
+from leveret.management.query import json_response, read_json
+from leveret.management.state import state_of
+from leveret.management.views import HASHING_ALGORITHM
 
 routes = web.RouteTableDef()
 

@@ -2,8 +2,8 @@
 (rabbit_mgmt_wm_overview, _nodes, _health_check_alarms, _vhosts, _users, _permissions in
 deps/rabbitmq_management/src), and the request helpers the other handler modules share.
 
-Connections, channels and consumers are in :mod:`broker.management.clients`; exchanges,
-queues and bindings in :mod:`broker.management.topology`.
+Connections, channels and consumers are in :mod:`leveret.management.clients`; exchanges,
+queues and bindings in :mod:`leveret.management.topology`.
 """
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.management import views
-from broker.management.access import (
+from leveret.exchanges.model import ExchangeType
+from leveret.management import views
+from leveret.management.access import (
     SERVER_KEY,
     current_user,
     require_admin,
     require_vhost,
     visible_vhosts,
 )
-from broker.management.errors import ApiError, not_found
-from broker.management.query import json_response, reply_list
-from broker.management.state import state_of
-from broker.management.stats import GAUGES
-from exchanges.model import ExchangeType
+from leveret.management.errors import ApiError, not_found
+from leveret.management.query import json_response, reply_list
+from leveret.management.state import state_of
+from leveret.management.stats import GAUGES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from broker.server import Server
-    from broker.vhost import VHost
+    from leveret.server import Server
+    from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
 

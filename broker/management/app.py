@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.errors import AMQPError
-from broker.management import (
+from leveret.errors import AMQPError
+from leveret.management import (
     actions,
     api,
     clients,
@@ -29,16 +29,16 @@ from broker.management import (
     topology,
     trace,
 )
-from broker.management.access import SERVER_KEY, USER_KEY, authenticate
-from broker.management.errors import ApiError, from_amqp, not_found
-from broker.management.query import COLUMNS_PICKED, JSON_DATA, pick_columns
-from broker.management.state import state_of
-from broker.management.stats import INTERVAL
+from leveret.management.access import SERVER_KEY, USER_KEY, authenticate
+from leveret.management.errors import ApiError, from_amqp, not_found
+from leveret.management.query import COLUMNS_PICKED, JSON_DATA, pick_columns
+from leveret.management.state import state_of
+from leveret.management.stats import INTERVAL
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from broker.server import Server
+    from leveret.server import Server
 
 log = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.management import views
-from broker.management.access import current_user, sees_user
-from broker.management.api import scoped_vhosts, server_of, vhost_of
-from broker.management.errors import not_authorised, not_found
-from broker.management.query import json_response, reply_list
+from leveret.management import views
+from leveret.management.access import current_user, sees_user
+from leveret.management.api import scoped_vhosts, server_of, vhost_of
+from leveret.management.errors import not_authorised, not_found
+from leveret.management.query import json_response, reply_list
 
 if TYPE_CHECKING:
-    from broker.channel import Channel
-    from broker.connection import Connection
+    from leveret.channel import Channel
+    from leveret.connection import Connection
 
 routes = web.RouteTableDef()
 
@@ -37,7 +37,7 @@ def visible_connections(request: web.Request) -> list[Connection]:
 
 def connection_state(conn: Connection) -> str:
     """RabbitMQ's connection state: ``blocked`` under the memory alarm, else running."""
-    from broker.connection import STATE_NAMES
+    from leveret.connection import STATE_NAMES
 
     return "blocked" if conn.blocked else STATE_NAMES.get(conn.state, "running")
 

@@ -25,20 +25,20 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.arguments import queue_type
-from broker.auth import Permission, TopicPermission, invalid_regexp
-from broker.errors import AMQPError
-from broker.fieldtable import amqp_json
-from broker.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
-from broker.management import ops, views
-from broker.management.errors import ApiError
-from broker.management.state import state_of
-from exchanges.model import DestKind
-from exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
-from exchanges.policies import parse as parse_policy
+from leveret.arguments import queue_type
+from leveret.auth import Permission, TopicPermission, invalid_regexp
+from leveret.errors import AMQPError
+from leveret.exchanges.model import DestKind
+from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
+from leveret.exchanges.policies import parse as parse_policy
+from leveret.fieldtable import amqp_json
+from leveret.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
+from leveret.management import ops, views
+from leveret.management.errors import ApiError
+from leveret.management.state import state_of
 
 if TYPE_CHECKING:
-    from broker.server import Server
+    from leveret.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def _add_topic_permission(server: Server, item: dict[str, Any]) -> None:
 
 def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     # rabbit_definitions:format/1: "~s: ~s" of the error name and explanation.
-    from broker.errors import NAMES
+    from leveret.errors import NAMES
 
     return DefinitionsError(f"{NAMES.get(exc.code, 'error').lower()}: {exc.explanation}")
 

@@ -29,23 +29,23 @@ from aiohttp import web
 from cryptography import x509
 from pamqp import commands
 
-from broker.connection import State
-from broker.fieldtable import marshal_content_header
-from broker.limits import reached
-from broker.management import ops, views
-from broker.management.access import permit, require_vhost
-from broker.management.api import listeners, server_of
-from broker.management.errors import amqp_errors, bad_request, not_authorised, not_found
-from broker.management.messages import count_publish
-from broker.management.query import erlang_integer, json_response
-from broker.management.state import state_of
-from broker.message import Message
+from leveret.connection import State
+from leveret.fieldtable import marshal_content_header
+from leveret.limits import reached
+from leveret.management import ops, views
+from leveret.management.access import permit, require_vhost
+from leveret.management.api import listeners, server_of
+from leveret.management.errors import amqp_errors, bad_request, not_authorised, not_found
+from leveret.management.messages import count_publish
+from leveret.management.query import erlang_integer, json_response
+from leveret.management.state import state_of
+from leveret.message import Message
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from broker.server import Server
-    from broker.vhost import VHost
+    from leveret.server import Server
+    from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
 

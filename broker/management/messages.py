@@ -23,23 +23,23 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
-from broker.errors import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, AMQPChannelError
-from broker.fieldtable import marshal_content_header
-from broker.management import ops, views
-from broker.management.access import current_user, permit, permit_topic
-from broker.management.api import server_of, vhost_of
-from broker.management.errors import access_refused, amqp_errors, bad_request
-from broker.management.query import erlang_integer, json_response, read_json
-from broker.management.state import state_of
-from broker.management.stats import broker_counters
-from broker.management.topology import exchange_name, queue_of
-from broker.message import Message, expiration_error
-from broker.stream import not_supported
+from leveret.errors import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, AMQPChannelError
+from leveret.fieldtable import marshal_content_header
+from leveret.management import ops, views
+from leveret.management.access import current_user, permit, permit_topic
+from leveret.management.api import server_of, vhost_of
+from leveret.management.errors import access_refused, amqp_errors, bad_request
+from leveret.management.query import erlang_integer, json_response, read_json
+from leveret.management.state import state_of
+from leveret.management.stats import broker_counters
+from leveret.management.topology import exchange_name, queue_of
+from leveret.message import Message, expiration_error
+from leveret.stream import not_supported
 
 if TYPE_CHECKING:
-    from broker.persistence import Persistence
-    from broker.queue import Entry
-    from broker.server import Server
+    from leveret.persistence import Persistence
+    from leveret.queue import Entry
+    from leveret.server import Server
 
 routes = web.RouteTableDef()
 

@@ -7,7 +7,7 @@ metrics carry ``vhost`` and ``queue`` labels, as rabbitmq_prometheus gives them 
 rabbitmq_prometheus the endpoint needs no credentials.
 
 The global message counters come from the broker's own per-publish counters when it has
-them (:func:`broker.management.stats.broker_counters`); otherwise they are derived from the
+them (:func:`leveret.management.stats.broker_counters`); otherwise they are derived from the
 per-queue counters, which count a message once per queue it reaches, so
 ``received``/``routed`` are queue enqueues and ``unroutable_dropped`` is only known to be 0
 for messages published through the management API (which counts its own unroutable
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.management import views
-from broker.management.access import SERVER_KEY
-from broker.management.state import state_of
-from broker.management.stats import broker_counters
+from leveret.management import views
+from leveret.management.access import SERVER_KEY
+from leveret.management.state import state_of
+from leveret.management.stats import broker_counters
 
 if TYPE_CHECKING:
-    from broker.queue import Queue
-    from broker.server import Server
+    from leveret.queue import Queue
+    from leveret.server import Server
 
 routes = web.RouteTableDef()
 

@@ -1,6 +1,6 @@
 """Topology operations shared by the HTTP handlers and the definitions import.
 
-They call the same :class:`broker.vhost.VHost` methods as a channel does, without a
+They call the same :class:`leveret.vhost.VHost` methods as a channel does, without a
 connection (the management plugin's ``direct_request`` runs ``rabbit_channel:handle_method``
 the same way), so validation, equivalence checks, 403/404/406 texts and persistence are
 the broker's own.
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from broker.codec import TypedTable
-from broker.errors import PRECONDITION_FAILED, AMQPChannelError
-from broker.management.errors import bad_request
-from exchanges.model import DestKind
+from leveret.codec import TypedTable
+from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.exchanges.model import DestKind
+from leveret.management.errors import bad_request
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
-    from broker.queue import Queue
-    from broker.vhost import VHost
+    from leveret.connection import Connection
+    from leveret.queue import Queue
+    from leveret.vhost import VHost
 
 # What a JSON value may be as an AMQP argument (rabbit_misc:to_amqp_table/1).
 JSON_ARG_TYPES = (str, bool, int, float, list, dict, type(None))

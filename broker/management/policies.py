@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from broker.management.access import can_login_vhost, current_user, is_admin, require_admin
-from broker.management.api import server_of
-from broker.management.errors import ApiError, bad_request, not_authorised, not_found
-from broker.management.query import json_response, read_json, reply_list
-from exchanges.policies import PolicyError, parse
+from leveret.exchanges.policies import PolicyError, parse
+from leveret.management.access import can_login_vhost, current_user, is_admin, require_admin
+from leveret.management.api import server_of
+from leveret.management.errors import ApiError, bad_request, not_authorised, not_found
+from leveret.management.query import json_response, read_json, reply_list
 
 if TYPE_CHECKING:
-    from broker.server import Server
+    from leveret.server import Server
 
 routes = web.RouteTableDef()
 

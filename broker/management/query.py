@@ -18,8 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.management.errors import ApiError, bad_request
-from exchanges.fields import erlang_integer
+from leveret.exchanges.fields import erlang_integer
+from leveret.management.errors import ApiError, bad_request
 
 __all__ = ["erlang_integer"]  # request integers are read as RabbitMQ reads them
 

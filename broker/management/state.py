@@ -1,4 +1,4 @@
-"""Management state kept beside a :class:`broker.server.Server`, without changing it.
+"""Management state kept beside a :class:`leveret.server.Server`, without changing it.
 
 The broker has no place for what only the management API knows: vhost descriptions and
 tags (RabbitMQ's vhost metadata) and the statistics sampler. They live here, one
@@ -11,10 +11,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.management.stats import Sampler
+from leveret.management.stats import Sampler
 
 if TYPE_CHECKING:
-    from broker.server import Server
+    from leveret.server import Server
 
 DEFAULT_VHOST_DESCRIPTION = "Default virtual host"
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from broker.queue import Queue
-    from broker.server import Server
+    from leveret.queue import Queue
+    from leveret.server import Server
 
 log = logging.getLogger(__name__)
 

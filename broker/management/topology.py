@@ -14,18 +14,18 @@ from urllib.parse import quote, unquote_plus
 
 from aiohttp import web
 
-from broker.management import ops, views
-from broker.management.access import permit, permit_topic
-from broker.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
-from broker.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
-from broker.management.query import json_response, read_json, reply_list
-from broker.management.state import state_of
-from exchanges.model import Binding, DestKind, Exchange
+from leveret.exchanges.model import Binding, DestKind, Exchange
+from leveret.management import ops, views
+from leveret.management.access import permit, permit_topic
+from leveret.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
+from leveret.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
+from leveret.management.query import json_response, read_json, reply_list
+from leveret.management.state import state_of
 
 if TYPE_CHECKING:
-    from broker.queue import Queue
-    from broker.server import Server
-    from broker.vhost import VHost
+    from leveret.queue import Queue
+    from leveret.server import Server
+    from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
 

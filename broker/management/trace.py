@@ -12,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.management.access import require_admin
-from broker.management.api import server_of
-from broker.management.errors import bad_request
-from broker.management.query import json_response, read_json
+from leveret.management.access import require_admin
+from leveret.management.api import server_of
+from leveret.management.errors import bad_request
+from leveret.management.query import json_response, read_json
 
 routes = web.RouteTableDef()
 

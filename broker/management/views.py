@@ -15,20 +15,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from broker import __version__
-from broker.arguments import queue_type
-from broker.auth import Permission, User
-from broker.config import NODE_NAME
-from broker.fieldtable import amqp_json
-from broker.management.stats import COUNTERS, EXCHANGE_COUNTERS, GAUGES, details, queue_counters
-from exchanges.model import Binding, DestKind, Exchange, freeze
+from leveret import __version__
+from leveret.arguments import queue_type
+from leveret.auth import Permission, User
+from leveret.config import NODE_NAME
+from leveret.exchanges.model import Binding, DestKind, Exchange, freeze
+from leveret.fieldtable import amqp_json
+from leveret.management.stats import COUNTERS, EXCHANGE_COUNTERS, GAUGES, details, queue_counters
 
 if TYPE_CHECKING:
     from pamqp.commands import Basic
 
-    from broker.channel import Channel
-    from broker.connection import Connection
-    from broker.queue import Consumer, Queue
+    from leveret.channel import Channel
+    from leveret.connection import Connection
+    from leveret.queue import Consumer, Queue
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pamqp import commands, header
 
-from exchanges.chash import (
+from leveret.exchanges.chash import (
     ConsistentHashIndex,
     Ring,
     binding_problem,
@@ -24,9 +24,9 @@ from exchanges.chash import (
     property_term,
     route_consistent_hash,
 )
-from exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
-from exchanges.model import Binding, DestKind
-from exchanges.routing import erlang_binary
+from leveret.exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
+from leveret.exchanges.model import Binding, DestKind
+from leveret.exchanges.routing import erlang_binary
 
 A = Atom
 

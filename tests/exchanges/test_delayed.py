@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from exchanges.delayed import (
+from leveret.exchanges.delayed import (
     MAX_DELAY,
     DelayCrashError,
     declare_problem,
     delay_of,
     underlying_type,
 )
-from exchanges.model import Exchange, ExchangeDeclared, ExchangeType
-from exchanges.routing import route
+from leveret.exchanges.model import Exchange, ExchangeDeclared, ExchangeType
+from leveret.exchanges.routing import route
 from tests.exchanges.test_routing import build, queues, to_exchange, to_queue
 
 DELAYED = ExchangeType.DELAYED

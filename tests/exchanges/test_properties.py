@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exchanges import rtopic
-from exchanges.model import (
+from leveret.exchanges import rtopic
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -25,11 +25,11 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.patterns import RouteCache, RTopicIndex, TopicIndex
-from exchanges.projection import Projection
-from exchanges.routing import route
-from exchanges.rtopic import ReverseTopicTrie
-from exchanges.trie import TopicTrie
+from leveret.exchanges.patterns import RouteCache, RTopicIndex, TopicIndex
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
+from leveret.exchanges.rtopic import ReverseTopicTrie
+from leveret.exchanges.trie import TopicTrie
 
 # Small alphabets make collisions, wildcards and empty words frequent.
 WORDS = st.sampled_from(["a", "b", "", "*", "#"])

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -25,9 +25,9 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.patterns import RouteCache, RTopicIndex, TopicIndex
-from exchanges.projection import Projection
-from exchanges.routing import route
+from leveret.exchanges.patterns import RouteCache, RTopicIndex, TopicIndex
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
 
 TOPIC, RTOPIC = ExchangeType.TOPIC, ExchangeType.RTOPIC
 PATTERN_TYPES = [TOPIC, RTOPIC]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -21,8 +21,8 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.projection import EMPTY, Projection, TopicIndex
-from exchanges.routing import (
+from leveret.exchanges.projection import EMPTY, Projection, TopicIndex
+from leveret.exchanges.routing import (
     ROUTERS,
     amqp_equal,
     route,

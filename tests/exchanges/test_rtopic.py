@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -18,9 +18,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection, RTopicIndex
-from exchanges.routing import ROUTERS, route, route_rtopic, validate_binding
-from exchanges.rtopic import ReverseTopicTrie, normalise
+from leveret.exchanges.projection import Projection, RTopicIndex
+from leveret.exchanges.routing import ROUTERS, route, route_rtopic, validate_binding
+from leveret.exchanges.rtopic import ReverseTopicTrie, normalise
 
 RTOPIC = ExchangeType.RTOPIC
 X = "rtopic"

@@ -2,7 +2,7 @@
 
 The bindings and both expectation tables are copied from rabbitmq/rabbitmq-server
 ``deps/rabbit/test/routing_SUITE.erl`` (``topic1/1``); research/peers.md section 2.7 has
-the first table. They go through :func:`exchanges.routing.route`, so the projection, the
+the first table. They go through :func:`leveret.exchanges.routing.route`, so the projection, the
 trie and the route function are all on the path.
 """
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -24,9 +24,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from exchanges.routing import route
-from exchanges.trie import TopicTrie
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
+from leveret.exchanges.trie import TopicTrie
 
 X = "topic_matching-exchange"
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import aio_pika
 import pytest
 
-from broker.config import Config
-from broker.inspect import BrokerThread
+from leveret.config import Config
+from leveret.inspect import BrokerThread
 
 from .helpers import PASSWORD, Http, Tenant, unique
 

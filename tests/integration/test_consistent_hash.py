@@ -19,8 +19,8 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from broker.config import Config
-from broker.inspect import BrokerThread
+from leveret.config import Config
+from leveret.inspect import BrokerThread
 
 from .helpers import unique
 

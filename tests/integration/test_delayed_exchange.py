@@ -26,7 +26,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from broker.inspect import BrokerThread
+from leveret.inspect import BrokerThread
 from tests.integration.helpers import unique
 from tests.test_crash import crash
 

@@ -36,7 +36,7 @@ from aio_pika import Message
 from aiormq.exceptions import ChannelPreconditionFailed
 from pamqp import commands
 
-from broker.config import Config
+from leveret.config import Config
 from tests.conftest import BrokerThread
 
 from .helpers import aio_reply, unique, wait_until

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from broker.config import Config
-from broker.inspect import BrokerThread
-from broker.management.views import NODE
+from leveret.config import Config
+from leveret.inspect import BrokerThread
+from leveret.management.views import NODE
 
 from .helpers import PASSWORD, Http, Tenant, poll, unique
 

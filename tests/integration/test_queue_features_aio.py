@@ -622,7 +622,7 @@ async def test_dead_lettered_copies_keep_their_own_properties_and_queue(ch, decl
 
 async def test_dead_letter_keeps_a_large_headers_table(ch, declare, cleanup):
     """A 20 KB headers table survives dead-lettering (Leveret decodes such properties
-    without its cache: broker.message.CACHED_PROPERTIES_MAX)."""
+    without its cache: leveret.message.CACHED_PROPERTIES_MAX)."""
     dlx, dlq = await dead_letter_queue(ch, declare, cleanup)
     queue = await declare("src", **{"x-dead-letter-exchange": dlx.name})
     blob = "x" * 20_000

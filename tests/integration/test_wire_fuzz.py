@@ -48,8 +48,8 @@ from pamqp import frame as pframe
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from broker.config import Config
-from broker.inspect import BrokerThread
+from leveret.config import Config
+from leveret.inspect import BrokerThread
 
 from .helpers import Http, unique
 from .wire import PeerClosedError, WireClient, raw_method
@@ -308,7 +308,7 @@ def fuzz_broker(
         return
     data_dir: Path = tmp_path_factory.mktemp("fuzz-data")
     errors = _Errors()
-    loggers = [logging.getLogger("broker"), logging.getLogger("asyncio")]
+    loggers = [logging.getLogger("leveret"), logging.getLogger("asyncio")]
     for logger in loggers:
         logger.addHandler(errors)
     broker = BrokerThread(Config(host="127.0.0.1", port=0, data_dir=data_dir)).start()

@@ -27,7 +27,7 @@ from pamqp.body import ContentBody
 from pamqp.constants import FRAME_HEARTBEAT
 from pamqp.header import ContentHeader
 
-from broker.inspect import BrokerThread
+from leveret.inspect import BrokerThread
 
 from .helpers import unique
 from .wire import (
@@ -705,7 +705,7 @@ def test_properties_that_do_not_decode_are_541(
 def test_property_text_that_is_not_utf8_is_541(leveret: BrokerThread) -> None:
     # Leveret only: RabbitMQ keeps short strings as bytes and takes this message; pamqp,
     # which decodes Leveret's frames, cannot decode it, so Leveret refuses it the way
-    # RabbitMQ refuses properties it cannot decode (broker.message.properties_decode).
+    # RabbitMQ refuses properties it cannot decode (leveret.message.properties_decode).
     with WireClient(leveret.url) as client:
         client.connect()
         client.open_channel(1)
@@ -731,7 +731,7 @@ def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
         other.open_channel(1)
         client.connect()
         # Before the channel opens: a channel binds its handlers when it is created.
-        monkeypatch.setattr("broker.channel.Channel._on_basic_qos", broken, raising=True)
+        monkeypatch.setattr("leveret.channel.Channel._on_basic_qos", broken, raising=True)
         client.open_channel(1)
         client.send(commands.Basic.Qos(prefetch_count=1), 1)
         assert reply(close_frame(client)) == (541, "INTERNAL_ERROR", 0, 0)

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from broker.config import Config
-from broker.management import start_management
-from broker.server import Server
+from leveret.config import Config
+from leveret.management import start_management
+from leveret.server import Server
 
 from .helpers import Mgmt, basic
 

@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from broker.management import ManagementHandle
-from broker.server import Server
+from leveret.management import ManagementHandle
+from leveret.server import Server
 
 
 def basic(user: str, password: str) -> dict[str, str]:

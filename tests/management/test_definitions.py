@@ -15,14 +15,14 @@ import aio_pika
 import aiormq
 import pytest
 
-from broker.config import Config
-from broker.management import (
+from leveret.config import Config
+from leveret.management import (
     DefinitionsError,
     export_definitions,
     load_definitions,
     load_definitions_file,
 )
-from broker.server import Server
+from leveret.server import Server
 
 from .helpers import Mgmt
 

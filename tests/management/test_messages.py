@@ -13,10 +13,10 @@ import aiohttp
 import pika
 import pytest
 
-from broker.config import Config
-from broker.inspect import BrokerThread
-from broker.management import start_management
-from broker.server import Server
+from leveret.config import Config
+from leveret.inspect import BrokerThread
+from leveret.management import start_management
+from leveret.server import Server
 
 from .helpers import Mgmt, basic
 
@@ -287,9 +287,9 @@ async def test_get_from_empty_queue(mgmt: Mgmt, ackmode: str) -> None:
 
 
 def test_project_management_client_works_unchanged() -> None:
-    """broker.inspect.ManagementAPI, the stdlib client the pytest plugin uses against a
+    """leveret.inspect.ManagementAPI, the stdlib client the pytest plugin uses against a
     real RabbitMQ, drives Leveret's API the same way."""
-    from broker.inspect import ManagementAPI
+    from leveret.inspect import ManagementAPI
 
     broker = BrokerThread(Config(host="127.0.0.1", port=0)).start()
     try:

@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from broker.auth import Permission
-from broker.config import Config
-from broker.management.access import authenticate
-from broker.management.errors import ApiError
-from broker.server import Server
+from leveret.auth import Permission
+from leveret.config import Config
+from leveret.management.access import authenticate
+from leveret.management.errors import ApiError
+from leveret.server import Server
 
 from .helpers import Mgmt, basic
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import aio_pika
 import aiohttp
 
-from broker.config import Config
-from broker.management import start_management
-from broker.server import Server
+from leveret.config import Config
+from leveret.management import start_management
+from leveret.server import Server
 
 from .helpers import basic
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pika
 
-from broker.config import Config
+from leveret.config import Config
 from tests.conftest import BrokerThread
 
 # (messages, exchange, routing key, headers)

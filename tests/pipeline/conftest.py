@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline import job
+from leveret.pipeline import job
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -27,9 +27,9 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from exchanges.routing import route
-from storage.records import event_to_json
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
+from leveret.storage.records import event_to_json
 
 MINUTE0 = 1_763_779_980  # 2025-11-22 02:53:00 UTC, a whole minute
 
@@ -163,7 +163,7 @@ def write_dump(path: Path, events: Iterable[Event], vhost: str = "/") -> Path:
 
 def projection_of(events: Iterable[Event]) -> Projection:
     """The broker's view: predeclared exchanges, then the events."""
-    from pipeline.topology import empty_projection
+    from leveret.pipeline.topology import empty_projection
 
     projection = empty_projection()
     for event in events:
@@ -226,8 +226,8 @@ def write_trace(directory: Path, records: Sequence[Mapping[str, Any]], files: in
 
 def write_trace_v2(directory: Path, records: Sequence[Mapping[str, Any]], files: int = 2) -> Path:
     """The same records as :func:`write_trace`, as the broker writes version 2: lines from
-    ``broker.trace.message_line`` and a ``keys-*.jsonl`` index per ``trace-*.jsonl``."""
-    from broker.trace import KeyIndex, message_line
+    ``leveret.trace.message_line`` and a ``keys-*.jsonl`` index per ``trace-*.jsonl``."""
+    from leveret.trace import KeyIndex, message_line
 
     directory.mkdir(parents=True, exist_ok=True)
     size = max(1, -(-len(records) // files))

@@ -4,7 +4,7 @@ test published.
 The broker runs in-process with a data dir (so durable topology goes to its binding log) and
 a trace dir. The topology comes from that binding log, read through ``storage`` and turned
 into dump objects, exactly as ``leveret analyze`` does for a data dir, and is handed to
-``pipeline.job.run_args``. A transient queue is bound too: it is not in the binding log, so
+``leveret.pipeline.job.run_args``. A transient queue is bound too: it is not in the binding log, so
 the report must show the broker's recorded queues differing from the routes for exactly
 the messages it received.
 """
@@ -18,9 +18,9 @@ import pytest
 from broker_traffic import EXPECTED_QUEUES, EXPECTED_UNROUTABLE, PUBLISHED, record_traffic
 from pyspark.sql import SparkSession
 
-from pipeline import job
-from storage.logtools import read_log
-from storage.records import event_to_json
+from leveret.pipeline import job
+from leveret.storage.logtools import read_log
+from leveret.storage.records import event_to_json
 
 pytestmark = pytest.mark.timeout(180)
 

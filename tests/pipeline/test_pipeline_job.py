@@ -33,8 +33,8 @@ from pipeline_helpers import (
 )
 from pyspark.sql import SparkSession
 
-from pipeline import job
-from pipeline.topology import SourceError
+from leveret.pipeline import job
+from leveret.pipeline.topology import SourceError
 
 # The first Spark test of a session also starts Spark (seconds, more on a busy machine).
 pytestmark = pytest.mark.timeout(180)

@@ -1,4 +1,4 @@
-"""Routing in the pipeline is the broker's routing: ``exchanges.routing.route``, per key."""
+"""Routing in the pipeline is the broker's routing: ``leveret.exchanges.routing.route``, per key."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ import pytest
 from pipeline_helpers import EXPECTED_BINDINGS, SHOP_EVENTS, SHOP_TRAFFIC, projection_of
 from pyspark.sql import SparkSession
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     BindingAdded,
     DestKind,
     ExchangeDeclared,
     QueueDeclared,
 )
-from exchanges.projection import Projection
-from exchanges.routing import route
-from pipeline import topology, transforms
-from pipeline.router import Router, parse_headers, route_partition
-from pipeline.topology import Topology
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
+from leveret.pipeline import topology, transforms
+from leveret.pipeline.router import Router, parse_headers, route_partition
+from leveret.pipeline.topology import Topology
 
 DATA = Path(__file__).parent / "data"
 
@@ -61,7 +61,7 @@ def test_matched_bindings_agree_with_single_binding_routing() -> None:
     rng = random.Random(7)
     words = ["a", "b", "c", "*", "#"]
     events = [ExchangeDeclared(e) for e in PREDECLARED_EXCHANGES]
-    from exchanges.model import Binding, Exchange, ExchangeType, Queue
+    from leveret.exchanges.model import Binding, Exchange, ExchangeType, Queue
 
     events.append(ExchangeDeclared(Exchange("t", ExchangeType.TOPIC)))
     bindings = []

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from pipeline_helpers import SHOP_EVENTS, dump_objects, projection_of, write_dump
 
-from exchanges.model import DestKind, ExchangeType
-from exchanges.routing import route
-from pipeline import topology
-from pipeline.router import Router
-from pipeline.topology import SourceError
-from storage.records import value_to_json
+from leveret.exchanges.model import DestKind, ExchangeType
+from leveret.exchanges.routing import route
+from leveret.pipeline import topology
+from leveret.pipeline.router import Router
+from leveret.pipeline.topology import SourceError
+from leveret.storage.records import value_to_json
 
 DATA = Path(__file__).parent / "data"
 

@@ -23,10 +23,10 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
-from pipeline import job, report, transforms
-from pipeline.progress import Progress
-from pipeline.schema import TRACE_SCHEMA
-from pipeline.topology import SourceError
+from leveret.pipeline import job, report, transforms
+from leveret.pipeline.progress import Progress
+from leveret.pipeline.schema import TRACE_SCHEMA
+from leveret.pipeline.topology import SourceError
 
 # The first Spark test of a session also starts Spark (seconds, more on a busy machine).
 pytestmark = pytest.mark.timeout(180)

@@ -16,5 +16,5 @@ import hypothesis  # noqa: F401
 import kombu  # noqa: F401
 import pika  # noqa: F401
 
-import broker.server  # noqa: F401
-from broker.testing import amqp_url, leveret  # noqa: F401 - registered as fixtures here
+import leveret.server
+from leveret.testing import amqp_url, leveret  # noqa: F401 - registered as fixtures here

@@ -14,8 +14,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from broker.auth import Permission
-from broker.inspect import BrokerThread
+from leveret.auth import Permission
+from leveret.inspect import BrokerThread
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 

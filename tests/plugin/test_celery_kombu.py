@@ -20,7 +20,7 @@ from amqp.exceptions import PreconditionFailed
 from celery import Celery
 from celery.contrib.testing.worker import TestWorkController, start_worker
 
-from broker.inspect import Inspector
+from leveret.inspect import Inspector
 
 
 def test_kombu_producer_consumer_round_trip(amqp_url: str, leveret: Inspector) -> None:

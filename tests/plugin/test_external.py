@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.inspect import BrokerThread
+from leveret.inspect import BrokerThread
 
 from .mgmt_stub import ManagementStub
 
@@ -60,8 +60,8 @@ def queue_names(broker: BrokerThread, vhost: str) -> list[str]:
 USES_THE_URL_AS_IT_IS = """
 import aio_pika
 import pytest
-from broker.inspect import InspectionUnavailableError
-from broker.testing import ExternalBroker
+from leveret.inspect import InspectionUnavailableError
+from leveret.testing import ExternalBroker
 
 def test_sync(amqp_url, leveret_broker, leveret_vhost, pika_connection, leveret):
     assert isinstance(leveret_broker, ExternalBroker)
@@ -134,7 +134,7 @@ def test_option_beats_environment_beats_ini(
 WITH_MANAGEMENT = """
 import pika
 import pytest
-from broker.testing import ExternalBroker
+from leveret.testing import ExternalBroker
 
 @pytest.mark.parametrize("n", range(2))
 def test_isolated(n, amqp_url, leveret_broker, leveret_vhost, leveret, pytestconfig):
@@ -180,7 +180,7 @@ def test_management_api_gives_per_test_vhosts_and_inspection(
 
 def test_with_leverets_own_management_api(project: pytest.Pytester, external: BrokerThread) -> None:
     """The same against Leveret's management API (broker/management), as a RabbitMQ's."""
-    from broker.management import start_management
+    from leveret.management import start_management
 
     handle = asyncio.run_coroutine_threadsafe(
         start_management(external.server, "127.0.0.1", 0, stats_interval=0.2), external.loop
@@ -227,7 +227,7 @@ def test_management_api_rejecting_credentials_is_explained(
         project.makepyfile(
             """
             import pytest
-            from broker.inspect import InspectionUnavailableError
+            from leveret.inspect import InspectionUnavailableError
 
             def test_inspect(leveret_vhost, leveret):
                 assert leveret_vhost == "/"

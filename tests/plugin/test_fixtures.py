@@ -106,7 +106,7 @@ def test_each_test_gets_its_own_vhost_deleted_afterwards(project: pytest.Pyteste
 def test_session_broker_shared_then_stopped(project: pytest.Pytester) -> None:
     project.makepyfile(
         """
-        from broker.inspect import BrokerThread
+        from leveret.inspect import BrokerThread
 
         PORTS = []
 
@@ -183,7 +183,7 @@ def test_leveret_fixture_and_timeout_option(project: pytest.Pytester) -> None:
         import time
 
         import pytest
-        from broker.inspect import Inspector
+        from leveret.inspect import Inspector
 
         def test_bound_to_the_vhost(leveret, leveret_vhost, pika_connection):
             assert isinstance(leveret, Inspector)
@@ -205,7 +205,7 @@ def test_leveret_config_can_be_overridden(project: pytest.Pytester) -> None:
     project.makeconftest(
         """
         import pytest
-        from broker.config import Config
+        from leveret.config import Config
 
         @pytest.fixture(scope="session")
         def leveret_config():

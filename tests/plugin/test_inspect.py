@@ -16,9 +16,9 @@ import aio_pika
 import pika
 import pytest
 
-from broker.config import Config
-from broker.inspect import BrokerThread, Inspector, QueueNotFoundError, QueueStats
-from broker.server import Server
+from leveret.config import Config
+from leveret.inspect import BrokerThread, Inspector, QueueNotFoundError, QueueStats
+from leveret.server import Server
 
 
 def test_counts_follow_publish_get_and_ack(pika_connection: Any, leveret: Inspector) -> None:

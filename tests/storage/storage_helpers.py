@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -24,7 +24,7 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from exchanges.projection import Projection
+from leveret.exchanges.projection import Projection
 
 # The broker declares these in every vhost and never logs them (broker/vhost.py).
 BUILTINS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from storage_helpers import project
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -24,16 +24,16 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.errors import LogFormatError, StoreClosedError
-from storage.log import (
+from leveret.storage.errors import LogFormatError, StoreClosedError
+from leveret.storage.log import (
     FORMAT_VERSION,
     FRAME_LEN,
     HEADER_LEN,
     MAGIC,
     DefinitionLog,
 )
-from storage.logtools import check, read_log
-from storage.records import encode
+from leveret.storage.logtools import check, read_log
+from leveret.storage.records import encode
 
 Record = tuple[str, Event]
 
@@ -289,7 +289,7 @@ def test_a_failed_fsync_stops_the_log(path: Path, monkeypatch: pytest.MonkeyPatc
     def fail(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("storage.log.datasync", fail)
+    monkeypatch.setattr("leveret.storage.log.datasync", fail)
     with pytest.raises(OSError):
         log.append(*RECORDS[0])
     monkeypatch.undo()

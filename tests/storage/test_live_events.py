@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_helpers import broker_stream, events, fresh_projection, ops, project
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -19,8 +19,8 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.live import live_events
-from storage.log import DefinitionLog
+from leveret.storage.live import live_events
+from leveret.storage.log import DefinitionLog
 
 Ops = list[tuple[Any, ...]]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from storage_helpers import project
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -27,14 +27,14 @@ from exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from storage.log import COMPACT_STEPS, DefinitionLog
-from storage.logtools import check
+from leveret.storage.log import COMPACT_STEPS, DefinitionLog
+from leveret.storage.logtools import check
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import os, signal, sys
-from storage.log import DefinitionLog
+from leveret.storage.log import DefinitionLog
 
 def crash(step):
     if step == sys.argv[2]:

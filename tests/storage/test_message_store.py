@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import LogFormatError, StoreClosedError
-from storage.messages import MessageStore
-from storage.segments import FRAME_LEN, HEADER_LEN, StoredMessage, marks_path, segment_path
+from leveret.storage.errors import LogFormatError, StoreClosedError
+from leveret.storage.messages import MessageStore
+from leveret.storage.segments import FRAME_LEN, HEADER_LEN, StoredMessage, marks_path, segment_path
 
 Q1 = ("/", "q1")
 Q2 = ("v", "q2")
@@ -348,7 +348,7 @@ def test_sync_covers_appends_from_another_thread(directory: Path) -> None:
 
 CHILD = """
 import sys, threading
-from storage.messages import MessageStore
+from leveret.storage.messages import MessageStore
 
 store = MessageStore.open(sys.argv[1], segment_size=20_000)
 def reclaim():
@@ -408,7 +408,7 @@ def test_a_failed_fsync_stops_the_store(directory: Path, monkeypatch: pytest.Mon
     def fail(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("storage.messages.datasync", fail)
+    monkeypatch.setattr("leveret.storage.messages.datasync", fail)
     with pytest.raises(OSError):
         store.sync()
     monkeypatch.undo()

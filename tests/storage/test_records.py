@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from storage_helpers import events, field_values, same, tables
 
-from exchanges.model import (
+from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
@@ -24,8 +24,8 @@ from exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from storage.errors import CorruptRecordError, LogFormatError
-from storage.records import (
+from leveret.storage.errors import CorruptRecordError, LogFormatError
+from leveret.storage.records import (
     RECORD_VERSION,
     decode,
     decode_value,
@@ -163,7 +163,7 @@ def test_value_to_json_keeps_native_values(table: dict[str, Any]) -> None:
 
 
 def test_decode_many_equals_decoding_one_by_one() -> None:
-    from exchanges.model import (
+    from leveret.exchanges.model import (
         Binding,
         BindingAdded,
         DestKind,
@@ -173,7 +173,7 @@ def test_decode_many_equals_decoding_one_by_one() -> None:
         Queue,
         QueueDeclared,
     )
-    from storage.records import decode, decode_many, encode
+    from leveret.storage.records import decode, decode_many, encode
 
     events = [
         ("/", ExchangeDeclared(Exchange("x", ExchangeType.TOPIC, arguments={"a": 1.5}))),
