@@ -296,7 +296,11 @@ class FrameReader:
         reported_limit, size_limit = _size_limits(self.frame_max)
         end_of_data = len(data)
         unpack_head = _FRAME_HEAD.unpack_from
-        while end_of_data - pos >= 8:
+        # The size is checked as soon as the 7-octet header is complete, whatever the read
+        # boundaries: a header arriving alone must not make the reader wait for (and buffer)
+        # the up to 4 GiB it announces, before login as after (frame_max is 4096 until
+        # Tune-Ok, so an unauthenticated connection holds at most one 4 KiB frame).
+        while end_of_data - pos >= 7:
             frame_type, channel, size = unpack_head(data, pos)
             if size > size_limit:
                 raise _frame_error(
@@ -335,8 +339,9 @@ class FrameReader:
                     reported_limit, size_limit = _size_limits(self.frame_max)
             pos = end + 1
         if pos < end_of_data:
+            # A partial header is kept until its 7 octets are there, then checked above.
             self._keep(
-                data, pos, 7 + unpack_head(data, pos)[2] + 1 if end_of_data - pos >= 7 else 8
+                data, pos, 7 + unpack_head(data, pos)[2] + 1 if end_of_data - pos >= 7 else 7
             )
 
     def _keep(self, data: bytes, pos: int, frame_len: int) -> None:

@@ -176,6 +176,30 @@ def test_frame_larger_than_frame_max_is_a_frame_error() -> None:
     assert err.value.error.text.endswith("type 3, all octets = <<>>: {frame_too_large,5000,4088}")
 
 
+@pytest.mark.parametrize("cut", [7, 3, 1])
+@pytest.mark.parametrize("frame_max", [4096, 131072])
+def test_a_frame_header_alone_is_checked_before_its_payload_arrives(
+    cut: int, frame_max: int
+) -> None:
+    """The size check runs once the 7-octet header is complete, wherever the reads split it:
+    nothing of a 4 GiB announcement is waited for (issue: 3 unauthenticated connections
+    made the broker hold 3 GiB)."""
+    reader = codec.FrameReader(frame_max)
+    assert reader.feed(codec.PROTOCOL_HEADER) == []
+    head = struct.pack(">BHI", 3, 1, 0xFFFFFFFF)
+    with pytest.raises(codec.FramesThenError) as err:
+        for start in range(0, 7, cut):
+            reader.feed(head[start : start + cut])
+    assert err.value.error.text.endswith(f"{{frame_too_large,{0xFFFFFFFF},{frame_max - 8}}}")
+
+
+def test_a_frame_within_the_limit_still_arrives_in_pieces() -> None:
+    reader = codec.FrameReader(4096)
+    data = codec.PROTOCOL_HEADER + frame.marshal(body.ContentBody(b"x" * 4000), 1)
+    got = [f for start in range(0, len(data), 7) for f in reader.feed(data[start : start + 7])]
+    assert [(channel, bytes(f.data)) for channel, f in got] == [(1, b"x" * 4000)]
+
+
 def test_bad_frame_end_is_a_frame_error_after_the_frames_before_it() -> None:
     good = frame.marshal(commands.Basic.Qos(prefetch_count=5), 1)
     raw = bytearray(frame.marshal(commands.Basic.Qos(prefetch_count=1), 1))

@@ -436,6 +436,24 @@ def test_frame_larger_than_frame_max_is_501(client: WireClient, bystander: WireC
     assert_alive(bystander)
 
 
+def test_a_huge_frame_header_sent_alone_before_login_closes(
+    client: WireClient, bystander: WireClient
+) -> None:
+    # A header that arrives in a read of its own announcing 4 GiB: the size is checked at
+    # once (before login the limit is ?FRAME_MIN_SIZE), nothing of it is waited for.
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    client.send_raw(struct.pack(">BHI", FRAME_METHOD, 0, 0xFFFFFFFF))
+    assert client.wait_closed(timeout=6) == []
+    assert_alive(bystander)
+
+
+def test_a_huge_frame_header_sent_alone_after_open_is_501(opened: WireClient) -> None:
+    opened.send_raw(struct.pack(">BHI", FRAME_BODY, 1, 0xFFFFFFFF))
+    code, text, _, _ = reply(close_frame(opened))
+    assert (code, text.endswith(f"{{frame_too_large,{0xFFFFFFFF},131064}}")) == (501, True), text
+
+
 def test_frame_payload_up_to_frame_max_is_tolerated(client: WireClient) -> None:
     # RabbitMQ allows a payload up to frame_max itself (8 bytes of "fudge" for clients that
     # forget the frame overhead); the limit it reports is frame_max - 8.
