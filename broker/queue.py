@@ -29,7 +29,7 @@ from leveret.codec import shortstr
 from leveret.deadletter import dead_letter
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.message import Message
-from leveret.prioritydeque import PriorityDeque, insert_by_seq
+from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
 if TYPE_CHECKING:
     from leveret.channel import Channel
@@ -475,7 +475,7 @@ class Queue:
         """Put entries back in their original places, keeping their expiry, redelivered."""
         if self.deleted:
             return
-        messages = self.messages
+        back: list[Entry] = []
         for message, redelivered, expires, seq in sorted(entries, key=lambda e: e[3]):
             again: int = True
             if self.quorum:
@@ -487,12 +487,14 @@ class Queue:
                 if limit is not None and again > limit:
                     self._drop(message, "delivery_limit")
                     continue
-            if isinstance(messages, deque):
-                insert_by_seq(messages, (message, again, expires, seq))
-            else:
-                messages.requeue((message, again, expires, seq))
+            back.append((message, again, expires, seq))
             self.ready_bytes += message.body_size
             self.memory.add(message.body_size)
+        # One merge for the whole batch (sorted above), not one insertion per entry.
+        if isinstance(self.messages, deque):
+            merge_by_seq(self.messages, back)
+        else:
+            self.messages.requeue(back)
         if self.expiring:
             self._schedule_ttl()
         self.drain()
