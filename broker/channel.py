@@ -860,6 +860,10 @@ class Channel:
     def _on_exchange_declare(self, m: commands.Exchange.Declare) -> None:
         if not m.passive and m.exchange:
             self._permit("configure", "exchange", m.exchange)
+            if m.exchange not in self.vhost.projection.exchanges:
+                self.access.check_linked_exchange(
+                    self.conn.user, self.vhost.name, "exchange", m.exchange, m.arguments or {}
+                )
         self.vhost.declare_exchange(
             m.exchange,
             m.exchange_type,
@@ -932,6 +936,10 @@ class Channel:
             return
         if not m.passive:
             self._permit("configure", "queue", name)
+            if name not in self.vhost.queues:
+                self.access.check_linked_exchange(
+                    self.conn.user, self.vhost.name, "queue", name, m.arguments or {}
+                )
         queue = self.vhost.declare_queue(
             name,
             m.passive,

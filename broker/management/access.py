@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -118,6 +119,20 @@ def permit(request: web.Request, vhost: str, kind: str, resource: str, name: str
     mapped to HTTP by the caller): management operations run as the logged-in user."""
     server: Server = request.app[SERVER_KEY]
     server.access.check(current_user(request).name, vhost, kind, resource, name)
+
+
+def permit_linked_exchange(
+    request: web.Request, vhost: VHost, resource: str, name: str, arguments: Mapping[str, Any]
+) -> None:
+    """The check a channel makes when it declares a new exchange with an alternate exchange
+    or a new queue with a dead-letter exchange (403 on refusal; see
+    :meth:`AccessControl.check_linked_exchange`)."""
+    exists = name in (vhost.projection.exchanges if resource == "exchange" else vhost.queues)
+    if not exists:
+        server: Server = request.app[SERVER_KEY]
+        server.access.check_linked_exchange(
+            current_user(request).name, vhost.name, resource, name, arguments
+        )
 
 
 def permit_topic(request: web.Request, vhost: VHost, kind: str, exchange: str, key: str) -> None:

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from leveret.exchanges.model import Binding, DestKind, Exchange
 from leveret.management import ops, views
-from leveret.management.access import permit, permit_topic
+from leveret.management.access import permit, permit_linked_exchange, permit_topic
 from leveret.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
 from leveret.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
 from leveret.management.query import json_response, read_json, reply_list
@@ -94,9 +94,11 @@ async def put_exchange(request: web.Request) -> web.Response:
     type_name = body.get("type", "direct")
     if not isinstance(type_name, str):
         raise bad_request("type must be a string")
+    arguments = ops.json_arguments(body.get("arguments"))
     with amqp_errors():
         if name:
             permit(request, vhost.name, "configure", "exchange", name)
+            permit_linked_exchange(request, vhost, "exchange", name, arguments)
         created = ops.declare_exchange(
             vhost,
             name,
@@ -104,7 +106,7 @@ async def put_exchange(request: web.Request) -> web.Response:
             ops.parse_bool(body, "durable"),
             ops.parse_bool(body, "auto_delete"),
             ops.parse_bool(body, "internal"),
-            ops.json_arguments(body.get("arguments")),
+            arguments,
         )
     return created_or_updated(created)
 
@@ -204,14 +206,16 @@ async def put_queue(request: web.Request) -> web.Response:
     body = await read_json(request)  # first: nothing may change between lookup and use
     vhost = vhost_of(request, missing=vhost_not_found)
     name = request.match_info["name"]
+    arguments = ops.json_arguments(body.get("arguments"))
     with amqp_errors():
         permit(request, vhost.name, "configure", "queue", name)
+        permit_linked_exchange(request, vhost, "queue", name, arguments)
         _queue, created = ops.declare_queue(
             vhost,
             name,
             ops.parse_bool(body, "durable"),
             ops.parse_bool(body, "auto_delete"),
-            ops.json_arguments(body.get("arguments")),
+            arguments,
         )
     state_of(server_of(request)).sampler.refresh()
     return created_or_updated(created)
