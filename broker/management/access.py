@@ -109,6 +109,17 @@ def visible_vhosts(server: Server, user: User) -> list[str]:
     return [name for name in names if can_login_vhost(server, user, name)]
 
 
+def listed_vhosts(server: Server, user: User) -> list[str]:
+    """rabbit_mgmt_util:filter_vhost/3, the narrower rule of the queue, exchange and binding
+    lists: every vhost for administrators only; monitors, like everyone else, see the vhosts
+    they have permissions on (observed on 3.10.8: a ``monitoring`` user without permissions
+    on a vhost does not see its queues in ``GET /api/queues``)."""
+    names = sorted(server.vhosts)
+    if is_admin(user):
+        return names
+    return [name for name in names if can_login_vhost(server, user, name)]
+
+
 def sees_user(viewer: User, owner: str) -> bool:
     """filter_conn_ch_list: monitors see every connection, others only their own."""
     return is_monitor(viewer) or viewer.name == owner

@@ -18,6 +18,7 @@ from leveret.management import views
 from leveret.management.access import (
     SERVER_KEY,
     current_user,
+    listed_vhosts,
     require_admin,
     require_vhost,
     visible_vhosts,
@@ -83,12 +84,15 @@ def vhost_of(
     return vhost
 
 
-def scoped_vhosts(request: web.Request) -> list[VHost]:
-    """The vhost in the path, else every vhost the user may see."""
+def scoped_vhosts(request: web.Request, *, objects: bool = False) -> list[VHost]:
+    """The vhost in the path, else every vhost the user may see: list_visible_vhosts, or
+    for the lists of ``objects`` (queues, exchanges, bindings) filter_vhost's narrower rule
+    (:func:`listed_vhosts`)."""
     if "vhost" in request.match_info:
         return [vhost_of(request)]
     server = server_of(request)
-    return [server.vhosts[name] for name in visible_vhosts(server, current_user(request))]
+    rule = listed_vhosts if objects else visible_vhosts
+    return [server.vhosts[name] for name in rule(server, current_user(request))]
 
 
 # -- overview ---------------------------------------------------------------------------

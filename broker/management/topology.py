@@ -57,7 +57,7 @@ async def list_exchanges(request: web.Request) -> web.Response:
     server = server_of(request)
     items = [
         exchange_item(server, vhost, exchange)
-        for vhost in scoped_vhosts(request)
+        for vhost in scoped_vhosts(request, objects=True)
         for exchange in vhost.projection.exchanges.values()
     ]
     return reply_list(items, request, pages=True)
@@ -171,7 +171,7 @@ async def list_queues(request: web.Request) -> web.Response:
     sizes = unacked_bytes(server)
     items = [
         queue_item(server, vhost, queue, sizes)
-        for vhost in scoped_vhosts(request)
+        for vhost in scoped_vhosts(request, objects=True)
         for queue in vhost.queues.values()
     ]
     return reply_list(items, request, pages=True)
@@ -269,7 +269,7 @@ async def list_bindings(request: web.Request) -> web.Response:
     """GET /api/bindings[/vhost] (unsorted, in RabbitMQ's order)."""
     items = [
         views.binding_view(vhost.name, b)
-        for vhost in scoped_vhosts(request)
+        for vhost in scoped_vhosts(request, objects=True)
         for b in all_bindings(vhost)
     ]
     return json_response(items)

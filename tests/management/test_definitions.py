@@ -103,13 +103,11 @@ async def test_rabbitmq_export_loads_and_works(mgmt: Mgmt) -> None:
         await aio_pika.connect(f"amqp://test:wrong@127.0.0.1:{port}/shop")
     # Tags came along: admin administers, ops monitors, test only manages.
     assert (await mgmt.request("GET", "users", auth=("admin", "guest")))[0] == 200
-    status, queues = await mgmt.request("GET", "queues", auth=("ops", "s3cr3t-ops"))
-    assert status == 200
-    assert {(q["vhost"], q["name"]) for q in queues} >= {
-        ("shop", "orders.created"),
-        ("shop", "emails"),
-        ("/", "celery"),
-    }
+    # ops has no permissions: as a monitor it sees every vhost, but not their queues
+    # (rabbit_mgmt_util:filter_vhost/3 lists those for administrators only).
+    status, vhosts = await mgmt.request("GET", "vhosts", auth=("ops", "s3cr3t-ops"))
+    assert (status, {v["name"] for v in vhosts} >= {"/", "shop"}) == (200, True)
+    assert await mgmt.request("GET", "queues", auth=("ops", "s3cr3t-ops")) == (200, [])
     assert (await mgmt.request("GET", "users", auth=("ops", "s3cr3t-ops")))[0] == 401
     shop = await mgmt.get("vhosts", "shop")
     assert (shop["description"], shop["tags"]) == ("Web shop", ["production"])
