@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""backlog: what a queued message costs the broker in memory, in the amqpbench style.
+"""backlog: what a queued message costs the broker in memory.
 
 One connection declares a transient queue with no consumer, publishes ``-n`` messages of
 ``--body-size`` bytes (default 100; transient; ``--properties pika``: the same properties on
@@ -13,8 +13,8 @@ before publishing and, after ``--settle`` seconds, with the backlog in place:
 Then the queue is deleted and the RSS read once more (``rss_after_delete_kb``: what the
 broker gives back to the OS; Python and Erlang both keep some of their heaps).
 
-Uses amqpwire from amqpbench (see ``amqpbench_path.py``). The last stdout line is one JSON
-object (ok, figures, harness/broker CPU and RSS).
+A workload script of the load generator (raw frames through ``loadgen/wire.py``); the last
+stdout line is one JSON object (ok, figures, harness/broker CPU and RSS).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import asyncio
 import time
 from typing import Any
 
-from amqpbench_path import amqpwire
+from loadgen import wire
 from pamqp import commands
 
 PROPERTIES = {
@@ -41,47 +41,42 @@ def messages(args: argparse.Namespace, queue: str, frame_max: int) -> list[bytes
     body = b"x" * args.body_size
     if args.properties != "message-id":
         properties = PROPERTIES[args.properties]
-        return [amqpwire.encode_publish("", queue, body, 1, properties, frame_max)]
+        return [wire.encode_publish("", queue, body, properties=properties, frame_max=frame_max)]
     return [
-        amqpwire.encode_publish(
+        wire.encode_publish(
             "",
             queue,
             body,
-            1,
-            commands.Basic.Properties(
+            properties=commands.Basic.Properties(
                 content_type="text/plain", delivery_mode=1, message_id=f"id-{i:08d}"
             ),
-            frame_max,
+            frame_max=frame_max,
         )
         for i in range(DISTINCT_IDS)
     ]
 
 
-def tree_rss_kb(pid: int | None) -> int | None:
-    return None if pid is None else int(amqpwire.proc_tree_rss_kb(pid)["total_kb"])
-
-
-async def depth(conn: amqpwire.AMQPConnection, queue: str) -> int:
-    ok = await conn.rpc(1, commands.Queue.Declare(queue=queue, passive=True), timeout=30)
+async def depth(conn: wire.Connection, queue: str) -> int:
+    ok = await conn.rpc(1, commands.Queue.Declare(queue=queue, passive=True), wait_s=30)
     return int(ok.message_count)
 
 
 async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
     n = args.messages
-    queue = amqpwire.unique("amqpbench.backlog")
-    conn = await amqpwire.connect(args.url, name="amqpbench-backlog")
+    queue = wire.unique("loadgen.backlog")
+    conn = await wire.connect(args.url, name="loadgen-backlog")
     declared = False
     try:
-        await conn.channel(1)
+        await conn.open_channel(1)
         await conn.rpc(1, commands.Queue.Declare(queue=queue, durable=False, auto_delete=False))
         declared = True
         await asyncio.sleep(args.settle)
-        before = tree_rss_kb(args.broker_pid)
+        before = wire.tree_rss_kb(args.broker_pid)
         msg = messages(args, queue, conn.frame_max)
-        meter = amqpwire.CpuMeter(args.broker_pid)
+        meter = wire.CpuMeter(args.broker_pid)
         meter.start()
         t0 = time.monotonic()
-        await amqpwire.Publisher(conn, msg, batch=args.batch).run(n)
+        await wire.Publisher(conn, msg, batch=args.batch).run(n)
         queued = await depth(conn, queue)
         while queued < n:  # the last publishes may still be in the broker's buffers
             await asyncio.sleep(0.05)
@@ -89,7 +84,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         elapsed = time.monotonic() - t0
         s.update(meter.stop())
         await asyncio.sleep(args.settle)
-        after = tree_rss_kb(args.broker_pid)
+        after = wire.tree_rss_kb(args.broker_pid)
         s.update(
             {
                 "messages": n,
@@ -107,10 +102,10 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         await conn.rpc(1, commands.Queue.Delete(queue=queue))
         declared = False
         await asyncio.sleep(args.settle)
-        s["rss_after_delete_kb"] = tree_rss_kb(args.broker_pid)
+        s["rss_after_delete_kb"] = wire.tree_rss_kb(args.broker_pid)
     finally:
         if declared:
-            error = await amqpwire.cleanup(conn, 1, queues=[queue])
+            error = await wire.cleanup(conn, 1, queues=[queue])
             if error:
                 s["cleanup_error"] = error
         await conn.close()
@@ -120,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    amqpwire.common_args(parser, n_default=1_000_000)
+    wire.common_args(parser, n_default=1_000_000)
     parser.add_argument("--properties", choices=[*PROPERTIES, "message-id"], default="pika")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before each RSS read")
     parser.add_argument("--batch", type=int, default=1000, help="messages per socket write")
@@ -129,4 +124,4 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     a = parse_args()
-    raise SystemExit(amqpwire.run_main(main, a, amqpwire.base_summary("backlog", a)))
+    raise SystemExit(wire.run(main, a, wire.base_summary("backlog", a)))

@@ -4,7 +4,7 @@
     .venv/bin/python bench/pipeline_bench.py generate        # only write the trace + topology
     .venv/bin/python bench/pipeline_bench.py run --repeat 2  # only time the job (fresh JVM)
 
-Workload (the seeds' topic-exchange mix, as ``amqpbench/topicgen.py --shape literal-first``):
+Workload (the seeds' topic-exchange mix of ``topicwords.py``, as ``loadgen/topic.py`` binds it):
 10,000 bindings on one topic exchange, binding keys of 3-7 words, each word a literal from a
 1,000-word vocabulary (70 %), ``*`` (20 %) or ``#`` (10 %, never two in a row), the first word
 always a literal; bindings spread round-robin over 100 queues. Routing keys are made from

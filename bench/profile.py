@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Where Leveret's time goes: run the broker in-process under cProfile, drive it with one
-amqpbench workload (a subprocess), print the top functions by tottime and by cumtime.
+workload of the load generator (a subprocess), print the top functions by tottime and by
+cumtime.
 
   .venv/bin/python bench/profile.py                          # pubsub-noack, 200k messages
   .venv/bin/python bench/profile.py --workload fanout --top 40
@@ -38,7 +39,6 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 from workloads import (  # noqa: E402
-    DEFAULT_AMQPBENCH,
     REPO_ROOT,
     RESULTS_DIR,
     WORKLOADS,
@@ -71,7 +71,7 @@ async def drive(args: argparse.Namespace, profiler: cProfile.Profile) -> Profile
     try:
         proc = await asyncio.create_subprocess_exec(
             *cmd,
-            cwd=args.amqpbench,
+            cwd=REPO_ROOT,  # workload scripts are relative to the repository root
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
@@ -150,7 +150,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the smaller --quick size")
     parser.add_argument("--top", type=int, default=30, help="functions per table")
     parser.add_argument("--no-uvloop", action="store_true", help="stdlib asyncio loop")
-    parser.add_argument("--amqpbench", type=Path, default=DEFAULT_AMQPBENCH)
     parser.add_argument("--python", default=default_python(), help="interpreter for the script")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     return parser.parse_args(argv)
@@ -158,9 +157,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    args.amqpbench = args.amqpbench.resolve()
-    if not (args.amqpbench / "amqpwire.py").exists():
-        raise SystemExit(f"amqpbench not found at {args.amqpbench} (use --amqpbench PATH)")
     logging.basicConfig(level=logging.WARNING)
     run = run_profiled(args)
     text = report(run, args)

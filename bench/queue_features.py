@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""queue-features: what queue TTL, dead-lettering and property-driven features cost, in the
-amqpbench style.
+"""queue-features: what queue TTL, dead-lettering and property-driven features cost.
 
 Every mode declares a fanout dead-letter exchange (DLX) bound to a dead-letter queue (DLQ),
 so that all run the same code; ttl-dlx, dead-letter and expire name it in the work queue's
@@ -8,7 +7,7 @@ x-dead-letter-exchange. Separate publisher and consumer connections (one process
 exchange -> work queue (headers: a headers exchange), transient --body-size byte bodies
 (default 100).
 
-  --mode ttl-dlx      pubsub_direct.py --ack single --prefetch 1000, but the work queue has
+  --mode ttl-dlx      loadgen/pubsub.py --ack single --prefetch 1000, but the work queue has
                       x-message-ttl=--ttl-ms (60000) and the DLX: the features are configured,
                       never triggered. Clock: first publish write -> last delivery parsed.
                       Figure: msgs_per_s (compare with pubsub_direct --ack single).
@@ -40,23 +39,22 @@ broker has to read message properties for (figure: msgs_per_s, compare with plai
                       plugin on RabbitMQ.
   --mode delayed-none the same exchange, messages without x-delay: its cost as a proxy.
 
-Uses amqpwire from amqpbench: the directory in $AMQPBENCH, else the working directory if it
-holds amqpwire.py (run.py and profile.py run scripts there), else ../shared/amqpbench from
-the repo root. The last stdout line is one JSON object (ok, figures, harness/broker CPU).
+A workload script of the load generator (raw frames through ``loadgen/wire.py``, the same
+options as ``loadgen/pubsub.py``); the last stdout line is one JSON object (ok, figures,
+harness/broker CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import struct
 import time
 from typing import Any
 
-from amqpbench_path import amqpwire
+from loadgen import wire
 from pamqp import commands
 
-# Modes whose work queue has a manual-ack consumer (pubsub_direct --ack single).
+# Modes whose work queue has a manual-ack consumer (loadgen/pubsub.py --ack single).
 CONSUMED = (
     "ttl-dlx",
     "plain",
@@ -74,20 +72,6 @@ FIGURE = {
     "expire": "expired_dead_lettered_per_s",
 }
 DEFAULT_TTL_MS = {"ttl-dlx": 60_000, "expire": 1}
-# Basic.Reject (60, 90) / Basic.Nack (60, 120): delivery-tag, bits (multiple=1, requeue=2).
-_REJECT = struct.Struct(">BHIHHQB")
-
-
-def reject_frame(channel: int, tag: int) -> bytes:
-    """Basic.Reject requeue=false."""
-    return _REJECT.pack(1, channel, 13, 60, 90, tag, 0) + b"\xce"
-
-
-def nack_multiple_frame(channel: int, tag: int) -> bytes:
-    """Basic.Nack multiple=true requeue=false."""
-    return _REJECT.pack(1, channel, 13, 60, 120, tag, 1) + b"\xce"
-
-
 # --mode headers: the headers every message carries and the binding matches on.
 HEADERS = {"type": "order", "region": "eu"}
 
@@ -105,69 +89,6 @@ def queue_arguments(args: argparse.Namespace, dlx: str) -> dict[str, Any]:
     return arguments
 
 
-class Counter:
-    """Counts deliveries on one connection; resolves ``done`` once ``n`` have arrived."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.count = 0
-        self.last = 0.0
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-
-def no_ack_sink(conn: amqpwire.AMQPConnection, n: int) -> Counter:
-    """A no-ack consumer's callbacks on ``conn``: count, stop the clock at the n-th."""
-    counter = Counter(n)
-
-    def on_deliver(ch: int, tag: int, body: bytes | None) -> None:
-        c = counter.count + 1
-        counter.count = c
-        if c == n:
-            counter.last = time.monotonic()
-            if not counter.done.done():
-                counter.done.set_result(None)
-
-    conn.on_deliver = on_deliver
-    conn.on_batch_end = None
-    return counter
-
-
-def settling_consumer(conn: amqpwire.AMQPConnection, n: int, how: str) -> Counter:
-    """A manual-ack consumer on ``conn`` (channel 1) that settles each read chunk in one
-    write: ``ack`` = one Basic.Ack per delivery (as pubsub_direct --ack single),
-    ``reject`` = one Basic.Reject requeue=false per delivery, ``nack-multiple`` = one
-    Basic.Nack multiple requeue=false per chunk."""
-    counter = Counter(n)
-    pending: list[bytes] = []
-    state = {"maxtag": 0, "settled": 0}
-    frame = amqpwire.ack_frame if how == "ack" else reject_frame
-    per_delivery = how != "nack-multiple"
-
-    def on_deliver(ch: int, tag: int, body: bytes | None) -> None:
-        c = counter.count + 1
-        counter.count = c
-        if per_delivery:
-            pending.append(frame(1, tag))
-        else:
-            state["maxtag"] = tag
-        if c == n:
-            counter.last = time.monotonic()
-
-    def on_batch_end() -> None:
-        if pending:
-            conn.transport.write(b"".join(pending))
-            pending.clear()
-        elif not per_delivery and state["maxtag"] > state["settled"]:
-            conn.transport.write(nack_multiple_frame(1, state["maxtag"]))
-            state["settled"] = state["maxtag"]
-        if counter.count >= n and not counter.done.done():
-            counter.done.set_result(None)
-
-    conn.on_deliver = on_deliver
-    conn.on_batch_end = on_batch_end
-    return counter
-
-
 def message_properties(mode: str, delay_ms: int = 1) -> commands.Basic.Properties | None:
     """The properties every published message carries (None: none at all)."""
     if mode == "delayed":
@@ -181,9 +102,9 @@ def message_properties(mode: str, delay_ms: int = 1) -> commands.Basic.Propertie
     return None
 
 
-async def passive_depth(conn: amqpwire.AMQPConnection, queue: str) -> int | None:
+async def passive_depth(conn: wire.Connection, queue: str) -> int | None:
     try:
-        ok = await conn.rpc(1, commands.Queue.Declare(queue=queue, passive=True), timeout=10)
+        ok = await conn.rpc(1, commands.Queue.Declare(queue=queue, passive=True), wait_s=10)
     except Exception:
         return None
     return int(ok.message_count)
@@ -191,22 +112,22 @@ async def passive_depth(conn: amqpwire.AMQPConnection, queue: str) -> int | None
 
 async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
     mode, n = args.mode, args.messages
-    q = amqpwire.unique("amqpbench.features")
+    q = wire.unique("loadgen.features")
     dlx, dlq = f"{q}.dlx", f"{q}.dlq"
     arguments = queue_arguments(args, dlx)
-    cons = await amqpwire.connect(args.url, name="amqpbench-consumer")
-    pub = await amqpwire.connect(args.url, name="amqpbench-publisher")
+    cons = await wire.connect(args.url, name="loadgen-features-consumer")
+    pub = await wire.connect(args.url, name="loadgen-features-publisher")
     sink = None
     if mode == "dead-letter":
-        sink = await amqpwire.connect(args.url, name="amqpbench-dlq-consumer")
+        sink = await wire.connect(args.url, name="loadgen-features-dlq-consumer")
     declared_q = declared_dlq = declared_dlx = False
     declared_exchanges: list[str] = []
     tags: list[str] = []
     try:
-        await cons.channel(1)
-        await pub.channel(1)
+        await cons.open_channel(1)
+        await pub.open_channel(1)
         if sink is not None:
-            await sink.channel(1)
+            await sink.open_channel(1)
         await cons.rpc(
             1,
             commands.Exchange.Declare(
@@ -257,7 +178,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         # The counter whose n-th message stops the clock, and what consumes what.
         if mode in CONSUMED:
             await cons.rpc(1, commands.Basic.Qos(prefetch_count=args.prefetch))
-            clock = settling_consumer(cons, n, "ack")
+            clock = wire.Consumer(cons, n, "ack")
             start = {"x-stream-offset": "first"} if mode == "stream" else {}
             await cons.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c1", arguments=start))
             tags.append("c1")
@@ -265,28 +186,27 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
         elif mode == "dead-letter":
             await cons.rpc(1, commands.Basic.Qos(prefetch_count=args.prefetch))
             how = "reject" if args.reject == "single" else "nack-multiple"
-            rejecter = settling_consumer(cons, n, how)
+            rejecter = wire.Consumer(cons, n, how)
             await cons.rpc(1, commands.Basic.Consume(queue=q, consumer_tag="c1"))
             tags.append("c1")
             assert sink is not None
-            clock = no_ack_sink(sink, n)
+            clock = wire.Consumer(sink, n, "none")
             await sink.rpc(1, commands.Basic.Consume(queue=dlq, consumer_tag="d1", no_ack=True))
         else:  # expire: nobody consumes the work queue
             rejecter = None
-            clock = no_ack_sink(cons, n)
+            clock = wire.Consumer(cons, n, "none")
             await cons.rpc(1, commands.Basic.Consume(queue=dlq, consumer_tag="d1", no_ack=True))
             tags.append("d1")
 
-        msg = amqpwire.encode_publish(
+        msg = wire.encode_publish(
             exchange,
             q,
             b"x" * args.body_size,
-            1,
             properties=message_properties(mode, args.delay_ms),
             frame_max=pub.frame_max,
         )
-        publisher = amqpwire.Publisher(pub, msg, batch=args.batch)
-        meter = amqpwire.CpuMeter(args.broker_pid)
+        publisher = wire.Publisher(pub, msg, batch=args.batch)
+        meter = wire.CpuMeter(args.broker_pid)
         meter.start()
         t0 = time.monotonic()
         await publisher.run(n)
@@ -329,9 +249,9 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
     finally:
         errors = []
         if sink is not None:
-            errors.append(await amqpwire.cleanup(sink, 1, consumer_tags=["d1"]))
+            errors.append(await wire.cleanup(sink, 1, consumer_tags=["d1"]))
         errors.append(
-            await amqpwire.cleanup(
+            await wire.cleanup(
                 cons,
                 1,
                 consumer_tags=tags,
@@ -350,7 +270,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    amqpwire.common_args(parser, n_default=200_000)
+    wire.common_args(parser, n_default=200_000)
     parser.add_argument("--mode", choices=MODES, default="ttl-dlx")
     parser.add_argument("--prefetch", type=int, default=1000)
     parser.add_argument("--delay-ms", type=int, default=1, help="x-delay of --mode delayed")
@@ -375,4 +295,4 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     a = parse_args()
-    raise SystemExit(amqpwire.run_main(main, a, amqpwire.base_summary(f"queue-{a.mode}", a)))
+    raise SystemExit(wire.run(main, a, wire.base_summary(f"queue-{a.mode}", a)))

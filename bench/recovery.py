@@ -10,8 +10,8 @@ Two scenarios, each in a fresh temporary data dir, built with the storage API di
 
 * ``bindings``: one durable topic exchange, ``--queues`` (100) durable queues and
   ``--bindings`` (100k) durable bindings, written to the definitions log with
-  :meth:`leveret.storage.log.DefinitionLog.append_many`. Binding keys follow amqpbench's topic mix
-  (``topicgen.py --shape literal-first``): 3-7 words, the first a literal from a
+  :meth:`leveret.storage.log.DefinitionLog.append_many`. Binding keys follow the seeds' topic mix
+  (``topicwords.py``, as ``loadgen/topic.py`` binds them): 3-7 words, the first a literal from a
   1000-word vocabulary, the others a literal (p 0.7), ``*`` (0.2) or ``#`` (0.1), never
   ``##``; bindings round-robin over the queues, every (key, queue) pair distinct.
 * ``messages``: ``--message-queues`` (10) durable queues in the log and ``--per-queue``

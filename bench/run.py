@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Benchmark Leveret against RabbitMQ with amqpbench; write JSONL + a markdown table.
+"""Benchmark Leveret against RabbitMQ with the project's load generator (``bench/loadgen/``);
+write JSONL + a markdown table.
 
 Starts Leveret (``python -m leveret serve``) on a free port, uses a RabbitMQ node if one is
 found (or given), and runs each workload against each broker, interleaved (rep 1: A then B,
-rep 2: B then A, ...), every run a fresh amqpbench process with the broker's PID so its CPU
-is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary table
+rep 2: B then A, ...), every run a fresh load-generator process with the broker's PID so
+its CPU is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary table
 (medians, Leveret/RabbitMQ ratio, broker CPU) is printed and written to
 ``bench/results/latest.md``.
 
@@ -37,7 +38,6 @@ from urllib.parse import urlsplit
 
 from workloads import (
     CORE_WORKLOADS,
-    DEFAULT_AMQPBENCH,
     REPO_ROOT,
     RESULTS_DIR,
     WORKLOADS,
@@ -260,15 +260,13 @@ def git_revision() -> str:
     return (rev or "unknown") + ("-dirty" if dirty else "")
 
 
-def run_workload(
-    workload: Workload, broker: Broker, args: argparse.Namespace, amqpbench: Path
-) -> Record:
-    """One fresh amqpbench process for ``workload`` against ``broker``."""
+def run_workload(workload: Workload, broker: Broker, args: argparse.Namespace) -> Record:
+    """One fresh load-generator process for ``workload`` against ``broker``."""
     cmd = workload.command(
         args.python, broker.url, quick=args.quick, label=broker.name, broker_pid=broker.pid
     )
     before = loadavg()
-    record = run_script(cmd, amqpbench, workload.timeout_s + KILL_GRACE_S)
+    record = run_script(cmd, workload.timeout_s + KILL_GRACE_S)
     record.update({"key": workload.key, "broker_name": broker.name, "loadavg_before": before})
     record["cmd"] = " ".join(cmd[1:])
     return record
@@ -287,7 +285,6 @@ def run_matrix(
     brokers: list[Broker],
     leveret: LeveretProcess,
     args: argparse.Namespace,
-    amqpbench: Path,
     out: TextIO,
 ) -> list[Record]:
     """All reps x workloads x brokers, interleaved; each record is also appended to ``out``."""
@@ -300,7 +297,7 @@ def run_matrix(
                 restarted = broker.name == LEVERET and leveret.ensure_running()
                 if restarted:
                     broker.url, broker.pid = leveret.url, leveret.pid
-                record = run_workload(workload, broker, args, amqpbench)
+                record = run_workload(workload, broker, args)
                 record.update(common, rep=rep)
                 if restarted:
                     record["leveret_restarted_before"] = True
@@ -409,7 +406,7 @@ def render_markdown(
     header.append(f"runs ok ({'; '.join(pretty[n] for n in names)})")
     rabbit = next((b for b in brokers if b.name == RABBITMQ), None)
     parts = [
-        f"# Leveret{' vs RabbitMQ' if rabbit else ''} (amqpbench)",
+        f"# Leveret{' vs RabbitMQ' if rabbit else ''} (bench/loadgen)",
         "",
         f"- {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, Leveret {args.revision}, "
         f"{'QUICK (smoke) mode, ' if args.quick else ''}{args.reps} rep(s), "
@@ -472,12 +469,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     rabbit.add_argument("--no-rabbitmq", action="store_true", help="Leveret only")
     parser.add_argument("--rabbitmq-pid", type=int, help="RabbitMQ beam.smp PID (CPU accounting)")
     parser.add_argument(
-        "--amqpbench",
-        type=Path,
-        default=DEFAULT_AMQPBENCH,
-        help="amqpbench scripts directory (default: ../shared/amqpbench from the repo root)",
-    )
-    parser.add_argument(
         "--python",
         default=default_python(),
         help="interpreter for Leveret and the scripts (default: the repo's .venv)",
@@ -508,9 +499,6 @@ def raise_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raise_on_sigterm()
-    amqpbench = args.amqpbench.resolve()
-    if not (amqpbench / "amqpwire.py").exists():
-        raise SystemExit(f"amqpbench not found at {amqpbench} (use --amqpbench PATH)")
     workloads = selected_workloads(args)
     args.revision = git_revision()
     args.loadavg_start = loadavg()
@@ -525,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"brokers: {', '.join(f'{b.name} {b.url} pid {b.pid}' for b in brokers)}")
         log(f"workloads: {' '.join(w.key for w in workloads)}; reps {args.reps}; -> {jsonl}")
         with open(jsonl, "w") as out:
-            records = run_matrix(workloads, brokers, leveret, args, amqpbench, out)
+            records = run_matrix(workloads, brokers, leveret, args, out)
     report = render_markdown(records, workloads, brokers, args, jsonl)
     (args.results_dir / f"{stamp}.md").write_text(report)
     (args.results_dir / "latest.md").write_text(report)

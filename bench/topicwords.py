@@ -1,6 +1,6 @@
-"""The seeds' topic binding keys, as ``amqpbench/topicgen.py --shape literal-first`` makes
-them: shared by ``pipeline_bench.py`` and ``recovery.py`` (``from bench.topicwords import``,
-with the repository root on ``sys.path``)."""
+"""The seeds' topic binding keys (the "literal-first" mix): shared by ``pipeline_bench.py``,
+``recovery.py`` and ``loadgen/topic.py`` (``from bench.topicwords import``, with the
+repository root on ``sys.path``)."""
 
 from __future__ import annotations
 

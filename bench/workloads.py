@@ -1,7 +1,8 @@
-"""Shared by ``run.py`` and ``profile.py``: the amqpbench workloads and how to run one.
+"""Shared by ``run.py`` and ``profile.py``: the workloads and how to run one.
 
-Each workload is one amqpbench script (``../shared/amqpbench`` by default) run in a fresh
-process; the script prints one JSON object on its last stdout line.
+Each workload is one script of the project's load generator (``bench/loadgen/``, plus the
+workload scripts in ``bench/`` built on ``loadgen/wire.py``) run in a fresh process from the
+repository root; the script prints one JSON object on its last stdout line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
-DEFAULT_AMQPBENCH = REPO_ROOT.parent / "shared" / "amqpbench"
+LOADGEN_DIR = BENCH_DIR / "loadgen"
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,11 @@ class Metric:
 
 @dataclass(frozen=True)
 class Workload:
-    """An amqpbench script with fixed arguments, in a full and a ``--quick`` size.
+    """A load-generator script with fixed arguments, in a full and a ``--quick`` size.
 
-    ``script`` is relative to the amqpbench directory (the scripts' working directory) or
-    absolute. ``group``: ``core`` (run by default), ``extended`` (``run.py --extended``) or
+    ``script`` is relative to the repository root (the scripts' working directory, see
+    :func:`run_script`), so that the command recorded with a result can be rerun from there.
+    ``group``: ``core`` (run by default), ``extended`` (``run.py --extended``) or
     ``features`` (``run.py --features``).
     """
 
@@ -62,17 +64,27 @@ class Workload:
         return cmd + list(self.args) + list(size)
 
 
+def repo_relative(path: Path) -> str:
+    """``path`` as a workload's ``script``: relative to the repository root."""
+    return str(path.relative_to(REPO_ROOT))
+
+
 MSGS = Metric("msgs_per_s", "msgs/s")
-# Not an amqpbench script: lives here, imports amqpwire from the amqpbench directory.
-QUEUE_FEATURES = str(BENCH_DIR / "queue_features.py")
-PERSISTENT_CONFIRMS = str(BENCH_DIR / "persistent.py")
-BACKLOG = str(BENCH_DIR / "backlog.py")
+PUBSUB = repo_relative(LOADGEN_DIR / "pubsub.py")
+CONFIRMS = repo_relative(LOADGEN_DIR / "confirms.py")
+FANOUT = repo_relative(LOADGEN_DIR / "fanout.py")
+LATENCY = repo_relative(LOADGEN_DIR / "latency.py")
+AIOPIKA_PUBSUB = repo_relative(LOADGEN_DIR / "aiopika_pubsub.py")
+# Workloads of their own, in bench/ next to this file, built on loadgen/wire.py.
+QUEUE_FEATURES = repo_relative(BENCH_DIR / "queue_features.py")
+PERSISTENT_CONFIRMS = repo_relative(BENCH_DIR / "persistent.py")
+BACKLOG = repo_relative(BENCH_DIR / "backlog.py")
 WORKLOADS: dict[str, Workload] = {
     w.key: w
     for w in [
         Workload(
             "pubsub-noack",
-            "pubsub_direct.py",
+            PUBSUB,
             ("--ack", "none"),
             ("-n", "200000"),
             ("-n", "20000"),
@@ -81,7 +93,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "pubsub-ack",
-            "pubsub_direct.py",
+            PUBSUB,
             ("--ack", "single", "--prefetch", "1000"),
             ("-n", "200000"),
             ("-n", "20000"),
@@ -201,7 +213,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "confirms",
-            "confirms.py",
+            CONFIRMS,
             ("--window", "1000"),
             ("-n", "200000"),
             ("-n", "20000"),
@@ -219,7 +231,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "fanout",
-            "fanout.py",
+            FANOUT,
             ("--queues", "10"),
             ("-n", "50000"),
             ("-n", "5000"),
@@ -228,7 +240,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "pubsub-1mb",
-            "pubsub_direct.py",
+            PUBSUB,
             ("--ack", "single", "--prefetch", "100", "--body-size", "1048576"),
             ("-n", "3000"),
             ("-n", "300"),
@@ -239,7 +251,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "latency",
-            "latency.py",
+            LATENCY,
             ("--rate", "5000"),
             ("--seconds", "10"),
             ("--seconds", "3", "--warmup", "0.5"),
@@ -252,7 +264,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "aiopika-noack",
-            "aiopika_pubsub.py",
+            AIOPIKA_PUBSUB,
             ("--ack", "none"),
             ("-n", "50000"),
             ("-n", "10000"),
@@ -263,7 +275,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "aiopika-ack",
-            "aiopika_pubsub.py",
+            AIOPIKA_PUBSUB,
             ("--ack", "single"),
             ("-n", "50000"),
             ("-n", "10000"),
@@ -305,8 +317,9 @@ def accepts_tcp(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def run_script(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
-    """Run one amqpbench script; return its final JSON line (plus ``wall_s``).
+def run_script(cmd: list[str], timeout: float, cwd: Path = REPO_ROOT) -> dict[str, Any]:
+    """Run one workload script (from the repository root unless ``cwd``); return its final
+    JSON line (plus ``wall_s``).
 
     Never raises for a failed run: the result then has ``ok: false`` and an ``error``.
     """
