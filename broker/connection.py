@@ -50,6 +50,7 @@ from leveret.errors import (
     method_id_of,
     reply_text,
 )
+from leveret.exchanges.fields import table_fields
 from leveret.limits import reached
 
 if TYPE_CHECKING:
@@ -513,18 +514,27 @@ class Connection(asyncio.Protocol):
     def _credentials(self, mechanism: str, response: Any) -> tuple[str, str]:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         if mechanism == "PLAIN":
+            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password; an
+            # authorisation identity before the first NUL is refused.
             parts = raw.split(b"\x00")
-            if len(parts) != 3:
+            if len(parts) != 3 or parts[0]:
                 return "", ""
             return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
         if mechanism == "AMQPLAIN":
-            # The response is a field table without its length prefix.
+            # The response is a field table without its length prefix; the first LOGIN and
+            # the first PASSWORD count, each a long string (rabbit_auth_mechanism_amqplain:
+            # lists:keysearch/3 on the parsed table; anything else is refused).
             try:
-                _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
+                decode.field_table(struct.pack(">I", len(raw)) + raw)
             except (ValueError, struct.error):
                 return "", ""
-            login, password = table.get("LOGIN", ""), table.get("PASSWORD", "")
-            return str(login), str(password)
+            first: dict[bytes, str] = {}
+            for name, tag, start, end in table_fields(raw, 0, len(raw)):
+                if name in (b"LOGIN", b"PASSWORD") and name not in first:
+                    # A long string: the key, its tag, 4 octets of length, then the text.
+                    text = raw[start + 2 + len(name) + 4 : end] if tag == ord("S") else None
+                    first[name] = "" if text is None else text.decode("utf-8", "replace")
+            return first.get(b"LOGIN", ""), first.get(b"PASSWORD", "")
         raise AMQPConnectionError(
             COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", (10, 11)
         )

@@ -37,6 +37,7 @@ from .wire import (
     PROTOCOL_HEADER,
     PeerClosedError,
     WireClient,
+    amqplain_response,
     raw_frame,
     raw_method,
 )
@@ -169,6 +170,42 @@ def test_wrong_password_with_auth_failure_close_capability(client: WireClient) -
         )
     )
     assert reply(close_frame(client)) == (403, LOGIN_REFUSED, 0, 0)
+
+
+def _login(client: WireClient, mechanism: str, response: str) -> None:
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    client.send(
+        commands.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism=mechanism,
+            response=response,
+            locale="en_US",
+        )
+    )
+
+
+def test_plain_with_an_authorisation_identity_is_refused(client: WireClient) -> None:
+    # rabbit_auth_mechanism_plain:extract_user_pass/1 wants the response to start with NUL.
+    _login(client, "PLAIN", f"{client.url.user}\0{client.url.user}\0{client.url.password}")
+    assert reply(close_frame(client)) == (403, LOGIN_REFUSED, 0, 0)
+
+
+def test_amqplain_takes_the_first_login(client: WireClient) -> None:
+    # rabbit_auth_mechanism_amqplain: lists:keysearch/3 finds the first LOGIN key.
+    raw = amqplain_response("nobody", client.url.password)
+    raw += amqplain_response(client.url.user, client.url.password)
+    _login(client, "AMQPLAIN", raw.decode("ascii"))
+    assert reply(close_frame(client)) == (403, LOGIN_REFUSED.replace("PLAIN", "AMQPLAIN"), 0, 0)
+
+
+def test_amqplain_with_a_login_that_is_not_a_long_string_is_refused(client: WireClient) -> None:
+    # The login as a byte array ('x'): the credentials are right, the type is not.
+    table = b"\x05LOGINx" + struct.pack(">I", len(client.url.user)) + client.url.user.encode()
+    table += b"\x08PASSWORDS" + struct.pack(">I", len(client.url.password))
+    table += client.url.password.encode()
+    _login(client, "AMQPLAIN", table.decode("ascii"))
+    assert reply(close_frame(client)) == (403, LOGIN_REFUSED.replace("PLAIN", "AMQPLAIN"), 0, 0)
 
 
 def test_wrong_password_without_capability_just_closes(client: WireClient) -> None:
