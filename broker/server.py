@@ -19,6 +19,7 @@ from leveret.config import Config
 from leveret.connection import Connection
 from leveret.exchanges.policies import Policy
 from leveret.exchanges.policies import parse as parse_policy
+from leveret.listen import dual_stack_socket
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.trace import TraceWriter
 from leveret.vhost import VHost
@@ -242,24 +243,11 @@ class Server:
             from leveret.management import load_definitions_file
 
             load_definitions_file(self, self.config.load_definitions)
-        self._listener = await loop.create_server(
-            lambda: Connection(self),
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        self._listener = await self._listen(self.config.port)
         self.port = self._listener.sockets[0].getsockname()[1]
         context = self._tls_context()
         if context is not None:
-            self._tls_listener = await loop.create_server(
-                lambda: Connection(self),
-                self.config.host,
-                self.config.tls_port,
-                ssl=context,
-                reuse_address=True,
-                backlog=1024,
-            )
+            self._tls_listener = await self._listen(self.config.tls_port, context)
             self.tls_port = self._tls_listener.sockets[0].getsockname()[1]
             log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
         if self.config.management_port is not None:
@@ -272,6 +260,24 @@ class Server:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         self.ack_timeouts.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
+
+    async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> asyncio.Server:
+        """Listen on the configured host (``::``: IPv6 and IPv4) and ``port``."""
+        loop = asyncio.get_running_loop()
+        sock = dual_stack_socket(self.config.host, port)
+        where: dict[str, Any] = (
+            {"sock": sock}
+            if sock is not None
+            else {"host": self.config.host, "port": port, "reuse_address": True, "backlog": 1024}
+        )
+        return await loop.create_server(
+            lambda: Connection(self),
+            ssl=tls,
+            # A TLS client gets 10 s to finish its handshake, as an AMQP client gets for its
+            # protocol header (RabbitMQ's handshake_timeout; asyncio's default is 60 s).
+            ssl_handshake_timeout=self.config.handshake_timeout if tls is not None else None,
+            **where,
+        )
 
     def _tls_context(self) -> ssl.SSLContext | None:
         """The AMQPS server context, when a certificate and key are configured."""

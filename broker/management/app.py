@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from leveret.errors import AMQPError
+from leveret.listen import dual_stack_socket
 from leveret.management import (
     actions,
     api,
@@ -162,7 +163,12 @@ async def start_management(
     app = build_app(server)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    sock = dual_stack_socket(host, port)  # ``::`` takes IPv4 too
+    site: web.BaseSite = (
+        web.TCPSite(runner, host, port, reuse_address=True)
+        if sock is None
+        else web.SockSite(runner, sock)
+    )
     try:
         await site.start()
     except BaseException:
