@@ -4,28 +4,53 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
+import re
 import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
+from leveret import __version__
 from leveret.auth import AccessControl, Permission
 from leveret.config import Config
-from leveret.memory import total_memory
-from leveret.persistence import USERS_FILE
-from leveret.server import Server
-from leveret.settings import Settings, add_arguments, resolve
-from leveret.storage.logtools import check, read_log
-from leveret.storage.records import event_to_json
+from leveret.memory import CGROUP_ROOT
+from leveret.settings import Settings, SettingsError, add_arguments, one_line, resolve
+
+if TYPE_CHECKING:
+    from leveret.server import Server
+
+# The server, the storage layer and the log tools are imported by the commands that use
+# them: a refused setting, --help and --version answer at once.
+
+
+class StartupError(Exception):
+    """The broker cannot start (a listener, the data directory): one line, exit 1."""
+
+    status = 1
+
+
+class UsageError(SettingsError):
+    """A command line argparse refuses (exit 2, as argparse)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, whose errors are one ``leveret: error: ...`` line without the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
 
 
 def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
     """The ``leveret`` argument parser (``analyze``'s own flags, which import PySpark, only
     when that is the command)."""
-    parser = argparse.ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
+    parser = ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
+    parser.add_argument("--version", action="version", version=f"leveret {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -61,6 +86,10 @@ def dump_objects(data_dir: Path) -> list[dict[str, object]]:
     """A data dir's definitions log as `leveret log dump` objects (for the pipeline), then
     its policies (saved with the users) as ``policy.set`` objects: an alternate exchange
     set by a policy changes routing."""
+    from leveret.persistence import USERS_FILE
+    from leveret.storage.logtools import read_log
+    from leveret.storage.records import event_to_json
+
     objects = [
         event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")
     ]
@@ -90,6 +119,9 @@ def analyze_command(args: argparse.Namespace) -> int:
 
 def log_command(command: str, data_dir: Path) -> int:
     """``leveret log dump|check --data-dir DIR`` (read-only: nothing is repaired)."""
+    from leveret.storage.logtools import check, read_log
+    from leveret.storage.records import event_to_json
+
     path = data_dir / "definitions.log"
     if not path.exists():
         print(f"{path}: no definitions log", file=sys.stderr)
@@ -106,40 +138,32 @@ def log_command(command: str, data_dir: Path) -> int:
     return 0 if report.ok else 1
 
 
-def watermark_bytes(value: float) -> int:
-    """``--memory-high-watermark``: absolute bytes, or a fraction of RAM below 1."""
-    if 0 < value < 1:
-        return int(total_memory() * value)
-    return int(value)
-
-
 def build_access(settings: Settings) -> AccessControl:
     """The user database from the settings' ``[users]`` and ``[permissions]`` tables
-    (guest/guest with full permissions when the file has no users, as RabbitMQ)."""
+    (guest/guest with full permissions when the file has no users, as RabbitMQ; the
+    ``[permissions]`` of guest then replace its own)."""
     if not settings.users:
-        return AccessControl.with_users({"guest": "guest"}, settings.vhosts)
-    access = AccessControl()
-    for name, user in settings.users.items():
-        access.add_user(
-            name,
-            password=user.get("password"),
-            password_hash=user.get("password_hash"),
-            tags=list(user.get("tags", [])),
-        )
+        access = AccessControl.with_users({"guest": "guest"}, settings.vhosts)
+    else:
+        access = AccessControl()
+        for name, user in settings.users.items():
+            access.add_user(
+                name,
+                password=user.password,
+                password_hash=user.password_hash,
+                tags=list(user.tags),
+            )
     for user_name, per_vhost in settings.permissions.items():
         for vhost, perms in per_vhost.items():
             access.set_permissions(
-                user_name,
-                vhost,
-                Permission(
-                    perms.get("configure", ""), perms.get("write", ""), perms.get("read", "")
-                ),
+                user_name, vhost, Permission(perms.configure, perms.write, perms.read)
             )
     return access
 
 
-def config_from(settings: Settings) -> Config:
-    """A :class:`Config` from merged settings."""
+def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
+    """A :class:`Config` from merged settings (``cgroup_root``: where a container's memory
+    limit is read, for the default memory watermark)."""
     v = settings.values
     management_port = v["management_port"]
     return Config(
@@ -151,7 +175,7 @@ def config_from(settings: Settings) -> Config:
         heartbeat=v["heartbeat"],
         max_message_size=v["max_message_size"],
         consumer_timeout=v["consumer_timeout"],
-        memory_high_watermark=watermark_bytes(v["memory_high_watermark"]),
+        memory_high_watermark=v["memory_high_watermark"].limit(cgroup_root),
         max_connections=v["max_connections"],
         loopback_users=tuple(v["loopback_users"]),
         vhosts=settings.vhosts,
@@ -167,20 +191,126 @@ def config_from(settings: Settings) -> Config:
     )
 
 
+def _writable_directory(path: Path, what: str) -> None:
+    """Create ``path`` if needed and check that a file can be written in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"{what} {path} cannot be created: {exc.strerror or exc}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise StartupError(f"{what} {path} cannot be written: {exc.strerror or exc}") from None
+
+
+def check_files(config: Config) -> None:
+    """What can be checked before the server starts: the directories it writes and the
+    TLS files it loads (one-line errors instead of a traceback from deep inside)."""
+    if config.data_dir is not None:
+        _writable_directory(config.data_dir, "data directory")
+    if config.trace_dir is not None:
+        _writable_directory(config.trace_dir, "trace directory")
+    if config.tls_cert is not None and config.tls_key is not None:
+        import ssl
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(config.tls_cert, config.tls_key)
+        except OSError as exc:  # ssl.SSLError is one
+            raise SettingsError(
+                f"--tls-cert {config.tls_cert} / --tls-key {config.tls_key}: cannot load "
+                f"the certificate and key: {exc.strerror or exc}"
+            ) from None
+        if config.tls_ca is not None:
+            try:
+                context.load_verify_locations(cafile=config.tls_ca)
+            except OSError as exc:
+                raise SettingsError(
+                    f"--tls-ca {config.tls_ca}: cannot load the CA bundle: {exc.strerror or exc}"
+                ) from None
+
+
+_BIND_PREFIX = re.compile(r"^error while attempting to bind on address .*?\): ")
+
+
+def _start_failure(server: Server, config: Config, exc: BaseException) -> Exception | None:
+    """The one-line error for an exception of ``Server.start`` (None: not a known one)."""
+    if config.load_definitions is not None:
+        from leveret.management.definitions import DefinitionsError
+
+        if isinstance(exc, DefinitionsError):
+            return SettingsError(f"--load-definitions: {exc}")
+    if not isinstance(exc, OSError):
+        return None
+    # asyncio says "error while attempting to bind on address ('::', 5672): address
+    # already in use": the address is said once, below.
+    reason = _BIND_PREFIX.sub("", exc.strerror or str(exc))
+    if exc.filename is not None:  # the data directory's files
+        return StartupError(f"data directory {config.data_dir}: {exc.filename}: {reason}")
+    # The listeners start in this order: AMQP, AMQPS, management.
+    if server._listener is None:
+        host, port = config.host, config.port
+    elif config.tls_cert is not None and server._tls_listener is None:
+        host, port = config.host, config.tls_port
+    else:
+        host, port = config.management_host, config.management_port or 0
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return StartupError(f"cannot listen on {address}: {reason}")
+
+
+class _HeldLogs(logging.Handler):
+    """Holds the records logged while the server starts: all are shown once it has
+    started, only warnings and errors if it could not (then the error is the last line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _held_logs() -> Iterator[_HeldLogs]:
+    root = logging.getLogger()
+    handlers = root.handlers[:]
+    held = _HeldLogs()
+    root.handlers[:] = [held]
+    failed = True
+    try:
+        yield held
+        failed = False
+    finally:
+        root.handlers[:] = handlers
+        for record in held.records:
+            if failed and record.levelno < logging.WARNING:
+                continue
+            for handler in handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+
+
 async def serve(config: Config) -> None:
     """Run until SIGINT or SIGTERM, then shut down gracefully."""
     # A broker keeps millions of long-lived objects (messages, bindings) and makes few
     # reference cycles: collect the young generation far less often than CPython's
     # default of every 700 allocations, whose full collections walk everything.
     gc.set_threshold(50_000, 20, 20)
+    from leveret.server import Server
+
     server = Server(config)
-    try:
-        await server.start()
-    except OSError as exc:
-        # A port in use, an address this host does not have: one line and exit status 1,
-        # not a traceback (RabbitMQ also stops when a listener cannot start).
-        await server.stop()
-        raise SystemExit(f"leveret: cannot listen: {exc}") from None
+    with _held_logs():
+        try:
+            await server.start()
+        except Exception as exc:
+            # A port in use, an address this host does not have, a bad definitions file:
+            # one line, not a traceback (RabbitMQ also stops when a listener cannot start).
+            failure = _start_failure(server, config, exc)
+            await server.stop()
+            if failure is None:
+                raise
+            raise failure from None
     if server.management is not None:
         logging.getLogger("leveret").info("management API on %s", server.management.url)
     stop = asyncio.Event()
@@ -193,8 +323,18 @@ async def serve(config: Config) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``leveret`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of the ``leveret`` console script: a user error (a refused setting, a
+    port in use...) is one ``leveret: error: ...`` line on stderr and a non-zero status."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except (SettingsError, StartupError) as exc:
+        print(f"leveret: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers are installed
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser(with_analyze=argv[:1] == ["analyze"]).parse_args(argv)
     if args.command == "analyze":
         return analyze_command(args)
@@ -202,11 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)
     settings = resolve(args)
+    config = config_from(settings)
+    level = str(settings.values["log_level"]).upper()
     logging.basicConfig(
-        level=str(settings.values["log_level"]).upper(),
+        level=logging.CRITICAL + 1 if level == "NONE" else level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    config = config_from(settings)
+    check_files(config)
     if config.use_uvloop:
         try:
             import uvloop

@@ -19,6 +19,13 @@ HEARTBEAT = 60
 HANDSHAKE_TIMEOUT = 10.0
 # 3.13 profile: max_message_size defaults to 128 MiB (16 MiB from 4.0).
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+# The largest values the settings accept (broker/settings.py): frame_max is a long in
+# connection.tune, channel_max and heartbeat are shorts; max_message_size is hard limited to
+# 512 MiB (rabbit.hrl ?MAX_MSG_SIZE).
+FRAME_MAX_LIMIT = 2**31 - 1
+CHANNEL_MAX_LIMIT = 65535
+HEARTBEAT_LIMIT = 65535
+MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
 # RabbitMQ's consumer_timeout (docs/consumers.md "Delivery Acknowledgement Timeout"):
 # 30 minutes, in ms.
 CONSUMER_TIMEOUT = 1_800_000
@@ -41,8 +48,9 @@ class Config:
     max_message_size: int = MAX_MESSAGE_SIZE
     # A delivery left unacknowledged this long (ms) closes its channel with 406; 0: never.
     consumer_timeout: int = CONSUMER_TIMEOUT
-    # Bytes of queued messages above which publishers are blocked; 0: 40 % of RAM
-    # (RabbitMQ's vm_memory_high_watermark). See broker/memory.py.
+    # Bytes of queued messages above which publishers are blocked; 0: 40 % of the memory
+    # available, RAM or a container's cgroup limit (RabbitMQ's vm_memory_high_watermark).
+    # See broker/memory.py.
     memory_high_watermark: int = 0
     # Open connections allowed at once; 0: no limit (RabbitMQ's connection_max).
     max_connections: int = 0

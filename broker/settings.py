@@ -1,9 +1,10 @@
 """Settings for ``leveret serve``: a TOML file, ``LEVERET_*`` environment variables and
 command-line flags, in that order of increasing precedence.
 
-Every scalar setting is declared once in :data:`SETTINGS` (name, type, default, help);
-the flag is ``--name-with-dashes``, the variable ``LEVERET_NAME`` and the file key
-``name``. Users, vhosts and permissions come from the file's tables::
+Every scalar setting is declared once, as a field of :class:`ServeSettings` (a pydantic
+model: type, range, default, help); the flag is ``--name-with-dashes``, the variable
+``LEVERET_NAME`` and the file key ``name``. Users, vhosts and permissions come from the
+file's tables (:class:`ConfigFile`)::
 
     vhosts = ["/", "orders"]
 
@@ -17,80 +18,310 @@ the flag is ``--name-with-dashes``, the variable ``LEVERET_NAME`` and the file k
     read = ".*"
 
 Without a ``[users]`` table the default user is guest/guest, as in RabbitMQ.
+
+Every value is checked once, at start-up, where it is read: flags and variables are
+strings, parsed as the field's type; the file's values must already have it (``port =
+"5672"`` or ``vhosts = "orders"`` is a wrong type), and a key the file may not have is
+refused. A refused value raises :class:`SettingsError`, whose one-line message names the
+flag, the variable or the file and key.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
+import difflib
+import hashlib
+import json
+import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from leveret.config import CHANNEL_MAX, CONSUMER_TIMEOUT, FRAME_MAX, HEARTBEAT, MAX_MESSAGE_SIZE
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from leveret.auth import SALT_BYTES, invalid_regexp
+from leveret.config import (
+    CHANNEL_MAX,
+    CHANNEL_MAX_LIMIT,
+    CONSUMER_TIMEOUT,
+    FRAME_MAX,
+    FRAME_MAX_LIMIT,
+    FRAME_MIN,
+    HEARTBEAT,
+    HEARTBEAT_LIMIT,
+    MAX_MESSAGE_SIZE,
+    MAX_MESSAGE_SIZE_LIMIT,
+)
+from leveret.memory import Watermark
 
 ENV_PREFIX = "LEVERET_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One scalar setting."""
+class SettingsError(Exception):
+    """A setting that cannot be used; the message (one line) names where it came from."""
 
-    name: str
-    kind: Callable[[str], Any]
-    default: Any
-    help: str
+    status = 2
 
 
-def _path(value: str) -> Path | None:
-    return Path(value) if value else None
+# -- value types --------------------------------------------------------------------------
 
 
-def _users_list(value: str) -> tuple[str, ...]:
-    return tuple(u for u in value.split(",") if u)
+def _error(kind: str, reason: str) -> PydanticCustomError:
+    return PydanticCustomError(kind, "{reason}", {"reason": reason})
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("host", str, "127.0.0.1", "address the AMQP listener binds"),
-    Setting("port", int, 5672, "AMQP port (0: any free port)"),
-    Setting("data_dir", _path, None, "directory for durable data (none: memory only)"),
-    Setting("log_level", str, "info", "logging level: debug, info, warning, error"),
-    Setting(
-        "loopback_users",
-        _users_list,
-        ("guest",),
-        "comma-separated users who may connect only from loopback, as RabbitMQ's "
-        "loopback_users ('' lets guest connect from anywhere)",
-    ),
-    Setting(
-        "memory_high_watermark",
-        float,
-        0.0,
-        "bytes of queued messages above which publishers are blocked; below 1 a fraction "
-        "of RAM (default 0.4 of RAM, as RabbitMQ)",
-    ),
-    Setting("max_connections", int, 0, "open connections allowed (0: no limit)"),
-    Setting("max_message_size", int, MAX_MESSAGE_SIZE, "largest message body in bytes"),
-    Setting(
-        "consumer_timeout",
-        int,
-        CONSUMER_TIMEOUT,
-        "ms a delivery may stay unacknowledged before its channel is closed (0: no limit)",
-    ),
-    Setting("frame_max", int, FRAME_MAX, "largest frame offered in connection.tune"),
-    Setting("channel_max", int, CHANNEL_MAX, "most channels per connection"),
-    Setting("heartbeat", int, HEARTBEAT, "heartbeat interval offered, seconds (0: off)"),
-    Setting("trace_dir", _path, None, "record one JSON line per published message here"),
-    Setting("management_host", str, "127.0.0.1", "address of the management HTTP API"),
-    Setting("management_port", int, 15672, "management HTTP API port (-1: disabled)"),
-    Setting("tls_port", int, 5671, "AMQPS port, used when --tls-cert and --tls-key are set"),
-    Setting("tls_cert", _path, None, "PEM certificate (chain) for the AMQPS listener"),
-    Setting("tls_key", _path, None, "PEM private key for the AMQPS listener"),
-    Setting("tls_ca", _path, None, "PEM CA bundle: clients must present a certificate it signed"),
-    Setting("load_definitions", _path, None, "RabbitMQ definitions.json to load at start-up"),
-)
+def _strings(info: ValidationInfo) -> bool:
+    """Whether the value comes from a flag or a variable (a string to parse)."""
+    return bool(info.context and info.context.get("strings"))
+
+
+def _optional_path(value: object) -> Path | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str):
+        raise _error("path_type", "expected a path (a string)")
+    if "\0" in value:
+        raise _error("path_type", "a path cannot contain a NUL character")
+    return Path(value)
+
+
+def _string_list(value: object, info: ValidationInfo) -> object:
+    if isinstance(value, str) and _strings(info):
+        return tuple(item for item in value.split(",") if item)  # comma-separated
+    if isinstance(value, list | tuple):
+        return tuple(value)
+    raise _error("list_type", "expected a list of strings")
+
+
+def _host(value: str) -> str:
+    if "\0" in value:
+        raise _error("host_type", "a host cannot contain a NUL character")
+    return value
+
+
+def _log_level(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _watermark(value: object) -> Watermark:
+    try:
+        return Watermark.parse(value)
+    except ValueError as exc:
+        raise _error("watermark", str(exc)) from None
+
+
+def _regexp(pattern: str) -> str:
+    reason = invalid_regexp(pattern)
+    if reason is not None:
+        message, position = reason[2]
+        raise _error(
+            "invalid_regexp", f"invalid regular expression: {message} at position {position}"
+        )
+    return pattern
+
+
+def _password_hash(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != SALT_BYTES + hashlib.sha256().digest_size:
+        raise _error(
+            "password_hash",
+            "expected a RabbitMQ SHA-256 password hash (base64 of a 4-byte salt and the "
+            "digest, as in a definitions export)",
+        )
+    return value
+
+
+OptionalPath = Annotated[Path | None, PlainValidator(_optional_path)]
+Host = Annotated[str, AfterValidator(_host)]
+Name = Annotated[str, Field(min_length=1)]
+Names = Annotated[tuple[Name, ...], BeforeValidator(_string_list)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+PortOrOff = Annotated[int, Field(ge=-1, le=65535)]  # -1: the listener is off
+FrameMax = Annotated[int, Field(ge=FRAME_MIN, le=FRAME_MAX_LIMIT)]
+ChannelMax = Annotated[int, Field(ge=0, le=CHANNEL_MAX_LIMIT)]
+Heartbeat = Annotated[int, Field(ge=0, le=HEARTBEAT_LIMIT)]
+MessageSize = Annotated[int, Field(ge=1, le=MAX_MESSAGE_SIZE_LIMIT)]
+Count = Annotated[int, Field(ge=0)]
+LogLevel = Annotated[
+    Literal["debug", "info", "warning", "error", "critical", "none"],
+    BeforeValidator(_log_level),
+]
+HighWatermark = Annotated[Watermark, PlainValidator(_watermark)]
+Pattern = Annotated[str, AfterValidator(_regexp)]
+
+
+# -- the declaration ----------------------------------------------------------------------
+
+
+class ServeSettings(BaseModel):
+    """The scalar settings of ``leveret serve``, each one field: the flag, the variable
+    and the file key are made from its name, the help from its description."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: Host = Field(default="127.0.0.1", description="address the AMQP listener binds")
+    port: Port = Field(default=5672, description="AMQP port (0: any free port)")
+    data_dir: OptionalPath = Field(
+        default=None, description="directory for durable data (none: memory only)"
+    )
+    log_level: LogLevel = Field(
+        default="info", description="logging level: debug, info, warning, error, critical or none"
+    )
+    loopback_users: Names = Field(
+        default=("guest",),
+        description="users who may connect only from loopback, as RabbitMQ's "
+        "loopback_users; comma-separated in a flag or variable, a list in the file "
+        "('' lets guest connect from anywhere)",
+    )
+    memory_high_watermark: HighWatermark = Field(
+        default=Watermark(relative=0.4),
+        description="bytes of queued messages above which publishers are blocked: a "
+        "fraction of the memory (RAM, or the container's cgroup limit), 0 < x <= 1, or a "
+        "size as RabbitMQ's vm_memory_high_watermark.absolute (bytes, or with a unit: "
+        "512MB, 2GiB, 4Gi)",
+    )
+    max_connections: Count = Field(default=0, description="open connections allowed (0: no limit)")
+    max_message_size: MessageSize = Field(
+        default=MAX_MESSAGE_SIZE, description="largest message body in bytes"
+    )
+    consumer_timeout: Count = Field(
+        default=CONSUMER_TIMEOUT,
+        description="ms a delivery may stay unacknowledged before its channel is closed "
+        "(0: no limit)",
+    )
+    frame_max: FrameMax = Field(
+        default=FRAME_MAX, description="largest frame offered in connection.tune"
+    )
+    channel_max: ChannelMax = Field(
+        default=CHANNEL_MAX, description="most channels per connection (0: no limit)"
+    )
+    heartbeat: Heartbeat = Field(
+        default=HEARTBEAT, description="heartbeat interval offered, seconds (0: off)"
+    )
+    trace_dir: OptionalPath = Field(
+        default=None, description="record one JSON line per published message here"
+    )
+    management_host: Host = Field(
+        default="127.0.0.1", description="address of the management HTTP API"
+    )
+    management_port: PortOrOff = Field(
+        default=15672, description="management HTTP API port (0: any free port, -1: disabled)"
+    )
+    tls_port: Port = Field(
+        default=5671, description="AMQPS port, used when --tls-cert and --tls-key are set"
+    )
+    tls_cert: OptionalPath = Field(
+        default=None, description="PEM certificate (chain) for the AMQPS listener"
+    )
+    tls_key: OptionalPath = Field(
+        default=None, description="PEM private key for the AMQPS listener"
+    )
+    tls_ca: OptionalPath = Field(
+        default=None, description="PEM CA bundle: clients must present a certificate it signed"
+    )
+    load_definitions: OptionalPath = Field(
+        default=None,
+        description="RabbitMQ definitions.json (or a directory of them) to load at start-up",
+    )
+
+    @model_validator(mode="after")
+    def _tls_files_go_together(self, info: ValidationInfo) -> ServeSettings:
+        # Checked once the sources are merged: the file may name the certificate and a
+        # flag the key.
+        if not (info.context and info.context.get("merged")):
+            return self
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = ("cert", "key") if self.tls_key is None else ("key", "cert")
+            raise _error(
+                "tls_pair",
+                f"--tls-{given} is set without --tls-{missing}: the AMQPS listener needs both",
+            )
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise _error("tls_ca", "--tls-ca needs --tls-cert and --tls-key")
+        return self
+
+
+SETTINGS: tuple[str, ...] = tuple(ServeSettings.model_fields)
+
+
+class UserEntry(BaseModel):
+    """``[users.NAME]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    password: str | None = None
+    password_hash: Annotated[str | None, AfterValidator(_password_hash)] = None
+    tags: Names = ()
+
+    @model_validator(mode="after")
+    def _one_password(self) -> UserEntry:
+        if self.password is not None and self.password_hash is not None:
+            raise _error("password_conflict", "give password or password_hash, not both")
+        return self
+
+
+class PermissionEntry(BaseModel):
+    """``[permissions.USER."VHOST"]``: regular expressions (an empty one grants nothing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    configure: Pattern = ""
+    write: Pattern = ""
+    read: Pattern = ""
+
+
+class ConfigFile(ServeSettings):
+    """A ``--config`` TOML file: any scalar setting, and the tables."""
+
+    vhosts: Names = ("/",)
+    users: dict[Name, UserEntry] = {}
+    permissions: dict[str, dict[str, PermissionEntry]] = {}
+
+    @model_validator(mode="after")
+    def _permissions_name_users_and_vhosts(self) -> ConfigFile:
+        users = set(self.users) or {"guest"}
+        for user, per_vhost in self.permissions.items():
+            if user not in users:
+                where = "in [users]" if self.users else "(without [users] there is only guest)"
+                raise _error(
+                    "unknown_user",
+                    f"key {_key(('permissions', user))!r}: no user {user!r} {where}",
+                )
+            for vhost in per_vhost:
+                if vhost not in self.vhosts:
+                    raise _error(
+                        "unknown_vhost",
+                        f"key {_key(('permissions', user, vhost))!r}: vhost {vhost!r} is not "
+                        f"in vhosts {list(self.vhosts)}",
+                    )
+        return self
 
 
 @dataclass
@@ -98,57 +329,224 @@ class Settings:
     """The merged result: scalar values plus the user tables."""
 
     values: dict[str, Any]
-    users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    users: dict[str, UserEntry] = field(default_factory=dict)
     vhosts: tuple[str, ...] = ("/",)
-    permissions: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    permissions: dict[str, dict[str, PermissionEntry]] = field(default_factory=dict)
+
+
+# -- names and help -----------------------------------------------------------------------
+
+
+def flag_name(name: str) -> str:
+    """``data_dir`` -> ``--data-dir``."""
+    return "--" + name.replace("_", "-")
+
+
+def env_name(name: str) -> str:
+    """``data_dir`` -> ``LEVERET_DATA_DIR``."""
+    return ENV_PREFIX + name.upper()
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(value) or "''"
+    return str(value)
+
+
+def _bounds(info: FieldInfo) -> tuple[int | None, int | None]:
+    """The ``ge``/``le`` constraints of an integer field."""
+    low = high = None
+    for item in info.metadata:
+        ge, le = getattr(item, "ge", None), getattr(item, "le", None)
+        low = ge if isinstance(ge, int) else low
+        high = le if isinstance(le, int) else high
+    return low, high
+
+
+def _help(name: str, info: FieldInfo) -> str:
+    low, high = _bounds(info)
+    text = info.description or ""
+    if low is not None and high is not None:
+        text += f"; {low}..{high}"
+    elif low is not None:
+        text += f"; at least {low}"
+    text += f" (env {env_name(name)}; default {_shown(info.default)})"
+    return text.replace("%", "%%")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config`` and one flag per setting (defaults resolved later)."""
+    """Add ``--config`` and one flag per setting (values are checked by :func:`resolve`)."""
     parser.add_argument(
-        "--config", type=Path, default=None, help="TOML settings file (env LEVERET_CONFIG)"
+        "--config", default=None, metavar="FILE", help=f"TOML settings file (env {CONFIG_ENV})"
     )
-    for setting in SETTINGS:
-        flag = "--" + setting.name.replace("_", "-")
-        default = setting.default
-        if isinstance(default, tuple):
-            default = ",".join(default)
+    for name, info in ServeSettings.model_fields.items():
         parser.add_argument(
-            flag,
-            dest=setting.name,
+            flag_name(name),
+            dest=name,
             default=None,
-            metavar=setting.name.upper(),
-            help=f"{setting.help} (env {ENV_PREFIX}{setting.name.upper()}; default {default!r})",
+            metavar=name.upper(),
+            help=_help(name, info),
         )
+
+
+# -- error messages -----------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    """A location as a TOML dotted key: ``permissions.app."/".read``, ``vhosts[1]``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            segment = part if _BARE_KEY.fullmatch(part) else json.dumps(part)
+            text += f".{segment}" if text else segment
+    return text
+
+
+def _reason(error: ErrorDetails) -> str:
+    """What is wrong, in words that fit after the value."""
+    loc = error["loc"]
+    info = ServeSettings.model_fields.get(str(loc[0])) if len(loc) == 1 else None
+    if info is not None and error["type"].startswith(("int_", "less_than", "greater_than")):
+        low, high = _bounds(info)
+        if low is not None and high is not None:
+            return f"expected an integer from {low} to {high}"
+        if low is not None:
+            return f"expected an integer of at least {low}"
+    message = error["msg"].replace("a valid dictionary", "a table").replace("an object", "a table")
+    if message.startswith("Input should be "):
+        message = "expected " + message.removeprefix("Input should be ")
+    return message
+
+
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """A known key close to the unknown one at ``loc`` (a typo, ``data-dir``)."""
+    model: type[BaseModel] = ConfigFile
+    if len(loc) == 3 and loc[0] == "users":
+        model = UserEntry
+    elif len(loc) == 4 and loc[0] == "permissions":
+        model = PermissionEntry
+    elif len(loc) != 1:
+        return ""
+    key = str(loc[-1]).replace("-", "_")
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _describe(
+    exc: ValidationError, where: Callable[[tuple[int | str, ...]], str], show: Callable[[Any], str]
+) -> str:
+    """One line for all of ``exc``'s errors."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown key {_key(loc)!r}{_did_you_mean(loc)}")
+            continue
+        prefix = where(loc) if loc else ""
+        value = error["input"]
+        shown = (
+            "" if isinstance(value, dict | list) or not loc else f"invalid value {show(value)}: "
+        )
+        parts.append(f"{prefix}{': ' if prefix else ''}{shown}{_reason(error)}")
+    return "; ".join(parts)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks folded (an error is one line)."""
+    return " ".join(text.split("\n")).replace("\r", " ")
+
+
+# -- reading the sources ------------------------------------------------------------------
+
+_TOML_POSITION = re.compile(r"(.*) \(at (line \d+, column \d+|end of document)\)", re.DOTALL)
+
+
+def _reject_dates(value: object, loc: tuple[int | str, ...], path: Path) -> None:
+    """No setting is a date or a time (they would not survive the JSON step below)."""
+    if isinstance(value, datetime | date | time):
+        raise SettingsError(f"{path}: key {_key(loc)!r}: a date or time is not accepted here")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _reject_dates(item, (*loc, key), path)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _reject_dates(item, (*loc, index), path)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # nan, inf, -inf: as TOML writes them
+    return json.dumps(value)
+
+
+def load_config_file(path: Path) -> ConfigFile:
+    """Read and check a TOML settings file (:class:`SettingsError` naming the file, and
+    the key or the line)."""
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        match = _TOML_POSITION.fullmatch(str(exc))
+        if match is None:
+            raise SettingsError(f"{path}: invalid TOML: {exc}") from None
+        reason, position = match.groups()
+        raise SettingsError(f"{path}: {position}: invalid TOML: {reason}") from None
+    _reject_dates(document, (), path)
+    try:
+        # TOML's values are JSON's (dates aside): validating the document as JSON in
+        # strict mode takes them as they are typed, with no coercion (true is not 1,
+        # "5672" is not a port).
+        return ConfigFile.model_validate_json(json.dumps(document), strict=True)
+    except ValidationError as exc:
+        raise SettingsError(
+            f"{path}: " + _describe(exc, lambda loc: f"key {_key(loc)!r}", _toml_value)
+        ) from None
+
+
+def _from_strings(raw: dict[str, str], source: Callable[[str], str]) -> dict[str, Any]:
+    """Parse flag or variable values (strings) into the fields' types."""
+    if not raw:
+        return {}
+    try:
+        parsed = ServeSettings.model_validate_strings(raw, context={"strings": True})
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, lambda loc: source(str(loc[0])), repr)) from None
+    return {name: getattr(parsed, name) for name in raw}
 
 
 def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Settings:
     """Merge file, environment and flags: a flag beats the environment, which beats the
-    file, which beats the default."""
-    config_path = args.config or _path(environ.get(ENV_PREFIX + "CONFIG", ""))
-    document: dict[str, Any] = {}
-    if config_path is not None:
-        with open(config_path, "rb") as f:
-            document = tomllib.load(f)
-    values: dict[str, Any] = {}
-    for setting in SETTINGS:
-        value: Any = setting.default
-        if setting.name in document:
-            raw = document[setting.name]
-            value = setting.kind(str(raw)) if not isinstance(raw, list | bool) else raw
-            if isinstance(raw, list):
-                value = tuple(str(v) for v in raw)
-        env = environ.get(ENV_PREFIX + setting.name.upper())
-        if env is not None:
-            value = setting.kind(env)
-        flag = getattr(args, setting.name, None)
-        if flag is not None:
-            value = setting.kind(flag)
-        values[setting.name] = value
-    vhosts = document.get("vhosts", ["/"])
+    file, which beats the default. Raises :class:`SettingsError` for any refused value."""
+    config_path = getattr(args, "config", None) or environ.get(CONFIG_ENV, "")
+    file = load_config_file(Path(config_path)) if config_path else ConfigFile()
+    values: dict[str, Any] = {
+        name: getattr(file, name) for name in SETTINGS if name in file.model_fields_set
+    }
+    values |= _from_strings(
+        {name: environ[env_name(name)] for name in SETTINGS if env_name(name) in environ},
+        lambda name: f"environment variable {env_name(name)}",
+    )
+    values |= _from_strings(
+        {name: value for name in SETTINGS if (value := getattr(args, name, None)) is not None},
+        lambda name: f"argument {flag_name(name)}",
+    )
+    try:
+        merged = ServeSettings.model_validate(values, context={"merged": True})
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, lambda loc: _key(loc), repr)) from None
     return Settings(
-        values=values,
-        users=dict(document.get("users", {})),
-        vhosts=tuple(str(v) for v in vhosts),
-        permissions=dict(document.get("permissions", {})),
+        values=dict(merged),
+        users=dict(file.users),
+        vhosts=file.vhosts,
+        permissions={user: dict(per_vhost) for user, per_vhost in file.permissions.items()},
     )
