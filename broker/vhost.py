@@ -4,7 +4,7 @@ Every topology command goes validate -> event -> ``projection.apply(event)``; ro
 reads the projection through :func:`leveret.exchanges.routing.route`. Validation raises
 :class:`leveret.errors.AMQPChannelError` with RabbitMQ's reply codes and texts (sources:
 ``deps/rabbit/src/rabbit_channel.erl``, ``rabbit_exchange.erl``, ``rabbit_amqqueue.erl``
-and ``rabbit_misc.erl`` in rabbitmq-server; see ../shared/research/peers.md 2.2).
+and ``rabbit_misc.erl`` in rabbitmq-server).
 """
 
 from __future__ import annotations

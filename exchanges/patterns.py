@@ -37,7 +37,7 @@ class RouteCache(OrderedDict[str, frozenset[str]]):
 
     __slots__ = ("weight",)
 
-    max_entries = 65536  # amqpbench cycles 10,000 keys: a smaller cache would thrash
+    max_entries = 65536  # the topic benchmark cycles 10,000 keys: a smaller cache would thrash
     max_weight = 1 << 20
 
     def __init__(self) -> None:
