@@ -46,6 +46,9 @@ class Config:
     heartbeat: int = HEARTBEAT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     max_message_size: int = MAX_MESSAGE_SIZE
+    # Start even when the definitions log has a damaged record in the middle: the damaged
+    # bytes are saved aside and the rest is replayed (storage/log.py). Off: refuse to start.
+    force_recovery: bool = False
     # A delivery left unacknowledged this long (ms) closes its channel with 406; 0: never.
     consumer_timeout: int = CONSUMER_TIMEOUT
     # Bytes of queued messages above which publishers are blocked; 0: 40 % of the memory

@@ -10,6 +10,26 @@ time in a worker thread and covers everything appended before it started (group 
 the more publishers, the more messages per fsync. Messages that ``x-delayed-message``
 exchanges keep back have a store of their own (``DATA/delayed``, broker/delayed.py), synced
 by the same group commit.
+
+Damaged metadata never destroys stored messages. At start-up, the persistent messages of a
+queue that the definitions log does not declare (its declaration was lost to a damaged log
+and skipped by ``--force-recovery``, or the log was replaced) are *kept aside*: they stay in
+the message store, unacked and never deleted (their segments are kept), and are not
+delivered. Every start-up while there are any logs a warning with their count per queue
+(:attr:`Persistence.aside`). The rule for getting them back:
+
+* at a start-up where the definitions log declares that queue (the original log put back),
+  they are restored into it like any other stored message;
+* when a durable queue of that name is declared in that vhost while the broker runs (by a
+  client, the management API or a definitions import), they are read back from the store and
+  restored into it at once, before the ``Declare-Ok`` (whose message count includes them);
+* to discard them, declare the queue (durable) and delete or purge it.
+
+A non-durable or exclusive queue of that name does not take them (it could not keep them
+across a restart). Messages of a queue deleted at the moment the broker was killed (the
+delete logged, its acks not yet written) are kept aside the same way, rather than guessed to
+be garbage. The delayed-message store is keyed by vhost, which the definitions log does not
+hold, and keeps its behaviour: records of a vhost that no longer exists are dropped.
 """
 
 from __future__ import annotations
@@ -49,12 +69,19 @@ USERS_FILE = "users.json"
 class Persistence:
     """The open log and store of a data directory, plus the group-commit state."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, force_recovery: bool = False) -> None:
+        """Open the data directory. ``force_recovery``: start even if the definitions log
+        has a damaged record with sound records after it, skipping the damaged bytes (saved
+        aside); without it, that raises :class:`leveret.storage.CorruptLogError`."""
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
         started = time.monotonic()
+        # Messages left in the store whose queue is unknown, by queue: see the module doc.
+        self.aside: dict[QueueKey, int] = {}
         with gc_paused():
-            self.log = DefinitionLog.open(data_dir / "definitions.log")
+            self.log = DefinitionLog.open(
+                data_dir / "definitions.log", force_recovery=force_recovery
+            )
             self.store = MessageStore.open(data_dir / "msgs")
             self.delayed = MessageStore.open(data_dir / "delayed")
         log.info("opened %s in %.3fs", data_dir, time.monotonic() - started)
@@ -103,6 +130,53 @@ class Persistence:
             if self.log.needs_compaction():
                 # Dead records outnumber live ones: rewrite (temp file, fsync, rename).
                 self.log.compact()
+            if self.aside and isinstance(event, QueueDeclared):
+                self._take_back(vhost, event.queue.name)
+
+    # -- messages of unknown queues (see the module doc) ------------------------------
+
+    def keep_aside(self, queue: QueueKey, count: int) -> None:
+        """Start-up: ``count`` stored messages of ``queue``, which does not exist, stay in
+        the store (unacked) until a durable queue of that name is declared."""
+        self.aside[queue] = self.aside.get(queue, 0) + count
+
+    def report_aside(self) -> None:
+        """Log what start-up kept aside (a warning: nothing is lost, but it is not served)."""
+        if not self.aside:
+            return
+        shown = sorted(self.aside.items())
+        listed = ", ".join(
+            f"vhost '{vhost}' queue '{name}': {count}" for (vhost, name), count in shown[:20]
+        )
+        if len(shown) > 20:
+            listed += f", and {len(shown) - 20} more queues"
+        log.warning(
+            "%d persistent messages of %d queue(s) that the definitions log does not declare "
+            "are kept aside in %s (not delivered, not deleted): %s. They return to their "
+            "queue when a durable queue of that name is declared in that vhost, or at a "
+            "start-up where the definitions log declares it (say, the original log put "
+            "back); to discard them, declare the queue and delete or purge it",
+            sum(self.aside.values()),
+            len(self.aside),
+            self.store.directory,
+            listed,
+        )
+
+    def _take_back(self, vhost: VHost, name: str) -> None:
+        key = (vhost.name, name)
+        queue = vhost.queues.get(name)
+        if key not in self.aside or queue is None or not queue.durable:
+            return
+        del self.aside[key]
+        stored = self.store.reload(key)
+        queue.restore(stored)
+        log.warning(
+            "%d persistent messages kept aside since start-up are back in queue '%s' in "
+            "vhost '%s' (declared again)",
+            len(stored),
+            name,
+            vhost.name,
+        )
 
     def sync_now(self) -> None:
         """Make the store's pending acks durable before a purge-ok or delete-ok, so a

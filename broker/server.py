@@ -180,7 +180,11 @@ class Server:
         from leveret.storage.files import gc_paused
 
         started = time.monotonic()
-        persistence = self.persistence = Persistence(data_dir)
+        # --force-recovery: start even past a damaged record in the middle of the
+        # definitions log (storage/log.py).
+        persistence = self.persistence = Persistence(
+            data_dir, force_recovery=self.config.force_recovery
+        )
         saved = persistence.load_access()
         if saved is not None:
             # Users, permissions and vhosts made at run time (API, definitions) win over
@@ -210,7 +214,9 @@ class Server:
                 queue = self.vhosts.get(vhost_name, None)
                 target = queue.queues.get(queue_name) if queue is not None else None
                 if target is None:
-                    persistence.store.drop_queue((vhost_name, queue_name))
+                    # Never acked away: the definitions log may have lost the queue
+                    # (broker/persistence.py says how the messages come back).
+                    persistence.keep_aside((vhost_name, queue_name), len(stored))
                     continue
                 target.restore(stored)
                 restored += len(stored)
@@ -224,6 +230,7 @@ class Server:
                 owner.delayed.restore(exchange, stored)
                 restored += len(stored)
             gc.freeze()
+        persistence.report_aside()
         log.info(
             "recovered %d definitions and %d messages in %.3fs",
             len(records),

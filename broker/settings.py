@@ -246,6 +246,11 @@ class ServeSettings(BaseModel):
     tls_ca: OptionalPath = Field(
         default=None, description="PEM CA bundle: clients must present a certificate it signed"
     )
+    force_recovery: bool = Field(
+        default=False,
+        description="start even if the definitions log has a damaged record in the middle: "
+        "save the damaged bytes aside (definitions.log.corrupt-OFFSET) and replay the rest",
+    )
     load_definitions: OptionalPath = Field(
         default=None,
         description="RabbitMQ definitions.json (or a directory of them) to load at start-up",
@@ -382,6 +387,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", default=None, metavar="FILE", help=f"TOML settings file (env {CONFIG_ENV})"
     )
     for name, info in ServeSettings.model_fields.items():
+        if info.annotation is bool:
+            # A switch: present means "true" (LEVERET_X=true/false and the file's x = true
+            # say it either way).
+            parser.add_argument(
+                flag_name(name),
+                dest=name,
+                default=None,
+                action="store_const",
+                const="true",
+                help=_help(name, info),
+            )
+            continue
         parser.add_argument(
             flag_name(name),
             dest=name,

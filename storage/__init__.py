@@ -11,6 +11,7 @@ Formats are documented at the top of :mod:`leveret.storage.log`, :mod:`leveret.s
 """
 
 from leveret.storage.errors import (
+    CorruptLogError,
     CorruptRecordError,
     LogFormatError,
     StorageError,
@@ -25,6 +26,7 @@ from leveret.storage.segments import QueueKey, StoredMessage
 
 __all__ = [
     "CompactResult",
+    "CorruptLogError",
     "CorruptRecordError",
     "DefinitionLog",
     "LogFormatError",

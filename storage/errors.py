@@ -29,3 +29,13 @@ class StoreClosedError(StorageError):
 
 class CorruptRecordError(StorageError, ValueError):
     """A record's payload passed its CRC but cannot be decoded (a bug, or a hand-edited file)."""
+
+
+class CorruptLogError(StorageError):
+    """A record in the middle of a log is damaged and intact records follow it.
+
+    Cutting the log there would silently drop every definition after it, so opening refuses
+    (the file is left untouched) unless told to skip the damaged bytes (``force_recovery``,
+    the broker's ``--force-recovery``). The message is one line naming the file, the offset
+    and the remedy.
+    """

@@ -14,8 +14,10 @@ File layout (integers big-endian)::
     offset 12  record   u32 length | u32 crc32(payload) | payload                8 + length
                record   ...
 
-The payload is opaque here; :mod:`leveret.storage.records` owns it (it starts with its own version
-byte). ``length`` is at most :data:`MAX_RECORD`, never 0.
+The payload is opaque here; :mod:`leveret.storage.records` owns it. All this module relies on is
+its first two bytes: a nonzero version byte, then :data:`~leveret.storage.records.PAYLOAD_MARK`
+(what resynchronisation looks for). ``length`` is at most :data:`MAX_RECORD`, never 0. The
+format (version 1) is unchanged by resynchronisation: it reads every log written so far.
 
 Opening (:meth:`DefinitionLog.open`):
 
@@ -24,13 +26,29 @@ Opening (:meth:`DefinitionLog.open`):
 * another magic, or a format version above :data:`FORMAT_VERSION`, or a record whose payload
   version is newer than :data:`leveret.storage.records.RECORD_VERSION`: :class:`LogFormatError` and
   the file is left untouched. A downgrade must stop the broker, not lose definitions;
-* the records are scanned from the header on. Scanning stops at the first record that is
-  incomplete (a torn write), has an impossible length, or fails its CRC, and the file is
-  truncated there. A torn tail is the normal result of a crash during an append and only gets
-  a warning. A bad record with more data behind it is corruption: logged as an error, and the
-  whole tail is first copied to ``definitions.log.corrupt-OFFSET``. The records behind it are
-  not replayed: with no resync markers, nothing after a bad length field can be trusted, and
-  replaying a suffix with a hole in it could resurrect deleted entities;
+* the records are scanned from the header on. A record that is incomplete (a torn write), has
+  an impossible length, or fails its CRC is a bad record, and scanning looks for the next
+  sound record after it (:func:`resync`): the first offset past the bad record's start where
+  a frame with a plausible length holds a payload that passes its CRC and has
+  :data:`leveret.storage.records.PAYLOAD_MARK` as its second byte (every payload starts with
+  its version byte and a JSON array; JSON escapes control characters, so this pair marks
+  where payloads start, and a CRC32 match of a random frame is a 1 in 2**32 chance). This
+  works whatever field of the bad record is damaged, its length included;
+* a bad record with no sound record after it is a *tail*, and the file is truncated there. A
+  torn tail is the normal result of a crash during an append and only gets a warning; any
+  other bad tail is logged as an error and first copied to ``definitions.log.corrupt-OFFSET``
+  (as is a torn tail larger than 64 KiB). Both are what a crash leaves and need nothing from
+  the operator;
+* a bad record with sound records after it is *corruption in the middle of the log*: cutting
+  there would silently drop every definition after it, and skipping it may replay a history
+  with a hole in it (a lost delete resurrects an entity, a lost declare drops one).
+  :meth:`DefinitionLog.open` raises :class:`~leveret.storage.errors.CorruptLogError` (one line:
+  file, offset, remedy) and leaves the file untouched, unless ``force_recovery`` is true (the
+  broker's ``--force-recovery``). Then each damaged stretch (from the bad record to the next
+  sound one) is copied to ``definitions.log.corrupt-OFFSET``, logged as an error, and the log
+  is rewritten atomically with every sound record in its order: one flipped bit costs the one
+  record it hit. The broker keeps the persistent messages of a queue whose declaration was
+  lost aside rather than deleting them (see ``broker/persistence.py``);
 * a record with a good CRC that does not decode is skipped with an error (its framing is
   intact, so the records after it are still sound).
 
@@ -58,7 +76,12 @@ from pathlib import Path
 from types import TracebackType
 
 from leveret.exchanges.model import Event, ExchangeDeclared, QueueDeclared
-from leveret.storage.errors import CorruptRecordError, LogFormatError, StoreClosedError
+from leveret.storage.errors import (
+    CorruptLogError,
+    CorruptRecordError,
+    LogFormatError,
+    StoreClosedError,
+)
 from leveret.storage.files import (
     create_atomically,
     datasync,
@@ -68,7 +91,7 @@ from leveret.storage.files import (
     write_all,
 )
 from leveret.storage.live import LiveState
-from leveret.storage.records import decode, decode_many, encode
+from leveret.storage.records import PAYLOAD_MARK, decode, decode_many, encode
 
 log = logging.getLogger("leveret.storage")
 
@@ -93,14 +116,25 @@ StepHook = Callable[[str], None]
 COMPACT_STEPS = ("temp-partial", "temp-written", "temp-synced", "renamed", "dir-synced")
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes in the middle of a log that are not a sound record, with sound records after."""
+
+    offset: int  # where the bad record starts
+    end: int  # where the next sound record starts
+    reason: str
+
+
 @dataclass(slots=True)
 class Scan:
-    """The framed records of a log file, and where and why scanning stopped early."""
+    """The framed records of a log file, its damaged stretches, and where and why its tail
+    stopped being readable."""
 
     payloads: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, payload)
-    end: int = HEADER_LEN
-    error: str | None = None
+    end: int = HEADER_LEN  # end of the last sound record
+    error: str | None = None  # why the bytes from ``end`` on are not used (None: no tail)
     torn: bool = False
+    damage: list[Damage] = field(default_factory=list)
 
 
 def check_header(path: Path, data: bytes) -> int:
@@ -123,7 +157,8 @@ def check_header(path: Path, data: bytes) -> int:
 
 
 def scan_frames(data: bytes) -> Scan:
-    """Frame ``data`` into record payloads, verifying each CRC (see the module doc)."""
+    """Frame ``data`` into record payloads, verifying each CRC and resynchronising after a
+    bad record (see the module doc)."""
     scan = Scan()
     size = len(data)
     offset = HEADER_LEN
@@ -148,6 +183,11 @@ def scan_frames(data: bytes) -> Scan:
                     offset = stop
                     continue
                 error = "CRC mismatch"
+        resume = resync(data, offset)
+        if resume is not None:
+            scan.damage.append(Damage(offset, resume, error))
+            offset = resume
+            continue
         # A tail of zeros is what a crash leaves when the size was updated before the data.
         scan.end, scan.error = offset, error
         scan.torn = torn or not data[offset:].strip(b"\0")
@@ -155,6 +195,72 @@ def scan_frames(data: bytes) -> Scan:
     else:
         scan.end = offset
     return scan
+
+
+def resync(data: bytes, bad: int) -> int | None:
+    """The offset of the first sound record after the bad record at ``bad``, or None.
+
+    A candidate is a frame whose payload's second byte is :data:`PAYLOAD_MARK` (so the search
+    runs in C, from mark to mark), with a plausible length, a nonzero version byte and a
+    matching CRC. Only called after a bad record: the cost is nothing on a sound log.
+    """
+    size = len(data)
+    view = memoryview(data)
+    unpack = FRAME.unpack_from
+    crc32 = zlib.crc32
+    # A frame starting at ``bad + 1`` or later has its mark at ``start + FRAME_LEN + 1``.
+    mark = data.find(PAYLOAD_MARK, bad + FRAME_LEN + 2)
+    while mark >= 0:
+        start = mark - FRAME_LEN - 1
+        length, crc = unpack(data, start)
+        stop = start + FRAME_LEN + length
+        if (
+            1 < length <= MAX_RECORD
+            and stop <= size
+            and data[start + FRAME_LEN]
+            and crc32(view[start + FRAME_LEN : stop]) == crc
+        ):
+            return start
+        mark = data.find(PAYLOAD_MARK, mark + 1)
+    return None
+
+
+def refusal(path: Path, scan: Scan) -> str:
+    """The one-line error for a log with corruption in the middle (see the module doc)."""
+    first = scan.damage[0]
+    intact = sum(1 for offset, _ in scan.payloads if offset >= first.end)
+    records = f"{intact} intact record{'s' * (intact != 1)}"
+    more = len(scan.damage) - 1
+    if more:
+        records += f" (and {more} more damaged place{'s' * (more > 1)})"
+    return (
+        f"{path}: corrupt record at offset {first.offset} ({first.reason}), followed by "
+        f"{records}; refusing to start rather than lose the definitions after it: restore "
+        f"the file from a backup, or start with --force-recovery to skip the damaged bytes "
+        f"(saving them to {path.name}.corrupt-{first.offset}) and replay the rest"
+    )
+
+
+def skip_damage(path: Path, data: bytes, scan: Scan) -> int:
+    """Forced recovery: keep each damaged stretch aside, then rewrite the log atomically with
+    every sound record of ``scan``, in order. Returns the new file's size."""
+    for damage in scan.damage:
+        aside = path.with_name(f"{path.name}.corrupt-{damage.offset}")
+        create_atomically(aside, data[damage.offset : damage.end])  # durable before the rewrite
+        log.error(
+            "%s: corrupt record at offset %d (%s): %d bytes skipped up to the next sound "
+            "record at offset %d (forced recovery); saved to %s",
+            path,
+            damage.offset,
+            damage.reason,
+            damage.end - damage.offset,
+            damage.end,
+            aside,
+        )
+    frames = [data[offset : offset + FRAME_LEN + len(payload)] for offset, payload in scan.payloads]
+    repaired = data[:HEADER_LEN] + b"".join(frames)
+    create_atomically(path, repaired)
+    return len(repaired)
 
 
 def _frame(payload: bytes) -> bytes:
@@ -182,14 +288,23 @@ class DefinitionLog:
             self._live.apply(vhost, event)
         self._replay: list[Record] | None = records
         self._failed: str | None = None
+        #: Damaged stretches skipped by a forced recovery when the log was opened.
+        self.damage: list[Damage] = []
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, compact_min_dead: int = DEFAULT_COMPACT_MIN_DEAD
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        compact_min_dead: int = DEFAULT_COMPACT_MIN_DEAD,
+        force_recovery: bool = False,
     ) -> DefinitionLog:
         """Open (or create) the log at ``path``, repairing a torn or corrupt tail.
 
-        Raises :class:`LogFormatError` for a file it must not touch (see the module doc).
+        Raises :class:`LogFormatError` for a file it must not touch, and
+        :class:`CorruptLogError` for a damaged record with sound records after it unless
+        ``force_recovery`` is true, in which case the damaged bytes are skipped (saved aside)
+        and listed in :attr:`damage` (see the module doc).
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,11 +325,15 @@ class DefinitionLog:
             # Decode everything before repairing anything: a newer record version must raise
             # while the file is still exactly as the newer broker left it.
             records = decode_all(path, scan.payloads)
+            if scan.damage and not force_recovery:
+                raise CorruptLogError(refusal(path, scan))  # the file is left as it is
             if scan.error is not None:
                 truncate_tail(path, scan.end, data[scan.end :], scan.error, torn=scan.torn)
+            size = skip_damage(path, data, scan) if scan.damage else scan.end
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            self = cls(path, fd, scan.end, records, len(scan.payloads))
+            self = cls(path, fd, size, records, len(scan.payloads))
         self.compact_min_dead = compact_min_dead
+        self.damage = scan.damage
         return self
 
     # -- reading ---------------------------------------------------------------------------

@@ -24,7 +24,8 @@ log = logging.getLogger("leveret.storage")
 def read_log(path: str | os.PathLike[str]) -> list[Record]:
     """The records of a log, read-only (no repair): for ``leveret log dump``.
 
-    Stops at the first bad frame and skips undecodable records, with a logged error each;
+    Skips damaged stretches (resynchronising on the next sound record, as a forced recovery
+    would), stops at a bad tail and skips undecodable records, with a logged error each;
     :func:`check` says exactly what is wrong.
     """
     path = Path(path)
@@ -32,6 +33,14 @@ def read_log(path: str | os.PathLike[str]) -> list[Record]:
     if check_header(path, data) == 0:
         return []
     scan = scan_frames(data)
+    for damage in scan.damage:
+        log.error(
+            "%s: unreadable from offset %d to %d (%s)",
+            path,
+            damage.offset,
+            damage.end,
+            damage.reason,
+        )
     if scan.error is not None:
         log.error("%s: unreadable from offset %d (%s)", path, scan.end, scan.error)
     return decode_all(path, scan.payloads)
@@ -44,7 +53,7 @@ class LogReport:
     path: str
     format_version: int
     file_size: int
-    valid_bytes: int  # offset where the last good record ends
+    valid_bytes: int  # offset where the last good record ends (damaged stretches skipped)
     records: int  # well-framed records
     live: int
     dead: int
@@ -80,6 +89,15 @@ def check(path: str | os.PathLike[str]) -> LogReport:
     if version == 0:
         return LogReport(str(path), 0, len(data), 0, 0, 0, 0, {}, ["0: partial header"], 0)
     scan = scan_frames(data)
+    for damage in scan.damage:
+        problems.append(
+            (
+                damage.offset,
+                f"corrupt record ({damage.reason}) with sound records after it: "
+                f"{damage.end - damage.offset} bytes unreadable up to offset {damage.end}; "
+                "the broker refuses to start without --force-recovery",
+            )
+        )
     if scan.error is not None:
         kind = "torn tail" if scan.torn else "corrupt"
         problems.append((scan.end, f"{kind}: {scan.error}"))

@@ -31,6 +31,12 @@ messages no longer in the segment are ignored), so acks arriving during the rewr
 lost. Rewriting is bounded to one segment, and holds the lock only in short slices, so
 publishers never wait for it.
 
+Messages of a queue the caller does not know at start-up need not be dropped: left alone
+they stay live (their segments are kept and rewritten like any other), and
+:meth:`~MessageStore.reload` reads them back from the segments when their queue is back (the
+broker's rule is in ``broker/persistence.py``). Recovery reads segments of format version 1
+and 2 (:mod:`leveret.storage.segments`); appends only go to version 2 segments.
+
 Threads: every method may be called from any thread. ``append``, ``ack``, ``delivered`` and
 ``drop_queue`` take one short lock and do no I/O: call them from the event loop. ``sync`` and
 ``compact`` do the I/O and belong in worker threads; concurrent ``sync`` calls serialize
@@ -57,11 +63,13 @@ from leveret.storage.segments import (
     MARKS_HEADER,
     SEGMENT_HEADER,
     SEGMENT_MAGIC,
+    SEGMENT_VERSION,
     QueueKey,
     StoredMessage,
     check_headers,
     iter_numbers,
     iter_records,
+    layout_of,
     load_segment,
     mark_record,
     marks_path,
@@ -69,8 +77,10 @@ from leveret.storage.segments import (
     queue_prefix,
     read_header,
     read_marks,
+    read_message,
     replace_segment,
     segment_path,
+    upgrade_record,
 )
 
 log = logging.getLogger("leveret.storage")
@@ -94,10 +104,12 @@ class _Segment:
         "pending",
         "records",
         "size",
+        "version",
     )
 
     def __init__(self, number: int, *, on_disk: bool = False) -> None:
         self.number = number
+        self.version = SEGMENT_VERSION  # of msgs.N's format (1: read only, never appended to)
         self.records = 0  # message records, written or pending
         self.live = 0  # of which not acked
         self.size = HEADER_LEN  # bytes, written or pending
@@ -175,7 +187,7 @@ class MessageStore:
             for number in numbers:
                 self._load(number)
         last = self._segments[max(self._segments)] if self._segments else None
-        if last is not None and last.size < segment_size:
+        if last is not None and last.size < segment_size and last.version == SEGMENT_VERSION:
             self._head = last
         else:
             self._head = _Segment(numbers[-1] + 1 if numbers else 1)
@@ -195,13 +207,16 @@ class MessageStore:
         loaded = load_segment(path, data, number, acked, delivered, self._recovered, self._live)
         segment = self._segments[number] = _Segment(number, on_disk=True)
         segment.records, segment.live, segment.size = loaded.records, loaded.live, loaded.end
+        segment.version = layout_of(data).version
         self._next_id = max(self._next_id, loaded.top + 1, top + 1)
 
     def recover(self) -> dict[QueueKey, list[StoredMessage]]:
         """The unacked messages found by :meth:`open`, per queue in publish order, each with
         ``redelivered`` set if it had been delivered. Call once; it hands the memory over.
 
-        Queues that no longer exist should be given to :meth:`drop_queue`.
+        A queue that no longer exists may be given to :meth:`drop_queue`; or its messages
+        may be left in the store (they stay live: their segments are kept) and read back
+        later with :meth:`reload`, which is what the broker does (``broker/persistence.py``).
         """
         recovered, self._recovered = self._recovered, None
         if recovered is None:
@@ -397,23 +412,59 @@ class MessageStore:
                     segment.marks_fd = -1
 
     def _rewrite(self, segment: _Segment) -> int:
-        """Copy the live records of an idle segment to a new file and swap it in."""
+        """Copy the live records of an idle segment to a new file (of the current format
+        version) and swap it in."""
         path = segment_path(self.directory, segment.number)
         data = path.read_bytes()  # idle: nothing writes to this file any more
+        version = layout_of(data).version
         records = list(iter_records(data))
-        keep: list[memoryview] = []
+        keep: list[memoryview | bytes] = []
         view = memoryview(data)
         for start in range(0, len(records), _LIVENESS_SLICE):
             with self._lock:  # short holds: the event loop keeps appending meanwhile
                 for queue, msg_id, begin, end in records[start : start + _LIVENESS_SLICE]:
                     ids = self._live.get(queue)
                     if ids is not None and msg_id in ids:
-                        keep.append(view[begin:end])
+                        keep.append(upgrade_record(view[begin:end], version))
         size = replace_segment(path, keep)
         with self._lock:
             # Records acked meanwhile were copied too; their marks are still in acks.N.
             segment.records, old_size, segment.size = len(keep), segment.size, size
+            segment.version = SEGMENT_VERSION
         return old_size - size
+
+    # -- messages kept in the store without a queue -----------------------------------------
+
+    def reload(self, queue: QueueKey) -> list[StoredMessage]:
+        """The live messages of ``queue`` read back from the segment files, in order, with
+        ``redelivered`` as :meth:`recover` gives it (for messages that were left in the store
+        at start-up because their queue was unknown, once the queue is back).
+
+        Reads whole segments (sync I/O, but only those holding such messages) and repairs
+        nothing; the messages stay live, as after :meth:`recover`.
+        """
+        with self._lock:
+            self._check_usable()
+            ids = dict(self._live.get(queue) or {})
+            numbers = sorted({tag >> 1 for tag in ids.values()})
+        found: list[StoredMessage] = []
+        for number in numbers:
+            # Orphaned messages are in segments written before this run (never pending ones);
+            # a rewrite meanwhile swaps in a file that still holds them (they are live).
+            data = segment_path(self.directory, number).read_bytes()
+            for key, msg_id, start, _ in iter_records(data):
+                tag = ids.get(msg_id) if key == queue else None
+                if tag is not None:
+                    found.append(read_message(data, start, bool(tag & 1)))
+        if len(found) != len(ids):
+            log.error(
+                "%s: %d of the %d messages of queue %r could not be read back",
+                self.directory,
+                len(ids) - len(found),
+                len(ids),
+                queue,
+            )
+        return found
 
     # -- inspection and lifecycle -----------------------------------------------------------
 

@@ -60,6 +60,11 @@ from leveret.exchanges.model import (
 from leveret.storage.errors import CorruptRecordError, LogFormatError
 
 RECORD_VERSION = 1
+#: What follows the version byte in every payload (the JSON array's bracket). The log looks for
+#: it to find the next record after a damaged one (:func:`leveret.storage.log.resync`); JSON
+#: escapes control characters, so the version byte (1) followed by it never occurs inside a
+#: payload. Keep it in any future payload version.
+PAYLOAD_MARK = b"["
 
 # Enum lookups through plain dicts: ExchangeType("topic") costs several times more, and
 # replaying 100k bindings is on the start-up path.

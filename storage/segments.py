@@ -10,22 +10,28 @@ Keeping each segment's marks beside it, rather than in one stream, is what makes
 simple and safe: deleting a fully acked segment deletes its marks with it, and no mark ever
 has to be carried over to another file (LavinMQ's ``msgs.N`` / ``acks.N`` layout).
 
-Segment file (integers big-endian)::
+Segment file (integers big-endian), format version 2::
 
-    header   8s magic b"LVRTMSGS" | u32 format version (1)                          12 bytes
-    record   u32 length | u32 crc32(body) | body                                      8 + length
+    header   8s magic b"LVRTMSGS" | u32 format version (2)                          12 bytes
+    record   4s magic b"\\xfe\\xd1LM" | u32 length | u32 crc32(body) | body          12 + length
     body     u8 flags (0, reserved) | u64 msg_id | u64 expires (ms since the epoch, 0: never)
              | u8 exchange_len | u8 routing_key_len | u32 header_len | u8 vhost_len | u8 queue_len
              | vhost | queue | exchange | routing_key
              | content header payload (header_len bytes, as received) | content body (the rest)
 
+Format version 1 (segments written before) is the same without the record magic: a record is
+``u32 length | u32 crc32(body) | body``, so prefixing a version 1 record with the magic makes
+it a version 2 record. Both are read; new records only go to version 2 segments (a version 1
+segment is never appended to again, and rewriting one makes it version 2).
+
 (``vhost_len`` and ``queue_len`` come right before the names, so recovery can look the
 queue up by one byte slice, lengths included, and decode each queue's name only once.)
 
 Names are AMQP short strings (at most 255 UTF-8 bytes). ``msg_id`` grows by one per append,
-store-wide, so file order is publish order and every id is unique across segments.
+store-wide, so file order is publish order, ids increase strictly within a segment, and every
+id is unique across segments.
 
-Mark file::
+Mark file (format version 1)::
 
     header   8s magic b"LVRTACKS" | u32 format version (1)                          12 bytes
     mark     u8 kind (1 acked, 2 delivered) | u64 msg_id | u32 crc32(kind, msg_id)   13 bytes
@@ -35,11 +41,26 @@ is skipped without losing the marks after it. Losing a mark can only cause a red
 (at-least-once), never a loss. Marks are written at every sync but fsynced only when the
 store is compacted or closed, for the same reason.
 
-Repair on open: a torn tail of a segment is truncated (a warning). A record with a bad CRC is
-skipped when the record after it verifies (one flipped bit costs one message); otherwise the
-rest of the segment is copied to ``msgs.N.corrupt-OFFSET`` and truncated (an error). A
-segment or mark file with a newer format version raises
-:class:`~storage.errors.LogFormatError`.
+Repair on open. A record is sound when its length is plausible and its body passes the CRC
+(the magic is not needed for that: it is what resynchronisation looks for). After a bad
+record, reading resumes at the next sound record (:func:`resync`), whatever field was
+damaged, the length included, so one flipped bit costs one message:
+
+* version 2: the first sound record at an occurrence of the record magic after the bad
+  record's start whose ``msg_id`` is above the last good one (``bytes.find``, so a 64 MiB
+  segment is searched in milliseconds; a body that happens to contain the magic only costs a
+  CRC check);
+* version 1 (no magic): the first sound record whose flags byte and ``msg_id`` are those of
+  one of the next :data:`V1_RESYNC_IDS` ids after the last good one (ids are consecutive in a
+  segment that was never rewritten); best effort;
+* either way, the record the bad one's length field points to, if it is sound and no sound
+  record was found before it (two flipped bits, one in the next record's magic).
+
+The skipped bytes stay in the file (logged as an error at each open, dropped when the segment
+is rewritten). A bad record with no sound record after it is the tail: truncated (a warning
+for a torn write, which a crash during an append leaves; otherwise an error, and the tail is
+first copied to ``msgs.N.corrupt-OFFSET``, as is a torn tail above 64 KiB). A segment or mark
+file with a newer format version raises :class:`~storage.errors.LogFormatError`.
 """
 
 from __future__ import annotations
@@ -57,34 +78,65 @@ from leveret.storage.files import create_atomically, truncate_tail
 
 log = logging.getLogger("leveret.storage")
 
-FORMAT_VERSION = 1
+SEGMENT_VERSION = 2  # written; 1 is still read
+MARKS_VERSION = 1
+FORMAT_VERSION = SEGMENT_VERSION
 SEGMENT_MAGIC = b"LVRTMSGS"
 MARKS_MAGIC = b"LVRTACKS"
+RECORD_MAGIC = b"\xfe\xd1LM"  # 0xfe never occurs in UTF-8 text
 HEADER = struct.Struct(">8sI")
 HEADER_LEN = 12
-FRAME = struct.Struct(">II")
-FRAME_LEN = 8
+# The frame of a record: version 2 (magic, length, CRC), and version 1 (length, CRC).
+FRAME = struct.Struct(">4sII")
+FRAME_LEN = 12
+FRAME_V1 = struct.Struct(">II")
+FRAME_V1_LEN = 8
 # The fixed part of a message body, after the frame.
 MSG_FIXED = struct.Struct(">BQQBBIBB")
 MSG_FIXED_LEN = 25
-# Frame and fixed body in one unpack: the recovery loop's only struct call per message.
-MSG_HEAD = struct.Struct(">IIBQQBBIBB")
+# Frame and fixed body in one unpack (the magic skipped): the recovery loop's only struct
+# call per message.
+MSG_HEAD = struct.Struct(">4xIIBQQBBIBB")
 MSG_HEAD_LEN = FRAME_LEN + MSG_FIXED_LEN
-QUEUE_KEY_OFFSET = MSG_HEAD_LEN - 2  # vhost_len, queue_len, vhost, queue start here
+MSG_HEAD_V1 = struct.Struct(">IIBQQBBIBB")
 MARK_BODY = struct.Struct(">BQ")
 MARK = struct.Struct(">BQI")
 MARK_LEN = 13
 assert HEADER.size == HEADER_LEN
-assert FRAME.size == FRAME_LEN
+assert FRAME.size == FRAME_LEN and FRAME_V1.size == FRAME_V1_LEN
 assert MSG_FIXED.size == MSG_FIXED_LEN
-assert MSG_HEAD.size == MSG_HEAD_LEN
+assert MSG_HEAD.size == MSG_HEAD_LEN and MSG_HEAD_V1.size == FRAME_V1_LEN + MSG_FIXED_LEN
 assert MARK.size == MARK_LEN == MARK_BODY.size + 4
+assert len(RECORD_MAGIC) == FRAME_LEN - FRAME_V1_LEN
 
 ACKED = 1
 DELIVERED = 2
 MAX_RECORD = 1 << 31  # larger than any message a broker accepts; more is a bad length field
-SEGMENT_HEADER = HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION)
-MARKS_HEADER = HEADER.pack(MARKS_MAGIC, FORMAT_VERSION)
+SEGMENT_HEADER = HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION)
+MARKS_HEADER = HEADER.pack(MARKS_MAGIC, MARKS_VERSION)
+# Version 1 segments: how many ids after the last good one resynchronisation looks for.
+V1_RESYNC_IDS = 16
+
+
+class Layout(NamedTuple):
+    """How records are framed in a segment of one format version."""
+
+    version: int
+    frame_len: int  # bytes before the body
+    head: struct.Struct  # frame and fixed body, the magic skipped
+    magic: bytes  # b"" in version 1
+
+
+LAYOUTS = {
+    1: Layout(1, FRAME_V1_LEN, MSG_HEAD_V1, b""),
+    2: Layout(2, FRAME_LEN, MSG_HEAD, RECORD_MAGIC),
+}
+
+
+def layout_of(data: bytes) -> Layout:
+    """The layout of a segment whose (checked, complete) header starts ``data``."""
+    return LAYOUTS[HEADER.unpack_from(data)[1]]
+
 
 QueueKey = tuple[str, str]  # (vhost, queue name)
 
@@ -147,12 +199,12 @@ def message_record(
         0, msg_id, expires, len(exchange), len(routing_key), len(header), vlen, qlen
     )
     rest = b"".join((fixed, names, exchange, routing_key, header, body))
-    return FRAME.pack(len(rest), zlib.crc32(rest)) + rest
+    return FRAME.pack(RECORD_MAGIC, len(rest), zlib.crc32(rest)) + rest
 
 
-def replace_segment(path: Path, records: list[memoryview]) -> int:
-    """Atomically replace a segment with one holding ``records`` (tmp, fsync, rename,
-    fsync dir); returns the new file's size."""
+def replace_segment(path: Path, records: list[memoryview | bytes]) -> int:
+    """Atomically replace a segment with a version 2 one holding ``records`` (tmp, fsync,
+    rename, fsync dir); returns the new file's size."""
     data = b"".join([SEGMENT_HEADER, *records])
     create_atomically(path, data)
     return len(data)
@@ -176,10 +228,11 @@ def read_header(path: Path, data: bytes, magic: bytes) -> bool:
     found, version = HEADER.unpack_from(data)
     if found != magic:
         raise LogFormatError(f"{path} is not a Leveret message store file (magic {found!r})")
-    if version > FORMAT_VERSION or version < 1:
+    newest = SEGMENT_VERSION if magic == SEGMENT_MAGIC else MARKS_VERSION
+    if version > newest or version < 1:
         raise LogFormatError(
-            f"{path} has format version {version}; this Leveret reads version "
-            f"{FORMAT_VERSION}. Refusing to start rather than lose messages"
+            f"{path} has format version {version}; this Leveret reads versions 1 to "
+            f"{newest}. Refusing to start rather than lose messages"
         )
     return True
 
@@ -222,32 +275,83 @@ def read_marks(path: Path) -> tuple[set[int], set[int], int]:
     return acked, delivered, top
 
 
-def check_record(data: bytes, pos: int) -> tuple[str | None, bool]:
+def check_record(data: bytes, pos: int, layout: Layout) -> tuple[str | None, bool]:
     """``(None, False)`` if a sound message record starts at ``pos``, else ``(why, torn)``."""
     size = len(data)
-    if size - pos < MSG_HEAD_LEN:
+    if size - pos < layout.head.size:
         return "incomplete record", True
-    length, crc, _, _, _, xlen, rlen, hlen, vlen, qlen = MSG_HEAD.unpack_from(data, pos)
+    length, crc, _, _, _, xlen, rlen, hlen, vlen, qlen = layout.head.unpack_from(data, pos)
     if length > MAX_RECORD or MSG_FIXED_LEN + vlen + qlen + xlen + rlen + hlen > length:
         return f"impossible record length {length}", False
-    end = pos + FRAME_LEN + length
+    body = pos + layout.frame_len
+    end = body + length
     if end > size:
         return f"record of {length} bytes runs past the end of the file", True
-    if zlib.crc32(memoryview(data)[pos + FRAME_LEN : end]) != crc:
+    if zlib.crc32(memoryview(data)[body:end]) != crc:
         return "CRC mismatch", False
     return None, False
 
 
-def skip_or_truncate(path: Path, data: bytes, pos: int) -> int | None:
-    """Handle a bad record at ``pos``: the offset to resume at when the record can be skipped
-    (a good record follows it), else None after truncating the file at ``pos``."""
-    problem, torn = check_record(data, pos)
-    assert problem is not None
+def _sound_after(data: bytes, pos: int, layout: Layout, last_id: int) -> bool:
+    """Whether a sound record with an id above ``last_id`` starts at ``pos``."""
+    if check_record(data, pos, layout)[0] is not None:
+        return False
+    return bool(layout.head.unpack_from(data, pos)[3] > last_id)
+
+
+def resync(data: bytes, bad: int, layout: Layout, last_id: int) -> int | None:
+    """Where the first sound record after the bad one at ``bad`` starts (see the module doc),
+    or None when there is none. ``last_id`` is the id of the last sound record before it.
+
+    The earliest candidate wins: a damaged length can point past sound records (with records
+    of 128 bytes, one flipped bit of the length lands exactly on a later record), so the
+    record its length points to only bounds the search.
+    """
     size = len(data)
-    after = pos + FRAME_LEN + FRAME.unpack_from(data, pos)[0] if size - pos >= FRAME_LEN else size
-    if not torn and after < size and check_record(data, after)[0] is None:
-        log.error("%s: message record at offset %d skipped: %s", path, pos, problem)
-        return after
+    frame_len = layout.frame_len
+    best = size  # the earliest sound record found so far
+    if size - bad >= frame_len:
+        length: int = FRAME_V1.unpack_from(data, bad + frame_len - FRAME_V1_LEN)[0]
+        after = bad + frame_len + length
+        if after < size and _sound_after(data, after, layout, last_id):
+            best = after
+    find = data.find
+    if layout.magic:
+        candidate = find(layout.magic, bad + 1, best)
+        while candidate >= 0:
+            if _sound_after(data, candidate, layout, last_id):
+                return candidate
+            candidate = find(layout.magic, candidate + 1, best)
+    elif last_id:
+        # Version 1: the flags byte (0) and the id of a following record, 8 bytes into it.
+        for msg_id in range(last_id + 1, last_id + 1 + V1_RESYNC_IDS):
+            pattern = b"\0" + msg_id.to_bytes(8, "big")
+            found = find(pattern, bad + 1 + FRAME_V1_LEN, best + FRAME_V1_LEN)
+            while found >= 0:
+                if _sound_after(data, found - FRAME_V1_LEN, layout, last_id):
+                    best = found - FRAME_V1_LEN
+                    break
+                found = find(pattern, found + 1, best + FRAME_V1_LEN)
+    return best if best < size else None
+
+
+def skip_or_truncate(path: Path, data: bytes, pos: int, layout: Layout, last_id: int) -> int | None:
+    """Handle a bad record at ``pos``: the offset to resume at when a sound record follows
+    it, else None after truncating the file at ``pos`` (see the module doc)."""
+    problem, torn = check_record(data, pos, layout)
+    assert problem is not None
+    resume = resync(data, pos, layout, last_id)
+    if resume is not None:
+        log.error(
+            "%s: message record at offset %d skipped (%s): %d bytes up to the next sound "
+            "record, at offset %d, are not used",
+            path,
+            pos,
+            problem,
+            resume - pos,
+            resume,
+        )
+        return resume
     torn = torn or not data[pos:].strip(b"\0")  # zeros: size grew, data never came
     truncate_tail(path, pos, data[pos:], problem, torn=torn)
     return None
@@ -277,9 +381,13 @@ def load_segment(
     The loop is the start-up cost of a store with a million messages, so the sound record is
     handled inline with one struct call; anything odd goes to :func:`skip_or_truncate`.
     """
+    layout = layout_of(data)
     size = len(data)
     view = memoryview(data)
-    unpack = MSG_HEAD.unpack_from
+    unpack = layout.head.unpack_from
+    head_len = layout.head.size
+    frame_len = layout.frame_len
+    key_offset = head_len - 2  # vhost_len, queue_len, vhost, queue start here
     crc32 = zlib.crc32
     new = tuple.__new__
     seg_tag = number << 1
@@ -290,16 +398,16 @@ def load_segment(
     count = n_live = top = 0
     pos = HEADER_LEN
     while pos < size:
-        if size - pos >= MSG_HEAD_LEN:
+        if size - pos >= head_len:
             length, crc, _, msg_id, expires, xlen, rlen, hlen, vlen, qlen = unpack(data, pos)
-            end = pos + FRAME_LEN + length
-            p = pos + MSG_HEAD_LEN + vlen + qlen  # the exchange name
+            end = pos + frame_len + length
+            p = pos + head_len + vlen + qlen  # the exchange name
             h = p + xlen + rlen  # the content header
-            if end <= size and h + hlen <= end and crc32(view[pos + FRAME_LEN : end]) == crc:
+            if end <= size and h + hlen <= end and crc32(view[pos + frame_len : end]) == crc:
                 count += 1
                 top = msg_id if msg_id > top else top
                 if msg_id not in acked:
-                    key = data[pos + QUEUE_KEY_OFFSET : p]
+                    key = data[pos + key_offset : p]
                     slot = queues.get(key)
                     if slot is None:
                         name = (key[2 : 2 + vlen].decode(), key[2 + vlen :].decode())
@@ -330,7 +438,7 @@ def load_segment(
                     n_live += 1
                 pos = end
                 continue
-        resume = skip_or_truncate(path, data, pos)
+        resume = skip_or_truncate(path, data, pos, layout, top)
         if resume is None:
             return Loaded(count, n_live, pos, top)
         pos = resume
@@ -339,22 +447,52 @@ def load_segment(
 
 def iter_records(data: bytes) -> Iterator[tuple[QueueKey, int, int, int]]:
     """``(queue, msg_id, start, end)`` of every sound record of a segment held in ``data``,
-    skipping bad records the way :func:`load_segment` does (for rewriting a segment)."""
+    skipping bad records the way :func:`load_segment` does, and never repairing anything
+    (for rewriting a segment, and for reading messages back)."""
+    layout = layout_of(data)
+    head = layout.head
+    key_offset = head.size - 2
     pos = HEADER_LEN
     size = len(data)
     names: dict[bytes, QueueKey] = {}
+    last_id = 0
     while pos < size:
-        length = FRAME.unpack_from(data, pos)[0] if size - pos >= FRAME_LEN else 0
-        end = pos + FRAME_LEN + length
-        if check_record(data, pos)[0] is not None:
-            if end < size and check_record(data, end)[0] is None:
-                pos = end
-                continue
-            return
-        _, _, _, msg_id, _, _, _, _, vlen, qlen = MSG_HEAD.unpack_from(data, pos)
-        key = data[pos + QUEUE_KEY_OFFSET : pos + MSG_HEAD_LEN + vlen + qlen]
+        if check_record(data, pos, layout)[0] is not None:
+            resume = resync(data, pos, layout, last_id)
+            if resume is None:
+                return
+            pos = resume
+        length, _, _, msg_id, _, _, _, _, vlen, qlen = head.unpack_from(data, pos)
+        end = pos + layout.frame_len + length
+        key = data[pos + key_offset : pos + head.size + vlen + qlen]
         queue = names.get(key)
         if queue is None:
             queue = names[key] = (key[2 : 2 + vlen].decode(), key[2 + vlen :].decode())
         yield queue, msg_id, pos, end
+        last_id = msg_id
         pos = end
+
+
+def read_message(data: bytes, start: int, redelivered: bool) -> StoredMessage:
+    """The message of the sound record at ``start`` of a segment held in ``data``."""
+    layout = layout_of(data)
+    length, _, _, msg_id, expires, xlen, rlen, hlen, vlen, qlen = layout.head.unpack_from(
+        data, start
+    )
+    end = start + layout.frame_len + length
+    p = start + layout.head.size + vlen + qlen
+    h = p + xlen + rlen
+    return StoredMessage(
+        msg_id,
+        data[p : p + xlen].decode(),
+        data[p + xlen : h].decode(),
+        data[h : h + hlen],
+        data[h + hlen : end],
+        redelivered,
+        expires,
+    )
+
+
+def upgrade_record(record: memoryview, version: int) -> memoryview | bytes:
+    """A sound record of a version ``version`` segment as a version 2 record."""
+    return record if version == SEGMENT_VERSION else RECORD_MAGIC + record

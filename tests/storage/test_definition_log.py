@@ -24,7 +24,7 @@ from leveret.exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from leveret.storage.errors import LogFormatError, StoreClosedError
+from leveret.storage.errors import CorruptLogError, LogFormatError, StoreClosedError
 from leveret.storage.log import (
     FORMAT_VERSION,
     FRAME_LEN,
@@ -132,36 +132,110 @@ def test_zeros_after_the_last_record_are_a_torn_tail(path: Path) -> None:
     assert not list(path.parent.glob("*.corrupt-*"))
 
 
-def test_corrupt_crc_in_the_middle_keeps_the_records_before_it(
-    path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_corrupt_crc_in_the_middle_refuses_to_start_and_leaves_the_file(path: Path) -> None:
     write(path, RECORDS)
     data = bytearray(path.read_bytes())
     bad = record_offsets(path)[3]
     data[bad + FRAME_LEN + 2] ^= 0x01  # one flipped bit in the fourth record's payload
     path.write_bytes(data)
     assert not check(path).ok
+    with pytest.raises(CorruptLogError) as raised:
+        DefinitionLog.open(path)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert str(path) in message and f"offset {bad}" in message
+    assert "CRC mismatch" in message and "4 intact records" in message
+    assert "--force-recovery" in message
+    assert path.read_bytes() == data  # nothing repaired, nothing saved aside
+    assert sorted(p.name for p in path.parent.iterdir()) == ["definitions.log"]
+
+
+def test_forced_recovery_skips_only_the_corrupt_record(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(path, RECORDS)
+    data = bytearray(path.read_bytes())
+    offsets = record_offsets(path)
+    bad = offsets[3]
+    data[bad + FRAME_LEN + 2] ^= 0x01
+    path.write_bytes(data)
     with caplog.at_level(logging.WARNING, "leveret.storage"):
-        log = DefinitionLog.open(path)
-    assert log.replay() == RECORDS[:3]
+        log = DefinitionLog.open(path, force_recovery=True)
+    assert log.replay() == RECORDS[:3] + RECORDS[4:]
+    assert [(d.offset, d.end, d.reason) for d in log.damage] == [(bad, offsets[4], "CRC mismatch")]
     [message] = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert f"offset {bad}" in message.getMessage()
-    # The tail is kept for the operator, byte for byte.
-    assert (path.parent / f"definitions.log.corrupt-{bad}").read_bytes() == data[bad:]
+    # The damaged record is kept for the operator, byte for byte; the log is clean again.
+    assert (path.parent / f"definitions.log.corrupt-{bad}").read_bytes() == data[bad : offsets[4]]
+    assert check(path).ok
     log.append(*RECORDS[3])
     log.close()
-    assert read_log(path) == RECORDS[:4]
-    assert check(path).ok
+    assert read_log(path) == RECORDS[:3] + RECORDS[4:] + RECORDS[3:4]
+    with DefinitionLog.open(path) as log:  # no force needed any more
+        assert log.damage == []
 
 
-def test_a_bad_length_field_is_corruption(path: Path) -> None:
+@pytest.mark.parametrize("bit", range(32))
+def test_any_flipped_bit_of_a_length_field_costs_one_record(path: Path, bit: int) -> None:
     write(path, RECORDS)
     data = bytearray(path.read_bytes())
     bad = record_offsets(path)[1]
+    data[bad + bit // 8] ^= 0x80 >> (bit % 8)
+    path.write_bytes(data)
+    with pytest.raises(CorruptLogError, match=f"offset {bad} "):
+        DefinitionLog.open(path)
+    assert path.read_bytes() == data
+    report = check(path)
+    assert not report.ok and report.error_offset == bad
+    assert read_log(path) == RECORDS[:1] + RECORDS[2:]  # read-only, resynchronised
+    with DefinitionLog.open(path, force_recovery=True) as log:
+        assert log.replay() == RECORDS[:1] + RECORDS[2:]
+    assert read_log(path) == RECORDS[:1] + RECORDS[2:]
+    assert check(path).ok
+
+
+def test_a_corrupt_last_record_is_a_tail_cut_as_before(
+    path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write(path, RECORDS)
+    data = bytearray(path.read_bytes())
+    bad = record_offsets(path)[-1]
+    data[bad + FRAME_LEN + 2] ^= 0x01  # nothing sound after it: no refusal
+    path.write_bytes(data)
+    with caplog.at_level(logging.WARNING, "leveret.storage"):
+        log = DefinitionLog.open(path)
+    assert log.replay() == RECORDS[:-1]
+    assert "corrupt record" in caplog.text
+    assert (path.parent / f"definitions.log.corrupt-{bad}").read_bytes() == data[bad:]
+    log.close()
+    assert check(path).ok
+
+
+def test_a_bad_length_field_at_the_end_is_a_tail(path: Path) -> None:
+    write(path, RECORDS)
+    data = bytearray(path.read_bytes())
+    bad = record_offsets(path)[-1]
     data[bad : bad + 4] = b"\xff\xff\xff\xff"
     path.write_bytes(data)
     with DefinitionLog.open(path) as log:
-        assert log.replay() == RECORDS[:1]
+        assert log.replay() == RECORDS[:-1]
+
+
+def test_forced_recovery_with_damage_and_a_torn_tail(path: Path) -> None:
+    write(path, RECORDS)
+    data = bytearray(path.read_bytes())
+    offsets = record_offsets(path)
+    data[offsets[2] + FRAME_LEN + 5] ^= 0x20
+    data[offsets[5] : offsets[5] + 4] = b"\x00\x00\x00\x00"  # impossible length
+    data += b"\x00\x00\x01\x00torn"
+    path.write_bytes(data)
+    with pytest.raises(CorruptLogError, match="and 1 more damaged place"):
+        DefinitionLog.open(path)
+    with DefinitionLog.open(path, force_recovery=True) as log:
+        assert log.replay() == RECORDS[:2] + RECORDS[3:5] + RECORDS[6:]
+        assert [d.offset for d in log.damage] == [offsets[2], offsets[5]]
+    assert check(path).ok
+    assert read_log(path) == RECORDS[:2] + RECORDS[3:5] + RECORDS[6:]
 
 
 def test_an_undecodable_record_with_a_good_crc_is_skipped(

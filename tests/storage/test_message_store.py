@@ -15,7 +15,14 @@ import pytest
 
 from leveret.storage.errors import LogFormatError, StoreClosedError
 from leveret.storage.messages import MessageStore
-from leveret.storage.segments import FRAME_LEN, HEADER_LEN, StoredMessage, marks_path, segment_path
+from leveret.storage.segments import (
+    FRAME_LEN,
+    HEADER_LEN,
+    SEGMENT_VERSION,
+    StoredMessage,
+    marks_path,
+    segment_path,
+)
 
 Q1 = ("/", "q1")
 Q2 = ("v", "q2")
@@ -45,11 +52,12 @@ def fill(store: MessageStore, n: int, queue: tuple[str, str] = Q1) -> list[int]:
 
 
 def record_offsets(path: Path) -> list[int]:
+    """Offset of each record of a (current format) segment: magic, then the length."""
     data = path.read_bytes()
     offsets, pos = [], HEADER_LEN
     while pos < len(data):
         offsets.append(pos)
-        pos += FRAME_LEN + struct.unpack_from(">I", data, pos)[0]
+        pos += FRAME_LEN + struct.unpack_from(">I", data, pos + 4)[0]
     return offsets
 
 
@@ -183,16 +191,33 @@ def test_a_corrupt_record_in_the_middle_costs_that_message_only(
     store.close()
 
 
-def test_a_corrupt_length_truncates_and_keeps_the_tail_aside(directory: Path) -> None:
+def test_a_corrupt_length_in_the_middle_costs_that_message_only(directory: Path) -> None:
     with MessageStore.open(directory) as store:
         fill(store, 5)
     path = segment_path(directory, 1)
     data = bytearray(path.read_bytes())
     bad = record_offsets(path)[2]
-    data[bad : bad + 4] = b"\xff\xff\xff\xff"  # impossible, not just past the end
+    data[bad + 4 : bad + 8] = b"\xff\xff\xff\xff"  # impossible, not just past the end
     path.write_bytes(data)
     store, recovered = reopen(directory)
-    assert bodies(recovered, Q1) == [b"body-0", b"body-1"]
+    assert bodies(recovered, Q1) == [b"body-0", b"body-1", b"body-3", b"body-4"]
+    assert path.read_bytes() == data  # skipped in place: nothing cut, nothing lost
+    assert not list(directory.glob("*.corrupt-*"))
+    store.close()
+
+
+def test_a_corrupt_length_in_the_last_record_truncates_and_keeps_the_tail_aside(
+    directory: Path,
+) -> None:
+    with MessageStore.open(directory) as store:
+        fill(store, 5)
+    path = segment_path(directory, 1)
+    data = bytearray(path.read_bytes())
+    bad = record_offsets(path)[-1]
+    data[bad + 4 : bad + 8] = b"\xff\xff\xff\xff"
+    path.write_bytes(data)
+    store, recovered = reopen(directory)
+    assert bodies(recovered, Q1) == [b"body-%d" % i for i in range(4)]
     assert (directory / f"msgs.00000001.corrupt-{bad}").read_bytes() == data[bad:]
     store.close()
 
@@ -217,8 +242,8 @@ def test_newer_format_is_refused_before_any_repair(directory: Path) -> None:
     first = segment_path(directory, 1)
     first.write_bytes(first.read_bytes() + b"torn")
     second = segment_path(directory, 2)
-    second.write_bytes(b"LVRTMSGS\x00\x00\x00\x02")
-    with pytest.raises(LogFormatError, match="format version 2"):
+    second.write_bytes(b"LVRTMSGS" + (SEGMENT_VERSION + 1).to_bytes(4, "big"))
+    with pytest.raises(LogFormatError, match=f"format version {SEGMENT_VERSION + 1}"):
         MessageStore.open(directory)
     assert first.read_bytes().endswith(b"torn")
 
