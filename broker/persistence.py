@@ -52,7 +52,8 @@ from leveret.exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from leveret.storage.files import create_atomically, gc_paused
+from leveret.storage.errors import AccessFileError
+from leveret.storage.files import create_atomically, fsync_dir, gc_paused
 from leveret.storage.log import DefinitionLog
 from leveret.storage.messages import MessageStore
 from leveret.storage.segments import QueueKey
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 # Users, permissions and vhosts (RabbitMQ's definitions.json shape), rewritten atomically on
 # every change: small, rare, and not worth a log of their own.
 USERS_FILE = "users.json"
+# Written by a clean stop, removed at start: when it is missing at start the broker was
+# killed, and delivered marks written since the last sync may be lost, so every recovered
+# message is flagged ``redelivered`` (the flag means "may have been delivered"; a consumer
+# that deduplicates relies on it never being false for a message it has seen).
+CLEAN_STOP_FILE = "clean-stop"
 
 
 class Persistence:
@@ -76,6 +82,12 @@ class Persistence:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = data_dir
         started = time.monotonic()
+        marker = data_dir / CLEAN_STOP_FILE
+        # Removed (durably) before anything is delivered: a kill from now on is unclean.
+        self.clean_start = marker.exists()
+        if self.clean_start:
+            marker.unlink()
+            fsync_dir(data_dir)
         # Messages left in the store whose queue is unknown, by queue: see the module doc.
         self.aside: dict[QueueKey, int] = {}
         with gc_paused():
@@ -276,7 +288,15 @@ class Persistence:
         path = self.data_dir / USERS_FILE
         if not path.exists():
             return None
-        document: dict[str, Any] = json.loads(path.read_text("utf-8"))
+        try:
+            document = json.loads(path.read_text("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise AccessFileError(
+                f"{path}: not a saved user database ({exc}); restore it from a backup, or "
+                "remove it to start from the configured users"
+            ) from None
+        if not isinstance(document, dict):
+            raise AccessFileError(f"{path}: not a saved user database (not a JSON object)")
         return document
 
     def compact(self) -> None:
@@ -291,3 +311,5 @@ class Persistence:
         self._forget_released(self.generation + 1)  # everything appended is on disk now
         self.delayed.close()
         self.log.close()
+        # Every mark is on disk: the next start may trust the delivered flags.
+        create_atomically(self.data_dir / CLEAN_STOP_FILE, b"")

@@ -189,7 +189,18 @@ class Server:
         if saved is not None:
             # Users, permissions and vhosts made at run time (API, definitions) win over
             # the configured defaults, as RabbitMQ seeds its default user only once.
+            configured = set(self.access.users)
             self.access = AccessControl.from_document(saved)
+            extra = sorted(set(self.access.users) - configured)
+            if extra:
+                # Not silent: an operator who removed a user from the configuration should
+                # learn that it can still log in (remove it through the management API).
+                log.warning(
+                    "%s keeps users that the configuration does not name, with their "
+                    "permissions: %s",
+                    persistence.data_dir / "users.json",
+                    ", ".join(extra),
+                )
             for name in saved.get("vhosts", []):
                 self.vhost(name)
             for item in saved.get("parameters", []):
@@ -218,6 +229,9 @@ class Server:
                     # (broker/persistence.py says how the messages come back).
                     persistence.keep_aside((vhost_name, queue_name), len(stored))
                     continue
+                if not persistence.clean_start:
+                    # Killed: a delivered mark may not have reached the disk.
+                    stored = [item._replace(redelivered=True) for item in stored]
                 target.restore(stored)
                 restored += len(stored)
             for (vhost_name, exchange), stored in persistence.delayed.recover().items():

@@ -11,6 +11,7 @@ Formats are documented at the top of :mod:`leveret.storage.log`, :mod:`leveret.s
 """
 
 from leveret.storage.errors import (
+    AccessFileError,
     CorruptLogError,
     CorruptRecordError,
     LogFormatError,
@@ -25,6 +26,7 @@ from leveret.storage.records import event_to_json
 from leveret.storage.segments import QueueKey, StoredMessage
 
 __all__ = [
+    "AccessFileError",
     "CompactResult",
     "CorruptLogError",
     "CorruptRecordError",

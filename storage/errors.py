@@ -31,6 +31,10 @@ class CorruptRecordError(StorageError, ValueError):
     """A record's payload passed its CRC but cannot be decoded (a bug, or a hand-edited file)."""
 
 
+class AccessFileError(StorageError):
+    """The saved user database (``users.json``) cannot be read."""
+
+
 class CorruptLogError(StorageError):
     """A record in the middle of a log is damaged and intact records follow it.
 

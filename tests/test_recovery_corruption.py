@@ -338,3 +338,17 @@ def test_the_command_line_refuses_a_damaged_log_in_one_line_until_forced(
     finally:
         forced.terminate()
         forced.wait(timeout=30)
+
+
+@pytest.mark.parametrize("content", [b'{"users": [', b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_user_database_is_named_in_one_line(tmp_path: Path, content: bytes) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "users.json").write_bytes(content)
+    serve = [sys.executable, "-m", "leveret", "serve", "--port", "0"]
+    serve += ["--management-port", "-1", "--data-dir", str(data_dir)]
+    refused = subprocess.run(serve, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1
+    assert len(lines) == 1, refused.stderr
+    assert lines[0].startswith(f"leveret: error: {data_dir / 'users.json'}: not a saved user")

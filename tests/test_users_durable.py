@@ -129,3 +129,29 @@ def test_operator_policies_survive_a_restart(tmp_path: Path) -> None:
         connection.close()
     finally:
         again.stop()
+
+
+def test_a_saved_user_the_configuration_no_longer_names_is_logged_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = BrokerThread(
+        Config(port=0, data_dir=tmp_path, users={"guest": "guest", "bob": "b0b"})
+    ).start()
+    try:
+        # A change made at run time writes users.json, which wins from then on.
+        first.call(lambda: first.server.add_vhost("orders"))
+    finally:
+        first.stop()
+    with caplog.at_level("WARNING", logger="leveret.server"):
+        again = BrokerThread(Config(port=0, data_dir=tmp_path, users={"guest": "guest"})).start()
+    try:
+        # Still allowed (the saved database wins, as RabbitMQ seeds users once), but said.
+        url = f"amqp://bob:b0b@127.0.0.1:{again.server.port}/"
+        pika.BlockingConnection(pika.URLParameters(url)).close()
+    finally:
+        again.stop()
+    warnings = [r.getMessage() for r in caplog.records if "does not name" in r.getMessage()]
+    assert warnings == [
+        f"{tmp_path / 'users.json'} keeps users that the configuration does not name, with "
+        "their permissions: bob"
+    ]
