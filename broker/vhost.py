@@ -52,11 +52,8 @@ from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_
 from leveret.exchanges.policies import match as match_policy
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.exchanges.projection import Projection
-from leveret.exchanges.routing import (
-    route,
-    validate_binding,
-    validate_exchange,
-)
+from leveret.exchanges.routing import route
+from leveret.exchanges.types import validate_binding, validate_exchange
 from leveret.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limits, reached
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message

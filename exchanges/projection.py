@@ -14,13 +14,10 @@ queues that exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from leveret.exchanges.chash import ConsistentHashIndex, Ring
-from leveret.exchanges.delayed import underlying_type
 from leveret.exchanges.model import (
-    EMPTY,
     Binding,
     BindingAdded,
     BindingRemoved,
@@ -33,164 +30,16 @@ from leveret.exchanges.model import (
     Queue,
     QueueDeclared,
     QueueDeleted,
-    XMatch,
     freeze,
 )
-from leveret.exchanges.patterns import RTopicIndex, TopicIndex
+from leveret.exchanges.refs import RefSet
+from leveret.exchanges.types import routing_type
+from leveret.exchanges.types.base import BindingIndex, Router
+from leveret.exchanges.types.direct import DirectIndex
 
 DEFAULT_EXCHANGE = ""
 
 BindingKey = tuple[Any, ...]
-
-
-class RefSet:
-    """Names with a reference count each, plus a frozenset of the names for routing.
-
-    The frozenset is rebuilt lazily (on the next read after a membership change), so binding
-    10k queues to one fanout exchange stays linear, and routing returns a shared set without
-    allocating.
-    """
-
-    __slots__ = ("_counts", "frozen")
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self.frozen: frozenset[str] | None = EMPTY
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def add(self, name: str) -> None:
-        """Add one reference to ``name``."""
-        count = self._counts.get(name, 0)
-        self._counts[name] = count + 1
-        if count == 0:
-            self.frozen = None
-
-    def discard(self, name: str) -> None:
-        """Drop one reference to ``name`` (no-op when there is none)."""
-        count = self._counts.get(name)
-        if count is None:
-            return
-        if count > 1:
-            self._counts[name] = count - 1
-        else:
-            del self._counts[name]
-            self.frozen = None
-
-    def names(self) -> frozenset[str]:
-        """The referenced names (shared, do not mutate)."""
-        frozen = self.frozen
-        if frozen is None:
-            frozen = self.frozen = frozenset(self._counts) if self._counts else EMPTY
-        return frozen
-
-    def dump(self) -> Any:
-        return frozenset(self._counts.items())
-
-
-class DirectIndex:
-    """Direct exchange: routing key -> names."""
-
-    __slots__ = ("by_key",)
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, RefSet] = {}
-
-    def bind(self, binding: Binding) -> None:
-        refs = self.by_key.get(binding.routing_key)
-        if refs is None:
-            refs = self.by_key[binding.routing_key] = RefSet()
-        refs.add(binding.destination)
-
-    def unbind(self, binding: Binding) -> None:
-        refs = self.by_key.get(binding.routing_key)
-        if refs is not None:
-            refs.discard(binding.destination)
-            if not refs:
-                del self.by_key[binding.routing_key]
-
-    def dump(self) -> Any:
-        return frozenset((key, refs.dump()) for key, refs in self.by_key.items())
-
-
-class FanoutIndex(RefSet):
-    """Fanout exchange: every bound name, whatever the routing key."""
-
-    __slots__ = ()
-
-    def bind(self, binding: Binding) -> None:
-        self.add(binding.destination)
-
-    def unbind(self, binding: Binding) -> None:
-        self.discard(binding.destination)
-
-
-def parse_x_match(value: Any) -> XMatch:
-    """The match mode of an ``x-match`` value; unknown or missing values mean ``all``.
-
-    RabbitMQ falls back to ``all`` for values it did not validate (``parse_x_match/1``);
-    bindings with bad values are refused earlier by ``routing.validate_binding``.
-    """
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    try:
-        return XMatch(value)
-    except ValueError:
-        return XMatch.ALL
-
-
-class HeadersSpec:
-    """One headers binding, pre-parsed: match mode, the arguments to check, destination.
-
-    ``required`` holds ``(header, value)`` pairs where ``value is None`` means "present".
-    ``x-match`` is never checked; other ``x-`` arguments are checked only in the
-    ``-with-x`` modes (RabbitMQ ``rabbit_exchange_type_headers:match/2``).
-    """
-
-    __slots__ = ("dest", "match_any", "required")
-
-    def __init__(self, arguments: Mapping[str, Any], dest: str) -> None:
-        mode = parse_x_match(arguments.get("x-match"))
-        with_x = mode in (XMatch.ALL_WITH_X, XMatch.ANY_WITH_X)
-        self.match_any = mode in (XMatch.ANY, XMatch.ANY_WITH_X)
-        self.required: tuple[tuple[str, Any], ...] = tuple(
-            (key, value)
-            for key, value in arguments.items()
-            if key != "x-match" and (with_x or not key.startswith("x-"))
-        )
-        self.dest = dest
-
-
-class HeadersIndex:
-    """Headers exchange: the parsed specs of its bindings, by binding identity."""
-
-    __slots__ = ("specs",)
-
-    def __init__(self) -> None:
-        self.specs: dict[BindingKey, HeadersSpec] = {}
-
-    def bind(self, binding: Binding) -> None:
-        self.specs[binding.key] = HeadersSpec(binding.arguments, binding.destination)
-
-    def unbind(self, binding: Binding) -> None:
-        self.specs.pop(binding.key, None)
-
-    def dump(self) -> Any:
-        return frozenset(self.specs)
-
-
-PlainIndex = DirectIndex | FanoutIndex | TopicIndex | HeadersIndex | RTopicIndex
-Index = PlainIndex | ConsistentHashIndex
-
-# Index classes built with no arguments (a consistent-hash exchange's two sides share a Ring).
-INDEX_TYPES: Mapping[ExchangeType, type[PlainIndex]] = {
-    ExchangeType.DIRECT: DirectIndex,
-    ExchangeType.FANOUT: FanoutIndex,
-    ExchangeType.TOPIC: TopicIndex,
-    ExchangeType.HEADERS: HeadersIndex,
-    ExchangeType.RTOPIC: RTopicIndex,
-}
 
 
 class ExchangeIndex:
@@ -211,6 +60,7 @@ class ExchangeIndex:
         "name",
         "plain_direct",
         "queues",
+        "router",
         "type",
     )
 
@@ -222,20 +72,11 @@ class ExchangeIndex:
         # x-delayed-message: indexed as the type it routes as; route() keeps back the
         # messages that ask for a delay (leveret.exchanges.delayed).
         self.delayed = exchange.type is ExchangeType.DELAYED
-        kind = underlying_type(exchange.arguments) if self.delayed else exchange.type
-        if not isinstance(kind, ExchangeType):  # refused at declare
-            raise ValueError(f"x-delayed-message exchange {exchange.name!r} routes as {kind!r}")
-        self.queues: Index
-        self.exchanges: Index
-        if kind is ExchangeType.CONSISTENT_HASH:
-            # One ring of buckets over both kinds of destination.
-            ring = Ring(exchange.arguments)
-            self.queues = ConsistentHashIndex(ring, DestKind.QUEUE)
-            self.exchanges = ConsistentHashIndex(ring, DestKind.EXCHANGE)
-        else:
-            index_type = INDEX_TYPES[kind]
-            self.queues = index_type()
-            self.exchanges = index_type()
+        kind = routing_type(exchange)
+        self.queues: BindingIndex
+        self.exchanges: BindingIndex
+        self.queues, self.exchanges = kind.indexes(exchange.arguments)
+        self.router: Router = kind.route
         self.e2e = 0  # number of bindings to exchanges
         self.direct: dict[str, RefSet] = (
             self.queues.by_key if isinstance(self.queues, DirectIndex) else {}

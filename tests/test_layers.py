@@ -42,7 +42,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "pipeline": {"broker", "storage", "pamqp", "asyncio", "uvloop"},
 }
 
-# pipeline -> exchanges only, plus Spark (and py4j under it) and matplotlib for the charts.
+# pipeline -> exchanges only, plus Spark (and py4j under it), matplotlib for the charts and
+# pyarrow for the trace's segments and the tables derived on the driver.
 PIPELINE_ALLOWED = {
     "__future__",
     "leveret",
@@ -51,6 +52,7 @@ PIPELINE_ALLOWED = {
     "pyspark",
     "py4j",
     "matplotlib",
+    "pyarrow",
 }
 
 
@@ -178,3 +180,26 @@ def _raw_top_names(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
     return names
+
+
+def test_exchange_type_modules_import_neither_the_projection_nor_routing() -> None:
+    """exchanges/types/ is below the projection and routing, which use it (its door says
+    so): a type module reads the data structures of exchanges/, never what is built on it."""
+    above = {
+        "leveret.exchanges.projection",
+        "leveret.exchanges.routing",
+        "leveret.exchanges.policies",
+    }
+    offences = []
+    for path in sorted((ROOT / "exchanges" / "types").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in above:
+                offences.append(f"{path.relative_to(ROOT)} imports {node.module}")
+            elif isinstance(node, ast.Import):
+                offences += [
+                    f"{path.relative_to(ROOT)} imports {alias.name}"
+                    for alias in node.names
+                    if alias.name in above
+                ]
+    assert offences == []

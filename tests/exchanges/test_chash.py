@@ -24,9 +24,9 @@ from leveret.exchanges.chash import (
     property_term,
     route_consistent_hash,
 )
+from leveret.exchanges.erlang import erlang_binary
 from leveret.exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
 from leveret.exchanges.model import Binding, DestKind
-from leveret.exchanges.routing import erlang_binary
 
 A = Atom
 

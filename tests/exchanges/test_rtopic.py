@@ -18,9 +18,12 @@ from leveret.exchanges.model import (
     Queue,
     QueueDeclared,
 )
-from leveret.exchanges.projection import Projection, RTopicIndex
-from leveret.exchanges.routing import ROUTERS, route, route_rtopic, validate_binding
+from leveret.exchanges.patterns import RTopicIndex
+from leveret.exchanges.projection import Projection
+from leveret.exchanges.routing import route
 from leveret.exchanges.rtopic import ReverseTopicTrie, normalise
+from leveret.exchanges.types import TYPES, validate_binding
+from leveret.exchanges.types.rtopic import RTOPIC as RTOPIC_TYPE
 
 RTOPIC = ExchangeType.RTOPIC
 X = "rtopic"
@@ -58,7 +61,7 @@ def projection() -> Projection:
 
 def test_type_name_is_the_plugins() -> None:
     assert ExchangeType("x-rtopic") is RTOPIC
-    assert ROUTERS[RTOPIC] is route_rtopic
+    assert TYPES[RTOPIC] is RTOPIC_TYPE
     assert validate_binding(Exchange(X, RTOPIC), {"x-match": "bogus"}) is None
 
 
