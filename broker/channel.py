@@ -11,6 +11,11 @@ and synchronously. Methods dispatch through one dict keyed by the method class.
 (a zero-size body completes at the header). Any other frame out of that order is a
 505 UNEXPECTED_FRAME with RabbitMQ's texts (rabbit_command_assembler.erl).
 
+What the channel holds counts against the memory watermark (leveret.memory): its
+unacknowledged deliveries (from delivery until ack, reject or nack, or the channel's
+close), the messages of an uncommitted transaction, and the frames of a body being
+assembled.
+
 Handlers raise :class:`leveret.errors.AMQPError`; the connection converts it (the one
 place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
@@ -44,6 +49,7 @@ from leveret.errors import (
     AMQPConnectionError,
 )
 from leveret.exchanges.model import DestKind, Exchange
+from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import (
     FLAG_EXPIRATION,
     FLAG_REPLY_TO,
@@ -71,6 +77,15 @@ Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
 
 
+def _record_bytes(queue: Queue, message: Message) -> int:
+    """What an unacknowledged delivery of ``message`` from ``queue`` holds (leveret.memory):
+    the message and the record, or only the record for a stream (its log holds the
+    message)."""
+    if queue.stream:
+        return UNACKED_OVERHEAD
+    return len(message.header) + message.body_size + DELIVERY_OVERHEAD
+
+
 class Content(Enum):
     IDLE = 0
     AWAIT_HEADER = 1
@@ -84,6 +99,7 @@ class Channel:
         self.conn = connection
         self.id = channel_id
         self.vhost = connection.vhost
+        self.memory = self.vhost.memory
         self.access = connection.server.access
         self.counters = connection.server.counters
         # Exchanges this channel may publish to, checked once (the publish hot path);
@@ -96,6 +112,7 @@ class Channel:
         self._header: codec.Header | None = None
         self._body: list[bytes] = []
         self._remaining = 0
+        self._assembled = 0  # bytes in _body (counted against the memory watermark)
         self.consumers: dict[str, Consumer] = {}
         # delivery tag -> (queue, message, consumer or None for basic.get)
         self.unacked: OrderedDict[int, Record] = OrderedDict()
@@ -112,6 +129,7 @@ class Channel:
         self.pending_commits: deque[int] = deque()
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_publishes = 0  # of those, publishes (the management API's uncommitted)
+        self.tx_bytes = 0  # what those publishes hold (leveret.memory)
         self.tx_acks: list[tuple[int, Record]] = []
         # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
         self.sent = DeliveryClock()
@@ -197,6 +215,9 @@ class Channel:
     def _on_basic_publish(self, publish: codec.Publish) -> None:
         self._publish = publish
         self.content = Content.AWAIT_HEADER
+        # A publisher from now on: the memory alarm blocks it even while its first
+        # message's body is still coming (frames being assembled count against the mark).
+        self.conn.published = True
 
     def _on_full_publish(self, frame: codec.FullPublish) -> None:
         """Publish, header and body arrived together (see codec.FrameReader).
@@ -264,8 +285,12 @@ class Channel:
         self._remaining -= len(data)
         if self._remaining > 0:
             self._body.append(data)
+            self._assembled += len(data)
+            self.memory.add(len(data))
             return
         self.content = Content.IDLE
+        if self._assembled:
+            self._release_body()
         if self._remaining < 0:
             raise AMQPConnectionError(
                 UNEXPECTED_FRAME, "body size exceeds the expected size", (BASIC_CLASS, 40)
@@ -277,6 +302,19 @@ class Channel:
         header = self._header
         assert header is not None
         self._complete(header, data)
+
+    def _release_body(self) -> None:
+        """The frames of a body being assembled are let go (complete, or abandoned)."""
+        size, self._assembled = self._assembled, 0
+        self.memory.remove(size)
+
+    def _release_held(self) -> None:
+        """Stop counting the uncommitted messages (committed, rolled back or dropped with
+        the channel) and any body being assembled (the channel closes)."""
+        size = self.tx_bytes + self._assembled
+        self.tx_bytes = self._assembled = 0
+        if size:
+            self.memory.remove(size)
 
     def _complete(self, header: codec.Header, body: bytes) -> None:
         publish = self._publish
@@ -332,6 +370,9 @@ class Channel:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
             self.tx_publishes += 1
+            size = message_bytes(message)
+            self.tx_bytes += size
+            self.memory.add(size)
             return
         self._accept(message, publish.mandatory)
 
@@ -471,6 +512,15 @@ class Channel:
             self.unacked[tag] = (queue, entry, consumer)
             consumer.unacked += 1
             queue.unacked += 1
+            # Held until settled (leveret.memory; a stream's log keeps counting the message).
+            memory = self.memory
+            used = memory.used = memory.used + (
+                UNACKED_OVERHEAD
+                if queue.stream
+                else len(message.header) + message.body_size + DELIVERY_OVERHEAD
+            )
+            if used > memory.high:
+                memory.rise()
             if message.store_ids is not None:
                 queue.delivered(message)
         else:
@@ -638,6 +688,7 @@ class Channel:
         if not m.no_ack:
             queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)
+            self.memory.add(_record_bytes(queue, message))
             if message.store_ids is not None:
                 queue.delivered(message)
         elif message.store_ids is not None:
@@ -702,7 +753,9 @@ class Channel:
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
         requeued: dict[Queue, list[Entry]] = {}
+        released = 0
         for _tag, (queue, entry, consumer) in taken:
+            released += _record_bytes(queue, entry[0])
             queue.unacked -= 1
             if consumer is not None:
                 consumer.unacked -= 1
@@ -713,6 +766,8 @@ class Channel:
                 requeued.setdefault(queue, []).append(entry)
             else:
                 queue.settle(entry[0], requeue is False)
+        # Released before the requeued messages count again as ready in their queues.
+        self.memory.remove(released)
         for queue, entries in requeued.items():
             queue.requeue(entries)
         if self.global_prefetch:
@@ -728,8 +783,17 @@ class Channel:
                 queue = record[0]
                 queue.unacked -= 1
                 queue.acked_total += 1
-                if record[1][0].store_ids is not None:
-                    queue.settle(record[1][0], False)
+                message = record[1][0]
+                memory = self.memory
+                used = memory.used = memory.used - (
+                    UNACKED_OVERHEAD
+                    if queue.stream
+                    else len(message.header) + message.body_size + DELIVERY_OVERHEAD
+                )
+                if used <= memory.low:
+                    memory.fall()
+                if message.store_ids is not None:
+                    queue.settle(message, False)
                 consumer = record[2]
                 if consumer is not None:
                     consumer.unacked -= 1
@@ -785,6 +849,7 @@ class Channel:
             return
         self.open = False
         self.tx = None
+        self._release_held()
         for tag, record in reversed(self.tx_acks):
             self.unacked[tag] = record
         self.tx_acks = []
@@ -798,9 +863,12 @@ class Channel:
         taken = sorted(self.unacked.items())
         self.unacked.clear()
         requeued: dict[Queue, list[Entry]] = {}
+        released = 0
         for _tag, (queue, entry, _consumer) in taken:
             queue.unacked -= 1
+            released += _record_bytes(queue, entry[0])
             requeued.setdefault(queue, []).append(entry)
+        self.memory.remove(released)
         for consumer in consumers:
             consumer.queue.detach(consumer)
         for queue, entries in requeued.items():
@@ -830,6 +898,8 @@ class Channel:
         actions, self.tx = self.tx, []
         self.tx_acks = []
         self.tx_publishes = 0
+        # The committed messages count in their queues from here.
+        self._release_held()
         generation = 0
         for action in actions:
             result = action()
@@ -849,6 +919,7 @@ class Channel:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         self.tx = []
         self.tx_publishes = 0
+        self._release_held()
         # Acks of a rolled-back transaction are undone: the deliveries are unacked again.
         restored = sorted([*self.tx_acks, *self.unacked.items()], key=lambda item: item[0])
         self.unacked = OrderedDict(restored)

@@ -28,6 +28,7 @@ from leveret.arguments import arg_text, queue_type
 from leveret.codec import shortstr
 from leveret.deadletter import dead_letter
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
+from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
@@ -139,6 +140,7 @@ class Queue:
         "get_no_ack_total",
         "get_total",
         "had_consumers",
+        "held",
         "max_length",
         "max_length_bytes",
         "max_priority",
@@ -189,7 +191,9 @@ class Queue:
         self.had_consumers = False
         self.deleted = False
         self._rr = 0
-        self.ready_bytes: int = 0
+        self.ready_bytes: int = 0  # bodies of the ready messages (x-max-length-bytes)
+        # What the ready messages cost against the memory watermark (leveret.memory).
+        self.held: int = 0
         self.seq: int = 0
         # Counters for the management API, metrics and the pytest inspection API.
         self.unacked: int = 0  # delivered, not yet acked (all channels)
@@ -298,10 +302,12 @@ class Queue:
             self.messages.append((message, False, 0.0, self.seq))
             size = message.body_size
             self.ready_bytes += size
+            size += len(message.header) + MESSAGE_OVERHEAD
+            self.held += size
             memory = self.memory
-            memory.used += size
-            if memory.used > memory.limit and not memory.alarm:
-                memory.add(0)
+            used = memory.used = memory.used + size
+            if used > memory.high:
+                memory.rise()
             return True
         return self._publish_with_features(message)
 
@@ -360,18 +366,24 @@ class Queue:
 
     def _push(self, entry: Entry) -> None:
         self.messages.append(entry)
-        size = entry[0].body_size
-        self.ready_bytes += size
+        message = entry[0]
+        self.ready_bytes += message.body_size
+        size = message_bytes(message)
+        self.held += size
         self.memory.add(size)
 
     def _pop(self) -> Entry:
         entry = self.messages.popleft()
-        size = entry[0].body_size
+        message = entry[0]
+        size = message.body_size
         self.ready_bytes -= size
+        # Released here; an unacknowledged delivery is counted again by its channel.
+        size += len(message.header) + MESSAGE_OVERHEAD
+        self.held -= size
         memory = self.memory
-        memory.used -= size
-        if memory.alarm and memory.used <= memory.limit:
-            memory.remove(0)
+        used = memory.used = memory.used - size
+        if used <= memory.low:
+            memory.fall()
         return entry
 
     def drain(self) -> None:
@@ -476,6 +488,7 @@ class Queue:
         if self.deleted:
             return
         back: list[Entry] = []
+        held = 0
         for message, redelivered, expires, seq in sorted(entries, key=lambda e: e[3]):
             again: int = True
             if self.quorum:
@@ -489,7 +502,9 @@ class Queue:
                     continue
             back.append((message, again, expires, seq))
             self.ready_bytes += message.body_size
-            self.memory.add(message.body_size)
+            held += message_bytes(message)
+        self.held += held
+        self.memory.add(held)
         # One merge for the whole batch (sorted above), not one insertion per entry.
         if isinstance(self.messages, deque):
             merge_by_seq(self.messages, back)
@@ -576,8 +591,9 @@ class Queue:
             if not self.deleted and self.vhost.persistence is not None:
                 self.vhost.persistence.sync_now()
         self.messages.clear()
-        self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
+        held, self.held = self.held, 0
+        self.memory.remove(held)
         return count
 
     @property

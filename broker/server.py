@@ -74,11 +74,13 @@ class Server:
                 self.vhost(name)
 
     def _on_memory_alarm(self, alarm: bool) -> None:
+        memory = self.memory
         log.warning(
-            "memory alarm %s: %d bytes of messages, high watermark %d",
+            "memory alarm %s: %d bytes held by messages, process RSS %s, high watermark %d",
             "set" if alarm else "cleared",
-            self.memory.used,
-            self.memory.limit,
+            memory.used,
+            "unknown" if memory.rss is None else memory.rss,
+            memory.limit,
         )
         for connection in list(self.connections):
             connection.memory_alarm(alarm)

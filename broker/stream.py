@@ -19,8 +19,10 @@ message is the one delivered, its header already carrying ``x-stream-offset``, a
 store's 64-bit field that classic queues use for an expiry holds its publish time.
 
 Leveret keeps a stream's messages in memory like any queue's (counted against the memory
-watermark); a message is one "chunk", so ``last`` starts at the last message, where
-RabbitMQ starts at the last chunk (one chunk per publish unless publishes are batched).
+watermark as a queue's ready messages are, until retention drops them or the stream is
+deleted; a delivery waiting for its ack adds only its record: leveret.memory); a message
+is one "chunk", so ``last`` starts at the last message, where RabbitMQ starts at the last
+chunk (one chunk per publish unless publishes are batched).
 
 Filtering (RabbitMQ 3.13, docs/stream-filtering.md): a publisher gives a message a filter
 value in its ``x-stream-filter-value`` header; a consumer asks for some with the
@@ -44,6 +46,7 @@ from leveret.errors import (
     AMQPConnectionError,
     ChannelCrashError,
 )
+from leveret.memory import message_bytes
 from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
 from leveret.queue import Consumer, Entry, Queue, int_arg
 
@@ -248,7 +251,9 @@ class StreamQueue(Queue):
         self.stamps.append(stamp)
         self.values.append(value)
         self.ready_bytes += message.body_size
-        self.memory.add(message.body_size)
+        size = message_bytes(message)
+        self.held += size
+        self.memory.add(size)
 
     def _apply_retention(self, now: int) -> None:
         """Drop whole segments from the head, never the one being written: while the
@@ -280,8 +285,9 @@ class StreamQueue(Queue):
         del self.stamps[:count]
         del self.values[:count]
         self.first_offset = new_first
-        released = sum(message.body_size for message in gone)
-        self.ready_bytes -= released
+        self.ready_bytes -= sum(message.body_size for message in gone)
+        released = sum(message_bytes(message) for message in gone)
+        self.held -= released
         self.memory.remove(released)
         store = self.store
         if store is not None:
@@ -371,8 +377,9 @@ class StreamQueue(Queue):
         """Release the whole log: only :meth:`Queue.discard` calls this, as the stream is
         deleted (clients cannot purge one; the store drops its messages there)."""
         count = len(self.log)
-        self.memory.remove(self.ready_bytes)
         self.ready_bytes = 0
+        held, self.held = self.held, 0
+        self.memory.remove(held)
         self.log, self.stamps, self.values = [], [], []
         return count
 

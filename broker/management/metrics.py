@@ -194,7 +194,7 @@ def render(server: Server) -> str:
         family(
             "rabbitmq_resident_memory_limit_bytes",
             "gauge",
-            "Memory high watermark in bytes (of queued message bodies)",
+            "Memory high watermark in bytes (of the messages held, and process RSS)",
             [("", memory.limit)],
         ),
         family(
