@@ -27,7 +27,7 @@ from typing import Any
 from pamqp import body, commands, frame, heartbeat
 
 from leveret.errors import FRAME_ERROR, AMQPConnectionError
-from leveret.exchanges.fields import FIELD_TYPES, table_fields
+from leveret.exchanges.fields import FIELD_TYPES, decode_table, table_fields
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -173,18 +173,94 @@ def decode_method(payload: bytes) -> Frame:
         raise DropConnectionError(f"unknown method id {index >> 16}.{index & 0xFFFF}")
     method = method_cls()
     try:
-        method.unmarshal(payload[4:])
-        if isinstance(getattr(method, "arguments", None), dict):
-            # Keep the wire types of the arguments: RabbitMQ's error texts name them.
-            method.arguments = TypedTable(
-                method.arguments, table_types(payload, _arguments_offset(method, payload))
-            )
+        fields = _TABLE_METHODS.get(index)
+        if fields is None:
+            method.unmarshal(payload[4:])
+        else:
+            _unmarshal_with_table(method, fields, payload)
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
         # rabbit_framing: "cannot decode ~w" with the argument bytes.
         raise AMQPConnectionError(
             FRAME_ERROR, f"cannot decode {erl_binary(payload[4:])}", (index >> 16, index & 0xFFFF)
         ) from exc
     return method
+
+
+def _fields(cls: Any) -> tuple[tuple[str, str], ...]:
+    """A pamqp method class's fields in wire order, with pamqp's type names."""
+    return tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
+
+
+# Methods that carry a field table (arguments, client or server properties): decoded by
+# _unmarshal_with_table instead of pamqp, whose recursive table decoder fails on tables
+# nested a few hundred deep (RabbitMQ takes 15,000) and copies the rest of the payload for
+# every value.
+_TABLE_METHODS: dict[int, tuple[tuple[str, str], ...]] = {
+    index: _fields(cls)
+    for index, cls in commands.INDEX_MAPPING.items()
+    if any(kind == "table" for _, kind in _fields(cls))
+}
+_SIGNED_LONGLONG = struct.Struct(">q")
+
+
+def _unmarshal_with_table(method: Any, fields: tuple[tuple[str, str], ...], payload: bytes) -> None:
+    """Set ``method``'s fields from its payload (method id included) as pamqp's
+    ``unmarshal`` would, the table with leveret.exchanges.fields. An ``arguments`` table keeps
+    the wire types of its values (RabbitMQ's error texts name them), and the method keeps
+    its payload as :attr:`wire_payload` (:func:`frame_octets`). Raises IndexError,
+    ValueError or struct.error when a field does not decode."""
+    pos = 4
+    bits = 8  # bits of ``octet`` taken: a bit field after 8 (or after another field) reads one
+    octet = 0
+    for name, kind in fields:
+        value: Any
+        if kind == "bit":
+            if bits == 8:
+                octet = payload[pos]
+                pos += 1
+                bits = 0
+            value = bool(octet >> bits & 1)
+            bits += 1
+            setattr(method, name, value)
+            continue
+        bits = 8
+        if kind == "shortstr":
+            start = pos + 1
+            pos = start + payload[pos]
+            if pos > len(payload):
+                raise ValueError(f"{name} cut short")
+            value = payload[start:pos].decode("utf-8")
+        elif kind == "table":
+            taken, value = decode_table(payload, pos)
+            if name == "arguments":
+                value = TypedTable(value, table_types(payload, pos))
+            pos += taken
+        elif kind == "longstr":
+            start = pos + 4
+            pos = start + _LONG.unpack_from(payload, pos)[0]
+            if pos > len(payload):
+                raise ValueError(f"{name} cut short")
+            raw = payload[start:pos]
+            try:
+                value = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                value = raw  # as pamqp's decode.long_str
+        elif kind == "octet":
+            value = payload[pos]
+            pos += 1
+        elif kind == "short":
+            (value,) = _SHORT.unpack_from(payload, pos)
+            pos += 2
+        elif kind == "long":
+            (value,) = _LONG.unpack_from(payload, pos)
+            pos += 4
+        elif kind == "longlong":
+            (value,) = _SIGNED_LONGLONG.unpack_from(payload, pos)
+            pos += 8
+        else:  # pragma: no cover - no table method has another field type
+            raise ValueError(f"field type {kind}")
+        setattr(method, name, value)
+    method.wire_payload = payload
 
 
 def _other_frame(frame_type: int, payload: bytes) -> Frame:
@@ -222,32 +298,6 @@ def table_types(data: bytes, offset: int) -> dict[str, str]:
         key.decode("utf-8", "replace"): FIELD_TYPES.get(tag, ("unknown", 0))[0]
         for key, tag, _, _ in table_fields(data, offset + 4, offset + 4 + length)
     }
-
-
-_FIELD_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
-
-
-def _arguments_offset(method: Any, payload: bytes) -> int:
-    """Where the ``arguments`` table starts in a method payload (fields in order)."""
-    pos = 4
-    in_bits = False
-    for name in method.__slots__:
-        kind = method.amqp_type(name)
-        if kind == "bit":
-            if not in_bits:
-                pos += 1
-                in_bits = True
-            continue
-        in_bits = False
-        if name == "arguments":
-            return pos
-        if kind == "shortstr":
-            pos += 1 + payload[pos]
-        elif kind in ("longstr", "table"):
-            pos += 4 + _LONG.unpack_from(payload, pos)[0]
-        else:
-            pos += _FIELD_SIZES[kind]
-    raise ValueError("method has no arguments table")
 
 
 class FrameReader:
@@ -477,9 +527,12 @@ class ProtocolHeaderError(Exception):
 
 def frame_octets(decoded: Frame) -> tuple[int, bytes]:
     """The frame type and payload a decoded frame came from, for RabbitMQ's
-    ``type 1, all octets = <<...>>`` texts. Methods are encoded again (the decoder keeps
-    no copy of their bytes), which gives the bytes a client sent for every well-formed
-    method; only error paths call this."""
+    ``type 1, all octets = <<...>>`` texts. A method with a field table kept its payload;
+    others are encoded again (the decoder keeps no copy of their bytes), which gives the
+    bytes a client sent for every well-formed method; only error paths call this."""
+    wire_payload = getattr(decoded, "wire_payload", None)
+    if isinstance(wire_payload, bytes):
+        return FRAME_METHOD, wire_payload
     if isinstance(decoded, Header):
         return FRAME_HEADER, decoded.payload
     if isinstance(decoded, Body):

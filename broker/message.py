@@ -11,19 +11,16 @@ import struct
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from pamqp import commands, decode, header
+from pamqp import commands
 
 from leveret.arguments import MAX_EXPIRY
-from leveret.exchanges.fields import PROPERTY_LAYOUT, table_fields
-from leveret.fieldtable import marshal_content_header
+from leveret.exchanges.fields import PROPERTY_LAYOUT, check_fields, decode_fields, table_fields
+from leveret.fieldtable import decode_properties, encode_properties, marshal_content_header
 
 _HEADER_FIXED = struct.Struct(">HHQ")
 # Where the property flags start in a content header payload (after class id, weight and
 # body size): ``header[PROPERTIES_AT:]`` is a message's encoded properties.
 PROPERTIES_AT = _HEADER_FIXED.size
-# The fixed part of a Basic content header payload (class 60, weight 0, body size 0), to
-# decode and encode properties apart from any message's body size.
-_NO_BODY = _HEADER_FIXED.pack(60, 0, 0)
 # Caches keyed by encoded properties (cached_by_properties) keep only properties up to this
 # size: a cache of N entries then holds a few times N x 2 KiB at most, whatever clients send.
 CACHED_PROPERTIES_MAX = 2048
@@ -63,15 +60,14 @@ def expiration_error(expiration: str) -> str | None:
 
 def unmarshal_properties(encoded: bytes) -> commands.Basic.Properties:
     """Basic properties from their encoding: a content header payload from the property
-    flags on (``Message.header[PROPERTIES_AT:]``)."""
-    content = header.ContentHeader()
-    content.unmarshal(_NO_BODY + encoded)
-    return content.properties
+    flags on (``Message.header[PROPERTIES_AT:]``). Decoded as pamqp would, iteratively
+    and with any 64-bit timestamp (leveret.fieldtable, leveret.exchanges.fields)."""
+    return decode_properties(encoded)
 
 
 def marshal_properties(properties: commands.Basic.Properties) -> bytes:
     """The encoding :func:`unmarshal_properties` reads (headers with RabbitMQ's types)."""
-    return marshal_content_header(0, properties)[len(_NO_BODY) :]
+    return encode_properties(properties)
 
 
 _INT_TAGS = {"l": struct.Struct(">cq"), "I": struct.Struct(">ci")}
@@ -181,9 +177,16 @@ def _field_sizes(flags: int) -> tuple[int, ...]:
 
 @cached_by_properties(maxsize=1024)
 def decoded_table(table: bytes) -> dict[str, Any]:
-    """A headers table (length prefix included) decoded by pamqp; cached by its bytes and
-    shared: read it, never change it. Raises ValueError when it does not decode."""
-    return decode.field_table(table)[1]
+    """A headers table (length prefix included) decoded as pamqp decodes it, without
+    recursion (leveret.exchanges.fields); cached by its bytes and shared: read it, never change
+    it. Raises ValueError when it does not decode."""
+    if len(table) < 4:
+        raise ValueError("field table cut short")
+    end = 4 + int.from_bytes(table[:4], "big")
+    if end > len(table):
+        raise ValueError("field table longer than its data")
+    result: dict[str, Any] = decode_fields(table, 4, end)
+    return result
 
 
 # Content header payloads already found well formed (the codec shares repeated ones, whose
@@ -191,6 +194,30 @@ def decoded_table(table: bytes) -> dict[str, Any]:
 # full, and payloads over CACHED_PROPERTIES_MAX bytes are not kept.
 _WELL_FORMED: set[bytes] = set()
 _WELL_FORMED_MAX = 4096
+# Headers tables already found well formed, by their bytes: publishers repeat their headers
+# even when other properties (ids, timestamps) change. Checking a table walks every entry
+# (a microsecond for a few, milliseconds for 100 KiB of small ones), hashing it costs a few
+# tens of microseconds at most. Bounded: cleared when full; at most _LARGE_TABLES_MAX over
+# CACHED_PROPERTIES_MAX bytes (a few MiB: a content header is one frame).
+_SMALL_TABLES: set[bytes] = set()
+_SMALL_TABLES_MAX = 4096
+_LARGE_TABLES: set[bytes] = set()
+_LARGE_TABLES_MAX = 32
+
+
+def _table_decodes(header: bytes, start: int, end: int) -> bool:
+    """Whether the headers table whose entries are ``header[start:end]`` decodes."""
+    table = header[start:end]
+    large = end - start > CACHED_PROPERTIES_MAX
+    known = _LARGE_TABLES if large else _SMALL_TABLES
+    if table in known:
+        return True
+    if not check_fields(table, 0, len(table)):
+        return False
+    if len(known) >= (_LARGE_TABLES_MAX if large else _SMALL_TABLES_MAX):
+        known.clear()
+    known.add(table)
+    return True
 
 
 def properties_decode(header: bytes) -> bool:
@@ -200,9 +227,11 @@ def properties_decode(header: bytes) -> bool:
     cut short, a table longer than the frame, an unknown field type, bytes left over),
     closes the connection with 541 (tested). Decoding every message's properties with
     pamqp would halve the publish rate of messages that carry their own ``message_id``, so
-    this walks the property list instead and decodes only the headers table (cached by its
-    bytes: headers repeat even when ids do not). Short strings must be UTF-8: RabbitMQ
-    keeps them as bytes, but pamqp cannot decode them, and later readers would fail.
+    this walks the property list instead and checks the headers table without building it
+    (leveret.exchanges.fields.check_fields: iterative, so a table nested 15,000 deep passes as
+    RabbitMQ's does; tables found well formed are remembered by their bytes). Timestamps
+    are any 64-bit value, as in RabbitMQ. Short strings must be UTF-8: RabbitMQ keeps them
+    as bytes, but pamqp cannot decode them, and later readers would fail.
     """
     if header in _WELL_FORMED:
         return True
@@ -222,12 +251,13 @@ def properties_decode(header: bytes) -> bool:
                 return False
             offset += 1 + length
         elif size < 0:
-            length = 4 + int.from_bytes(header[offset : offset + 4], "big")
-            try:
-                decoded_table(header[offset : offset + length])
-            except ValueError:  # pamqp: cut short, too long, unknown types, not UTF-8
+            start = offset + 4
+            if start > end:
                 return False
-            offset += length
+            offset = start + int.from_bytes(header[start - 4 : start], "big")
+            # Cut short, too long, unknown types, names that are not UTF-8.
+            if offset > end or not _table_decodes(header, start, offset):
+                return False
         else:
             offset += size
     if offset != end:
