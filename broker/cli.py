@@ -206,6 +206,7 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         max_message_size=v["max_message_size"],
         consumer_timeout=v["consumer_timeout"],
         memory_high_watermark=v["memory_high_watermark"].limit(cgroup_root),
+        disk_free_limit=v["disk_free_limit"].limit(cgroup_root),
         max_connections=v["max_connections"],
         loopback_users=tuple(v["loopback_users"]),
         vhosts=settings.vhosts,

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from leveret.auth import AccessControl
 
 # RabbitMQ's defaults (deps/rabbit/Makefile app env): frame_max 131072, channel_max 2047,
@@ -29,6 +31,8 @@ MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
 # RabbitMQ's consumer_timeout (docs/consumers.md "Delivery Acknowledgement Timeout"):
 # 30 minutes, in ms.
 CONSUMER_TIMEOUT = 1_800_000
+# RabbitMQ's default disk_free_limit (rabbit_disk_monitor ?DEFAULT_DISK_FREE_LIMIT): 50 MB.
+DISK_FREE_LIMIT = 50_000_000
 # The node name the broker gives itself where RabbitMQ names its Erlang node (management
 # API, metrics, firehose trace headers).
 NODE_NAME = "leveret@localhost"
@@ -55,6 +59,12 @@ class Config:
     # available, RAM or a container's cgroup limit (RabbitMQ's vm_memory_high_watermark).
     # See broker/memory.py.
     memory_high_watermark: int = 0
+    # Free bytes on the data directory's file system below which publishers are blocked
+    # (RabbitMQ's disk_free_limit). See broker/disk.py.
+    disk_free_limit: int = DISK_FREE_LIMIT
+    # What reads the free bytes compared with it; None: statvfs of data_dir (no data dir:
+    # no disk alarm). Tests pass their own to make the disk look full, then fine again.
+    disk_free_probe: Callable[[], int] | None = None
     # Open connections allowed at once; 0: no limit (RabbitMQ's connection_max).
     max_connections: int = 0
     # Directory for the traffic trace (one JSON line per publish); None: no trace.

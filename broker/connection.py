@@ -294,7 +294,7 @@ class Connection(asyncio.Protocol):
             for channel in self._confirms:
                 channel.flush_confirms()
             self._confirms.clear()
-            if self.published and not self.blocked and self.server.memory.alarm:
+            if self.published and not self.blocked and self._alarm():
                 self._block()
         finally:
             self._in_read = False
@@ -384,22 +384,31 @@ class Connection(asyncio.Protocol):
             for queue in queues:
                 queue.drain()
 
+    def _alarm(self) -> bool:
+        return self.server.memory.alarm or self.server.disk.alarm
+
     def memory_alarm(self, alarm: bool) -> None:
-        """The broker's memory alarm changed: block publishers, or let them go again."""
-        if alarm and self.published:
+        """A resource alarm (memory or disk) changed: block publishers, or let them go again
+        once neither is set."""
+        if alarm and self.published and not self.blocked:
             self._block()
-        elif not alarm and self.blocked:
+        elif not alarm and self.blocked and not self._alarm():
             self.blocked = False
             if self.client_capability("connection.blocked"):
                 self.send_method(0, C.Unblocked())
             self._resume("memory")
+
+    disk_alarm = memory_alarm
 
     def _block(self) -> None:
         # docs/connection-blocked.md: a publishing connection is told (when it can hear
         # it) and is no longer read from until the alarm clears; consumers keep draining.
         self.blocked = True
         if self.client_capability("connection.blocked") and self.state is State.OPEN:
-            self.send_method(0, C.Blocked(reason="low on memory"))
+            # rabbit_reader:blocked_by_message/1: "low on memory", "low on disk", both.
+            alarms = (("memory", self.server.memory.alarm), ("disk", self.server.disk.alarm))
+            reason = "low on " + " & ".join(name for name, on in alarms if on)
+            self.send_method(0, C.Blocked(reason=reason))
         self._pause("memory")
 
     def drain_later_one(self, queue: Queue) -> None:

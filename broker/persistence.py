@@ -30,6 +30,18 @@ across a restart). Messages of a queue deleted at the moment the broker was kill
 delete logged, its acks not yet written) are kept aside the same way, rather than guessed to
 be garbage. The delayed-message store is keyed by vhost, which the definitions log does not
 hold, and keeps its behaviour: records of a vhost that no longer exists are dropped.
+
+A full disk never poisons the store (RabbitMQ's disk alarm, broker/disk.py, should stop
+publishers before it comes to that; a quota or a file size limit is not seen by it). When a
+sync fails for want of room (ENOSPC, EDQUOT, EFBIG), the store cuts its files back and keeps
+what it could not write (storage/messages.py); the publisher confirms that waited for that
+sync are sent as ``basic.nack`` (the messages stay in their queues, and are written with
+the next sync that succeeds), and the next sync is tried at the next publish, ack or
+delivery, and at least every :data:`RETRY_INTERVAL` seconds while something waits, so the
+store recovers by itself when space returns. ``tx.commit-ok`` and the management API's
+publish wait for that later sync instead (a commit cannot be nacked). Any other error stops
+the store for good (it refuses further writes; see storage/messages.py): the waiting
+confirms are nacked, and the broker must be restarted once the disk is looked at.
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ from leveret.exchanges.model import (
     QueueDeleted,
 )
 from leveret.storage.errors import AccessFileError
-from leveret.storage.files import create_atomically, fsync_dir, gc_paused
+from leveret.storage.files import create_atomically, fsync_dir, gc_paused, out_of_space
 from leveret.storage.log import DefinitionLog
 from leveret.storage.messages import MessageStore
 from leveret.storage.segments import QueueKey
@@ -70,6 +82,9 @@ USERS_FILE = "users.json"
 # message is flagged ``redelivered`` (the flag means "may have been delivered"; a consumer
 # that deduplicates relies on it never being false for a message it has seen).
 CLEAN_STOP_FILE = "clean-stop"
+# Seconds between attempts to write what a failed sync left (a full disk), while nothing
+# else triggers a sync.
+RETRY_INTERVAL = 1.0
 
 
 class Persistence:
@@ -106,6 +121,12 @@ class Persistence:
         self._listeners: set[Callable[[int], None]] = set()
         # Released delayed messages whose records wait for the sync of their generation.
         self._released: list[tuple[int, list[tuple[QueueKey, int]]]] = []
+        # A sync failed for want of room and none has succeeded since; the timer that
+        # tries again when nothing else does.
+        self.failing = False
+        self._broken = False  # the store refuses further use (logged once)
+        self._closed = False
+        self._retry: asyncio.TimerHandle | None = None
 
     # -- topology ---------------------------------------------------------------------
 
@@ -192,8 +213,22 @@ class Persistence:
 
     def sync_now(self) -> None:
         """Make the store's pending acks durable before a purge-ok or delete-ok, so a
-        re-declared queue of the same name cannot get old messages back after a crash."""
-        self.store.sync()
+        re-declared queue of the same name cannot get old messages back after a crash.
+
+        On a full disk the marks stay pending (written by the next sync that succeeds) and
+        the purge or delete goes on: a crash before then may bring the messages back."""
+        try:
+            self.store.sync()
+        except OSError as exc:
+            if not out_of_space(exc) or self.store.failed is not None:
+                raise
+            log.warning(
+                "%s: the acks of a purged or deleted queue cannot be written now (%s); "
+                "they will be when there is room",
+                self.store.directory,
+                exc.strerror or exc,
+            )
+            self.marks_changed()
 
     async def reclaim(self, interval: float = 5.0) -> None:
         """Background task: compact or delete message segments whose messages were acked,
@@ -202,8 +237,14 @@ class Persistence:
         while True:
             await asyncio.sleep(interval)
             for store in (self.store, self.delayed):
-                if store.needs_compaction():
-                    result = await loop.run_in_executor(None, store.compact)
+                if store.failed is None and store.needs_compaction():
+                    try:
+                        result = await loop.run_in_executor(None, store.compact)
+                    except OSError as exc:
+                        # A full disk (a rewrite needs room for its copy): tried again
+                        # next time; deleting acked segments is what frees space.
+                        log.warning("%s compaction failed: %s", store.directory, exc)
+                        continue
                     log.debug("%s compaction: %s", store.directory, result)
 
     # -- messages and group commit ----------------------------------------------------
@@ -268,15 +309,52 @@ class Persistence:
         self._syncing = False
         error = future.exception()
         if error is not None:
-            # The store refuses further writes after a failed fsync; confirms for the
-            # messages in doubt are never sent (RabbitMQ would nack; clients time out).
-            log.error("message store sync failed: %s", error)
+            self._sync_failed(generation, error)
             return
+        if self.failing:
+            self.failing = False
+            log.warning("message store writes succeed again: stored messages are durable")
         self.synced = generation
         self._forget_released(generation)
         for listener in list(self._listeners):
             listener(generation)
         self._start_sync()
+
+    def _sync_failed(self, generation: int, error: BaseException) -> None:
+        """The sync of ``generation`` failed: nack the confirms that waited for it, then
+        try again (out of room) or stop (anything else; see the module doc)."""
+        if self._closed:
+            return  # a sync that ended after the stores were closed: nothing waits for it
+        broken = self.store.failed or self.delayed.failed
+        if broken is not None:
+            if not self._broken:
+                self._broken = True
+                log.error(
+                    "message store sync failed: %s; persistent messages can no longer be "
+                    "stored (restart the broker once the disk is checked)",
+                    broken,
+                )
+        elif not self.failing:
+            log.warning(
+                "message store sync failed: %s; publishes waiting for it are nacked, and "
+                "writes are tried again until they succeed",
+                error,
+            )
+        self.failing = True
+        _nack_waiting(self._listeners, generation)
+        if broken is not None:
+            return
+        if self._dirty:
+            self._start_sync()  # published meanwhile: their own attempt, now
+        elif self._retry is None:
+            loop = asyncio.get_running_loop()
+            self._retry = loop.call_later(RETRY_INTERVAL, self._try_again)
+
+    def _try_again(self) -> None:
+        self._retry = None
+        if self.failing and not self._closed:
+            self._dirty = True
+            self._start_sync()
 
     def save_access(self, document: dict[str, Any]) -> None:
         """Write users, permissions and vhosts (``DATA/users.json``) all or nothing."""
@@ -305,11 +383,55 @@ class Persistence:
             self.log.compact()
 
     def close(self) -> None:
-        """Flush and close the log and the store."""
-        self.store.sync()
-        self.store.close()
-        self._forget_released(self.generation + 1)  # everything appended is on disk now
-        self.delayed.close()
+        """Flush and close the log and the store. When something cannot be written (a full
+        disk) it is logged, and the next start treats this stop as a crash."""
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        clean = self.store.failed is None and self.delayed.failed is None
+        try:
+            self.store.close()  # syncs first
+        except OSError as exc:
+            clean = False
+            log.error("%s: not everything could be written at shutdown: %s", self.data_dir, exc)
+        if clean:
+            self._forget_released(self.generation + 1)  # everything appended is on disk
+        try:
+            self.delayed.close()
+        except OSError as exc:
+            clean = False
+            log.error("%s: not everything could be written at shutdown: %s", self.data_dir, exc)
         self.log.close()
-        # Every mark is on disk: the next start may trust the delivered flags.
-        create_atomically(self.data_dir / CLEAN_STOP_FILE, b"")
+        if not clean:
+            return
+        try:
+            # Every mark is on disk: the next start may trust the delivered flags.
+            create_atomically(self.data_dir / CLEAN_STOP_FILE, b"")
+        except OSError as exc:
+            log.warning("%s: could not note the clean stop: %s", self.data_dir, exc)
+
+
+def _nack_waiting(listeners: set[Callable[[int], None]], generation: int) -> None:
+    """The sync of ``generation`` failed: every publisher confirm that waits for it becomes
+    a ``basic.nack``.
+
+    Channels wait for syncs by subscribing their ``_on_synced`` (broker/channel.py): the
+    publishes it covers are in ``channel.waiting`` as ``(sequence number, generation)``;
+    moved to ``channel.nacks`` and handed over as if synced, they go out as nacks (and the
+    publishes between them as acks) through the channel's own ``flush_confirms``. A channel
+    in tx mode (``pending_commits``) and other listeners (the management API's publish) are
+    left waiting for a sync that succeeds.
+    """
+    from leveret.channel import Channel  # the broker's, imported late (no cycle)
+
+    for listener in list(listeners):
+        channel = getattr(listener, "__self__", None)
+        if not isinstance(channel, Channel) or channel.pending_commits:
+            continue
+        nacked = set(channel.nacks)  # refused by a queue as well: one nack only
+        failed = [s for s, waited in channel.waiting if waited <= generation and s not in nacked]
+        if channel.waiting and channel.waiting[0][1] <= generation:  # in generation order
+            channel.nacks.extend(failed)
+            channel.nacks.sort()
+            listener(generation)

@@ -17,6 +17,7 @@ from leveret.acktimeout import AckTimeouts
 from leveret.auth import AccessControl
 from leveret.config import Config
 from leveret.connection import Connection
+from leveret.disk import disk_monitor
 from leveret.exchanges.policies import Policy
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.listen import dual_stack_socket
@@ -62,6 +63,7 @@ class Server:
         )
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[Connection] = set()
+        self.disk = disk_monitor(self)  # the disk alarm (broker/disk.py)
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
         self.ack_timeouts = AckTimeouts(config.consumer_timeout, self.connections)
@@ -266,6 +268,7 @@ class Server:
             from leveret.management import load_definitions_file
 
             load_definitions_file(self, self.config.load_definitions)
+        self.disk.start()
         self._listener = await self._listen(self.config.port)
         self.port = self._listener.sockets[0].getsockname()[1]
         context = self._tls_context()
@@ -345,6 +348,7 @@ class Server:
         for vhost in self.vhosts.values():
             vhost.delayed.close()
         self.ack_timeouts.stop()
+        self.disk.stop()
         if self.persistence is not None:
             self.persistence.close()
             self.persistence = None

@@ -63,6 +63,7 @@ from leveret.config import (
     CHANNEL_MAX,
     CHANNEL_MAX_LIMIT,
     CONSUMER_TIMEOUT,
+    DISK_FREE_LIMIT,
     FRAME_MAX,
     FRAME_MAX_LIMIT,
     FRAME_MIN,
@@ -71,6 +72,7 @@ from leveret.config import (
     MAX_MESSAGE_SIZE,
     MAX_MESSAGE_SIZE_LIMIT,
 )
+from leveret.disk import DiskFreeLimit
 from leveret.memory import Watermark
 
 ENV_PREFIX = "LEVERET_"
@@ -132,6 +134,13 @@ def _watermark(value: object) -> Watermark:
         raise _error("watermark", str(exc)) from None
 
 
+def _disk_free_limit(value: object) -> DiskFreeLimit:
+    try:
+        return DiskFreeLimit.parse(value)
+    except ValueError as exc:
+        raise _error("disk_free_limit", str(exc)) from None
+
+
 def _regexp(pattern: str) -> str:
     reason = invalid_regexp(pattern)
     if reason is not None:
@@ -174,6 +183,7 @@ LogLevel = Annotated[
     BeforeValidator(_log_level),
 ]
 HighWatermark = Annotated[Watermark, PlainValidator(_watermark)]
+DiskLimit = Annotated[DiskFreeLimit, PlainValidator(_disk_free_limit)]
 Pattern = Annotated[str, AfterValidator(_regexp)]
 
 
@@ -206,6 +216,12 @@ class ServeSettings(BaseModel):
         "fraction of the memory (RAM, or the container's cgroup limit), 0 < x <= 1, or a "
         "size as RabbitMQ's vm_memory_high_watermark.absolute (bytes, or with a unit: "
         "512MB, 2GiB, 4Gi)",
+    )
+    disk_free_limit: DiskLimit = Field(
+        default=DiskFreeLimit(absolute=DISK_FREE_LIMIT),
+        description="free bytes on the data directory's file system below which publishers "
+        "are blocked, as RabbitMQ's disk_free_limit: a size (bytes, or with a unit: 50MB, "
+        "1GiB) or a multiple of the memory with a decimal point (1.0, 2.0)",
     )
     max_connections: Count = Field(default=0, description="open connections allowed (0: no limit)")
     max_message_size: MessageSize = Field(

@@ -23,7 +23,10 @@ class StoreClosedError(StorageError):
     """The store or log was closed, or an earlier fsync failed and it refuses further writes.
 
     After a failed fsync the kernel may have dropped the dirty pages, so retrying could report
-    success for data that never reached the disk; the only safe course is to stop.
+    success for data that never reached the disk; the only safe course is to stop. The
+    message store makes one exception: a write or fsync that fails only for want of room
+    (ENOSPC, EDQUOT, EFBIG) damages nothing, and the store cuts back and retries from memory
+    instead (storage/messages.py).
     """
 
 

@@ -7,6 +7,7 @@ metadata on POSIX file systems).
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -24,6 +25,21 @@ datasync = getattr(os, "fdatasync", os.fsync)
 # off; anything larger, or any record whose CRC fails, is copied aside before truncation so
 # that an operator can still look at it.
 TORN_TAIL_KEEP = 64 * 1024
+
+
+# Write errors that say only that there is no room: the file system is full (ENOSPC), a
+# quota is reached (EDQUOT) or the file may grow no further (EFBIG: a file size limit,
+# RLIMIT_FSIZE). Nothing already on disk is damaged by them: the bytes that did not fit are
+# simply not there (a copy-on-write file system keeps the old blocks as they were), so a
+# writer may cut what it wrote back and try again later. Any other error (EIO above all)
+# may mean that data, old or new, is damaged, or that the page cache no longer matches the
+# disk; a writer must then stop (see storage/messages.py).
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write error that only means "no room" (:data:`OUT_OF_SPACE`)."""
+    return isinstance(error, OSError) and error.errno in OUT_OF_SPACE
 
 
 def fsync_dir(directory: Path) -> None:
@@ -44,14 +60,20 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 
 
 def create_atomically(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data``, all or nothing: temp file, fsync, rename, fsync dir."""
+    """Create ``path`` holding ``data``, all or nothing: temp file, fsync, rename, fsync dir.
+
+    When the temp file cannot be written (a full disk) it is removed, so that a failed
+    attempt does not keep the space it took."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

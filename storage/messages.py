@@ -40,9 +40,27 @@ and 2 (:mod:`leveret.storage.segments`); appends only go to version 2 segments.
 Threads: every method may be called from any thread. ``append``, ``ack``, ``delivered`` and
 ``drop_queue`` take one short lock and do no I/O: call them from the event loop. ``sync`` and
 ``compact`` do the I/O and belong in worker threads; concurrent ``sync`` calls serialize
-(each still covers everything appended before it started). If a write or fsync fails the
-store refuses every later call with :class:`~storage.errors.StoreClosedError`: after a failed
-fsync nothing about the page cache can be trusted.
+(each still covers everything appended before it started).
+
+Failed writes. A ``sync()`` whose write or fsync fails for want of room (ENOSPC, EDQUOT,
+EFBIG: :data:`~storage.files.OUT_OF_SPACE`, a full disk, a quota, a file size limit) raises
+the ``OSError`` and leaves the store usable: each file is cut back to what it held before
+(``ftruncate`` to the size it had, so no partial record stays in it), and what was not
+written (records, marks) goes back in front of the pending ones, to be written by the next
+``sync()``, which therefore covers everything that failed. The caller must treat every id
+the failed ``sync()`` would have covered as not durable (the broker nacks them) until a
+later ``sync()`` returns. This is safe because such an error damages nothing already on
+disk: what was fsynced before stays as it was, the bytes past the old size are cut off
+(after a crash before the cut reached the disk, recovery cuts them as a torn tail, or keeps
+sound records there, which were never confirmed), and the retry writes the same records
+again from memory rather than trusting the page cache. Records kept for a retry are held
+in memory until it succeeds (as many as the broker's queues hold: the memory alarm bounds
+them); a retry writes at most :data:`WRITE_CHUNK` bytes per ``write`` call, so a retry that
+fails at once costs little however much is waiting. Any other error (EIO above all, or a
+cut that fails) means data may be damaged or the page cache may not match the disk (a
+failed fsync may have dropped dirty pages that a retry would then report as written): the
+store refuses every later call with :class:`~storage.errors.StoreClosedError`
+(:attr:`MessageStore.failed` says why).
 """
 
 from __future__ import annotations
@@ -55,7 +73,7 @@ from pathlib import Path
 from types import TracebackType
 
 from leveret.storage.errors import StoreClosedError
-from leveret.storage.files import datasync, fsync_dir, gc_paused, write_all
+from leveret.storage.files import datasync, fsync_dir, gc_paused, out_of_space, write_all
 from leveret.storage.segments import (
     ACKED,
     DELIVERED,
@@ -88,6 +106,21 @@ log = logging.getLogger("leveret.storage")
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_REWRITE_RATIO = 0.5
 _LIVENESS_SLICE = 4096  # records checked per lock hold while rewriting
+# Bytes per write() call when a sync has more than this to write (a backlog kept for a
+# retry after a full disk): a retry that fails does not first join all of it.
+WRITE_CHUNK = 8 * 1024 * 1024
+
+
+def _write_chunked(fd: int, parts: list[bytes]) -> None:
+    """Write ``parts`` in order, at most about :data:`WRITE_CHUNK` bytes per call."""
+    start = 0
+    while start < len(parts):
+        end, size = start, 0
+        while end < len(parts) and (size == 0 or size + len(parts[end]) <= WRITE_CHUNK):
+            size += len(parts[end])
+            end += 1
+        write_all(fd, b"".join(parts[start:end]))
+        start = end
 
 
 class _Segment:
@@ -98,6 +131,7 @@ class _Segment:
         "live",
         "marks",
         "marks_fd",
+        "marks_size",
         "marks_unsynced",
         "number",
         "on_disk",
@@ -105,6 +139,7 @@ class _Segment:
         "records",
         "size",
         "version",
+        "written",
     )
 
     def __init__(self, number: int, *, on_disk: bool = False) -> None:
@@ -113,11 +148,13 @@ class _Segment:
         self.records = 0  # message records, written or pending
         self.live = 0  # of which not acked
         self.size = HEADER_LEN  # bytes, written or pending
+        self.written = 0  # bytes in msgs.N: where a failed write is cut back to
         self.on_disk = on_disk  # the file exists with its header
         self.pending: list[bytes] = []  # records appended, not yet written
         self.marks = bytearray()  # marks not yet written
         self.fd = -1  # msgs.N, open while it has writes to come
         self.marks_fd = -1
+        self.marks_size = 0  # bytes in acks.N while marks_fd is open
         self.marks_unsynced = False  # marks written since the last fsync of acks.N
 
     @property
@@ -162,6 +199,7 @@ class MessageStore:
         self._recovered: dict[QueueKey, list[StoredMessage]] | None = {}
         self._next_id = 1
         self._failed: str | None = None
+        self._dir_unsynced = False  # a new segment's name is not durable yet (a failed fsync)
 
     @classmethod
     def open(
@@ -207,6 +245,7 @@ class MessageStore:
         loaded = load_segment(path, data, number, acked, delivered, self._recovered, self._live)
         segment = self._segments[number] = _Segment(number, on_disk=True)
         segment.records, segment.live, segment.size = loaded.records, loaded.live, loaded.end
+        segment.written = loaded.end
         segment.version = layout_of(data).version
         self._next_id = max(self._next_id, loaded.top + 1, top + 1)
 
@@ -310,16 +349,20 @@ class MessageStore:
         """Write and fsync every message appended so far (and write pending marks).
 
         Returns the highest message id now durable: every ``append`` that returned an id up
-        to it, and before this call started, is on disk.
+        to it, and before this call started, is on disk. Raises the ``OSError`` of a failed
+        write or fsync: out of room, the store stays usable and the next call writes what
+        failed (see the module doc); anything else, the store refuses further use.
         """
         with self._io_lock:
             with self._lock:
                 self._check_usable()
                 watermark = self._next_id - 1
                 work = [
-                    (s, s.pending, s.marks) for s in self._segments.values() if s.pending or s.marks
+                    (s, s.pending, s.marks, s.size - s.written)
+                    for s in self._segments.values()
+                    if s.pending or s.marks
                 ]
-                for segment, _, _ in work:
+                for segment, _, _, _ in work:
                     segment.pending, segment.marks = [], bytearray()
                 head = self._head
                 segments = list(self._segments.values())
@@ -330,36 +373,107 @@ class MessageStore:
                         os.close(segment.fd)  # rotated away from: no more writes to come
                         segment.fd = -1
             except OSError as exc:
-                self._failed = f"sync failed, refusing further use: {exc}"
+                if self._failed is None and not out_of_space(exc):
+                    self._failed = f"sync failed, refusing further use: {exc}"
                 raise
         return watermark
 
-    def _write(self, work: list[tuple[_Segment, list[bytes], bytearray]]) -> None:
+    def _write(self, work: list[tuple[_Segment, list[bytes], bytearray, int]]) -> None:
+        if self._dir_unsynced:
+            try:
+                fsync_dir(self.directory)
+            except BaseException:
+                self._put_back(work, False)
+                raise
+            self._dir_unsynced = False
         created = False
-        for segment, records, marks in work:
-            if records:
-                if segment.fd < 0:
-                    path = segment_path(self.directory, segment.number)
-                    segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                if not segment.on_disk:
-                    records.insert(0, SEGMENT_HEADER)
-                    segment.on_disk = created = True
-                write_all(segment.fd, b"".join(records))
-                datasync(segment.fd)
-            if marks:
-                if segment.marks_fd < 0:
-                    path = marks_path(self.directory, segment.number)
-                    segment.marks_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                    if os.fstat(segment.marks_fd).st_size == 0:
-                        marks[:0] = MARKS_HEADER
-                write_all(segment.marks_fd, marks)
-                segment.marks_unsynced = True
+        for index, (segment, records, marks, size) in enumerate(work):
+            records_done = False
+            try:
+                if records:
+                    created = self._write_records(segment, records, size) or created
+                records_done = True
+                if marks:
+                    self._write_marks(segment, marks)
+            except BaseException:  # nothing taken from pending is ever dropped
+                self._put_back(work[index:], records_done)
+                raise
         if created:
-            fsync_dir(self.directory)  # a new segment's name must survive too
+            try:
+                fsync_dir(self.directory)  # a new segment's name must survive too
+            except OSError:
+                self._dir_unsynced = True  # the records are written: only this is retried
+                raise
+
+    def _write_records(self, segment: _Segment, records: list[bytes], size: int) -> bool:
+        """Append ``records`` (``size`` bytes, with the header of a new file) to msgs.N and
+        fdatasync it; on failure cut the file back. Returns whether the file is new."""
+        if segment.fd < 0:
+            path = segment_path(self.directory, segment.number)
+            segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        new = not segment.on_disk
+        parts = [SEGMENT_HEADER, *records] if new else records
+        try:
+            if size <= WRITE_CHUNK:
+                write_all(segment.fd, b"".join(parts))
+            else:
+                _write_chunked(segment.fd, parts)
+            datasync(segment.fd)
+        except BaseException:
+            self._cut(segment.fd, segment.written, segment_path(self.directory, segment.number))
+            raise
+        segment.written += size
+        segment.on_disk = True
+        return new
+
+    def _write_marks(self, segment: _Segment, marks: bytearray) -> None:
+        """Append ``marks`` to acks.N (not fsynced); on failure cut the file back."""
+        if segment.marks_fd < 0:
+            path = marks_path(self.directory, segment.number)
+            segment.marks_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            segment.marks_size = os.fstat(segment.marks_fd).st_size
+        data = marks if segment.marks_size else MARKS_HEADER + marks
+        try:
+            write_all(segment.marks_fd, data)
+        except BaseException:
+            path = marks_path(self.directory, segment.number)
+            self._cut(segment.marks_fd, segment.marks_size, path)
+            raise
+        segment.marks_size += len(data)
+        segment.marks_unsynced = True
+
+    def _cut(self, fd: int, size: int, path: Path) -> None:
+        """After a failed write: cut the file back to ``size`` bytes, so that no partial
+        record stays in it (a retry appends after it). If even that fails, stop."""
+        try:
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            self._failed = (
+                f"could not cut {path.name} back to {size} bytes after a failed write, "
+                f"refusing further use: {exc}"
+            )
+
+    def _put_back(
+        self, work: list[tuple[_Segment, list[bytes], bytearray, int]], first_written: bool
+    ) -> None:
+        """A sync failed at ``work[0]`` (its records written already if ``first_written``):
+        what was not written goes back in front of what was appended meanwhile."""
+        with self._lock:
+            for index, (segment, records, marks, _) in enumerate(work):
+                if records and not (index == 0 and first_written):
+                    segment.pending[:0] = records
+                if marks:
+                    segment.marks[:0] = marks
 
     def _check_usable(self) -> None:
         if self._failed is not None:
             raise StoreClosedError(f"{self.directory}: {self._failed}")
+
+    @property
+    def failed(self) -> str | None:
+        """Why the store refuses further use (closed, or a write error that may have damaged
+        data), or None while it is usable, including after a failed sync it can retry."""
+        return self._failed
 
     def needs_compaction(self) -> bool:
         """Whether :meth:`compact` has anything to delete or rewrite."""
@@ -430,6 +544,7 @@ class MessageStore:
         with self._lock:
             # Records acked meanwhile were copied too; their marks are still in acks.N.
             segment.records, old_size, segment.size = len(keep), segment.size, size
+            segment.written = size
             segment.version = SEGMENT_VERSION
         return old_size - size
 

@@ -201,17 +201,22 @@ async def whoami(request: web.Request) -> web.Response:
 
 @routes.get("/api/nodes")
 async def nodes(request: web.Request) -> web.Response:
-    """GET /api/nodes: the one node, with its memory watermark."""
-    memory = server_of(request).memory
-    node = {
+    """GET /api/nodes: the one node, with its memory watermark and disk alarm
+    (``disk_free`` only when it is monitored: with a data directory)."""
+    server = server_of(request)
+    memory, disk = server.memory, server.disk
+    node: dict[str, Any] = {
         "name": views.NODE,
         "type": "disc",
         "running": True,
         "mem_used": memory.used,
         "mem_limit": memory.limit,
         "mem_alarm": memory.alarm,
-        "disk_free_alarm": False,
+        "disk_free_limit": disk.limit,
+        "disk_free_alarm": disk.alarm,
     }
+    if disk.free is not None:
+        node["disk_free"] = disk.free
     return json_response([node])
 
 
@@ -219,13 +224,19 @@ async def nodes(request: web.Request) -> web.Response:
 @routes.get("/api/health/checks/local-alarms")
 async def health_alarms(request: web.Request) -> web.Response:
     """GET /api/health/checks/alarms (rabbit_mgmt_wm_health_check_alarms): 200 ``ok``, or
-    503 while the memory alarm is in effect."""
-    if server_of(request).memory.alarm:
+    503 while the memory or the disk alarm is in effect."""
+    server = server_of(request)
+    alarms = [
+        {"node": views.NODE, "resource": resource}
+        for resource, on in (("memory", server.memory.alarm), ("disk", server.disk.alarm))
+        if on
+    ]
+    if alarms:
         return json_response(
             {
                 "status": "failed",
                 "reason": "resource alarm(s) in effect in the cluster",
-                "alarms": [{"node": views.NODE, "resource": "memory"}],
+                "alarms": alarms,
             },
             status=503,
         )
