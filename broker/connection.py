@@ -77,6 +77,9 @@ CAPABILITIES = {
 }
 # How long we wait for Connection.CloseOk before dropping the socket.
 CLOSE_OK_TIMEOUT = 3.0
+# After answering a client's Close: how long its socket may stay open while what it still
+# sends is dropped (rabbit_reader's ?CLOSING_TIMEOUT, seconds).
+CLOSING_TIMEOUT = 30
 # Seconds of event-loop time one connection may take for its input before it lets the
 # others run (Connection._yield): a client flooding large frames must not stall the rest.
 # Measured on two cores, a client next to one publishing 120 KB header tables as fast as it
@@ -591,9 +594,7 @@ class Connection(asyncio.Protocol):
         elif state is State.AWAIT_OPEN and isinstance(frame, C.Open):
             self._on_open(frame)
         elif isinstance(frame, C.Close):
-            self.send_method(0, C.CloseOk())
-            self._flush()
-            self._abort()
+            self._closed_by_client()
         elif state is State.OPEN and isinstance(frame, C.UpdateSecret):
             # Credential rotation (aio-pika/pika update_secret, for OAuth 2 tokens):
             # rabbit_reader takes it when running; RabbitMQ 3.10.8's internal auth backend
@@ -892,6 +893,30 @@ class Connection(asyncio.Protocol):
         """Close the connection from the broker's side with 320 CONNECTION_FORCED."""
         self.close(C.Close(CONNECTION_FORCED, reply_text(CONNECTION_FORCED, explanation), 0, 0))
         self._flush()
+
+    def _closed_by_client(self) -> None:
+        """Connection.Close from the client: release everything, answer Close-Ok, then keep
+        reading and dropping what the client still sends until it closes the socket.
+
+        A client that wrote a burst of publishes before its Close is still writing when the
+        Close-Ok leaves; closing the socket at once would make its writes fail (amqplib got
+        EPIPE and never saw its close callback). rabbit_reader does the same: after
+        close-ok the connection is 'closed', frames are ignored, and the socket is closed
+        after ?CLOSING_TIMEOUT (30 s), or the heartbeat interval when that is shorter.
+        """
+        self._release()
+        self.send_method(0, C.CloseOk())
+        self._flush()
+        self.state = State.CLOSED
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+            self._heartbeat_timer = None
+        if self.transport is not None and self._paused:
+            # Paused by flow control: read on, or a blocked client could never finish.
+            self._paused.clear()
+            self.transport.resume_reading()
+        timeout = self.heartbeat if 0 < self.heartbeat < CLOSING_TIMEOUT else CLOSING_TIMEOUT
+        self._close_timer = self.loop.call_later(timeout, self._abort)
 
     def _release(self) -> None:
         for channel in list(self.channels.values()):

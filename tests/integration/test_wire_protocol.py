@@ -988,3 +988,27 @@ def test_closing_a_channel_with_40k_unacked_requeues_them_in_order_without_stall
         assert (body, get_ok.redelivered) == (b"%08d" % expected, True)
     bystander.send(commands.Queue.Delete(queue=queue), 1)
     bystander.expect(commands.Queue.DeleteOk, channel=1)
+
+
+# -- after close-ok ---------------------------------------------------------------------------
+
+
+def test_the_broker_reads_on_after_close_ok_until_the_client_closes(
+    opened: WireClient, bystander: WireClient
+) -> None:
+    # rabbit_reader: after close-ok the connection is 'closed' and frames are dropped until
+    # the client closes the socket (or ?CLOSING_TIMEOUT). A client still writing (amqplib's
+    # burst of publishes) must not get EPIPE and lose its close callback.
+    queue = declare_queue(opened)
+    opened.send(commands.Connection.Close(200, "bye", 0, 0))
+    opened.expect(commands.Connection.CloseOk, channel=0)
+    for n in range(200):  # still writing after close-ok: read and dropped
+        opened.publish(1, b"late %d" % n, routing_key=queue)
+    with pytest.raises(TimeoutError):  # the socket stays open: no EOF
+        opened.read_frame(timeout=0.5)
+    opened.publish(1, b"later", routing_key=queue)  # and writes still succeed
+    opened.close()
+    # Nothing sent after the Close took effect (the exclusive queue went with the connection).
+    bystander.send(commands.Queue.Declare(queue=queue, passive=True), 1)
+    close = bystander.expect(commands.Channel.Close, channel=1)
+    assert close.reply_code == 404
