@@ -30,7 +30,7 @@ from collections import deque
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands, decode
+from pamqp import commands
 
 from leveret import codec
 from leveret.auth import is_loopback
@@ -52,7 +52,7 @@ from leveret.errors import (
     method_id_of,
     reply_text,
 )
-from leveret.exchanges.fields import table_fields
+from leveret.exchanges.fields import check_table, table_fields
 from leveret.limits import reached
 
 if TYPE_CHECKING:
@@ -641,9 +641,7 @@ class Connection(asyncio.Protocol):
             # The response is a field table without its length prefix; the first LOGIN and
             # the first PASSWORD count, each a long string (rabbit_auth_mechanism_amqplain:
             # lists:keysearch/3 on the parsed table; anything else is refused).
-            try:
-                decode.field_table(struct.pack(">I", len(raw)) + raw)
-            except (ValueError, struct.error):
+            if not check_table(struct.pack(">I", len(raw)) + raw):  # any depth, no recursion
                 return "", ""
             first: dict[bytes, str] = {}
             for name, tag, start, end in table_fields(raw, 0, len(raw)):

@@ -1012,3 +1012,19 @@ def test_the_broker_reads_on_after_close_ok_until_the_client_closes(
     bystander.send(commands.Queue.Declare(queue=queue, passive=True), 1)
     close = bystander.expect(commands.Channel.Close, channel=1)
     assert close.reply_code == 404
+
+
+def test_amqplain_with_a_deeply_nested_extra_entry_logs_in(client: WireClient) -> None:
+    # RabbitMQ parses the whole response table (any depth); only LOGIN and PASSWORD count.
+    value = b"F" + struct.pack(">I", 0)  # an empty table
+    # 560 levels: within the 4 KiB a frame may have before login, deeper than pamqp recursed.
+    for _ in range(560):  # each a table holding the one before under the key "k"
+        value = b"F" + struct.pack(">I", 2 + len(value)) + b"\x01k" + value
+    raw = amqplain_response(client.url.user, client.url.password) + b"\x05extra" + value
+    client.send_raw(PROTOCOL_HEADER)
+    client.expect(commands.Connection.Start)
+    # Start-Ok by hand (pamqp sends the response as text): no client properties, the
+    # mechanism, the response bytes, the locale.
+    args = struct.pack(">I", 0) + b"\x08AMQPLAIN" + struct.pack(">I", len(raw)) + raw
+    client.send_raw(raw_method(0, 10, 11, args + b"\x05en_US"))
+    client.expect(commands.Connection.Tune, channel=0)
