@@ -1,23 +1,37 @@
-"""The Spark pipeline's benchmark: a synthetic 10M-message trace against 10k bindings.
+"""The Spark pipeline's benchmark: synthetic traces against 10k bindings, and the issue's targets.
 
     .venv/bin/python bench/pipeline_bench.py                 # generate (once), then run the job
-    .venv/bin/python bench/pipeline_bench.py generate        # only write the trace + topology
-    .venv/bin/python bench/pipeline_bench.py run --repeat 2  # only time the job (fresh JVM)
+    .venv/bin/python bench/pipeline_bench.py generate --messages 50000000 --dir /tmp/lpb-50
+    .venv/bin/python bench/pipeline_bench.py run --repeat 3  # one session: fresh JVM, then warm
+    .venv/bin/python bench/pipeline_bench.py fresh --repeat 3    # `leveret analyze`, wall clock
+    .venv/bin/python bench/pipeline_bench.py marginal --dir D10 --large D50 --repeat 2
+    .venv/bin/python bench/pipeline_bench.py scaling --dir D50 --repeat 2   # local[1] vs [2]
 
 Workload (the seeds' topic-exchange mix of ``topicwords.py``, as ``loadgen/topic.py`` binds it):
 10,000 bindings on one topic exchange, binding keys of 3-7 words, each word a literal from a
 1,000-word vocabulary (70 %), ``*`` (20 %) or ``#`` (10 %, never two in a row), the first word
 always a literal; bindings spread round-robin over 100 queues. Routing keys are made from
 randomly chosen binding keys (``*`` -> one word, ``#`` -> 0-2 words): 10,000 of them, plus
-1,000 keys of random words (mostly unroutable). Messages pick a key uniformly and are spread
-evenly over one hour; every line carries the queues the broker would have recorded.
+1,000 keys of random words (mostly unroutable). Messages pick a key uniformly, 10M per hour
+(``--hours``: a 50M trace spans five hours); each row carries the queues the broker would have
+recorded.
 
-The trace is written in the broker's format (schema version 2: ``leveret.trace.message_line``
-and a ``KeyIndex`` per file, so ``trace-*.jsonl`` files each with their ``keys-*.jsonl``), one
-process per core, and the topology as ``leveret log dump`` lines. Generation and the job are
-timed separately; the job runs in a fresh process (``local[2]`` by default) so that nothing
-is warm from generation. The figure is messages in the trace / seconds of ``job.run``
-(Spark start-up is reported apart). Results and how to read them: ``bench/PIPELINE.md``.
+The trace is written in the broker's format (schema version 3: segments of
+``trace-*.parquet`` with their ``keys-*.parquet``, through ``leveret.trace.Segment``), one
+segment per five minutes as the recorder rolls them, one process per core; the topology as
+``leveret log dump`` lines. Modes:
+
+* ``run``: one Spark session (``local[2]`` by default), the job ``--repeat`` times: the first
+  run is the fresh-JVM one, the next ones warm; messages / seconds of ``job.run`` (Spark's
+  start-up reported apart).
+* ``fresh``: ``leveret analyze`` as a user runs it, a new process (and JVM) each time; wall
+  clock from process start to report written.
+* ``marginal``: one session, the job on ``--dir`` and ``--large`` alternately after a
+  warm-up; the slope (extra messages / extra seconds) is the marginal throughput.
+* ``scaling``: ``run`` on ``--dir`` with ``local[1]`` and ``local[2]``, interleaved, each in
+  its own process; the speed-up of the best warm runs.
+
+Results and how to read them: ``bench/PIPELINE.md``.
 """
 
 from __future__ import annotations
@@ -101,36 +115,42 @@ def workload(
 # -- generate ----------------------------------------------------------------------------------
 
 
-def _write_file(job: tuple[Path, int, int, int, list[tuple[str, list[str]]]]) -> int:
-    """One ``trace-*.jsonl`` with its ``keys-*.jsonl``, lines encoded by ``broker/trace.py``."""
-    from leveret.trace import KeyIndex, message_line
+def _write_segment(job: tuple[Path, int, int, int, float, list[tuple[str, list[str]]]]) -> int:
+    """One segment (``trace-*.parquet`` and its ``keys-*.parquet``) of consecutive messages,
+    written by the recorder's own ``leveret.trace.Segment`` (dictionary, row groups, files);
+    the rows are built with NumPy, a million at a time, instead of from publish records."""
+    import numpy as np
+    import pyarrow as pa
 
-    trace_path, start, stop, total, mix = job
-    index = KeyIndex()
-    fields = [("/", EXCHANGE, key, None, tuple(queues)) for key, queues in mix]
-    step = 3600.0 / total
-    size = 0
-    with trace_path.open("w") as out:
-        lines = []
-        for m in range(start, stop):
-            ident, fragment = index.lookup(fields[(m * 2_654_435_761) % len(mix)])
-            lines.append(message_line(T0 + m * step, ident, 100 + m % 900, 1 + m % 2, fragment))
-            if len(lines) == 100_000:
-                size += out.write("\n".join(lines) + "\n")
-                lines.clear()
-        if lines:
-            size += out.write("\n".join(lines) + "\n")
-    keys_path = trace_path.with_name("keys-" + trace_path.name[len("trace-") :])
-    keys_path.write_text("\n".join(index.pending) + "\n")
-    return size
+    from leveret.trace import Segment, schemas
+
+    path, start, stop, total, hours, mix = job
+    segment = Segment(path)
+    keys = np.array([segment.key("/", EXCHANGE, key, None) for key, _ in mix], dtype=np.int64)
+    queue_sets = np.array([segment.queue_set(queues) for _, queues in mix], dtype=np.int64)
+    rows_schema, _, _ = schemas()
+    for first in range(start, stop, 1_000_000):
+        m = np.arange(first, min(stop, first + 1_000_000), dtype=np.int64)
+        pick = (m * 2_654_435_761) % len(mix)
+        micros = T0 * 1_000_000 + (m * round(hours * 3_600_000_000)) // total
+        batch = pa.record_batch(
+            [
+                pa.array(micros).view(pa.timestamp("us", tz="UTC")),
+                pa.array(keys[pick]),
+                pa.array(queue_sets[pick]),
+                pa.array(100 + m % 900),
+                pa.array((1 + m % 2).astype(np.int16)),
+            ],
+            schema=rows_schema,
+        )
+        segment.append(batch)
+    segment.close()
+    return path.stat().st_size
 
 
 def generate(args: argparse.Namespace) -> dict[str, Any]:
-    """Write ``DIR/trace/{trace,keys}-*.jsonl`` and ``DIR/topology.jsonl``; return what was made.
-
-    The lines are the broker's (``leveret.trace.message_line`` and ``KeyIndex``), written by one
-    process per core, ``--files`` pairs of files of consecutive messages.
-    """
+    """Write ``DIR/trace/{trace,keys}-*.parquet`` and ``DIR/topology.jsonl``; return what was
+    made. ``--files`` segments of consecutive messages, written by one process per core."""
     from multiprocessing import Pool
 
     from leveret.storage.records import event_to_json
@@ -146,13 +166,15 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
     trace.mkdir(parents=True, exist_ok=True)
     for old in [*trace.glob("trace-*"), *trace.glob("keys-*")]:
         old.unlink()
-    n, files = args.messages, args.files
+    n = args.messages
+    hours = args.hours if args.hours else n / 10_000_000
+    files = args.files or max(1, round(12 * hours))
     jobs = [
-        (trace / f"trace-20251122T025300-{i + 1:04d}.jsonl", i * n // files, (i + 1) * n // files)
+        (trace / f"trace-20251122T025300-{i + 1:04d}.parquet", i * n // files, (i + 1) * n // files)
         for i in range(files)
     ]
     with Pool(os.cpu_count() or 1) as pool:
-        sizes = pool.map(_write_file, [(path, a, b, n, mix) for path, a, b in jobs])
+        sizes = pool.map(_write_segment, [(path, a, b, n, hours, mix) for path, a, b in jobs])
     info = {
         "trace_version": SCHEMA_VERSION,
         "messages": n,
@@ -161,9 +183,10 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
         "distinct_keys": len(mix),
         "unroutable_keys": sum(1 for _, q in mix if not q),
         "mean_fanout": round(sum(len(q) for _, q in mix) / len(mix), 3),
+        "hours": hours,
         "files": files,
         "bytes": sum(sizes),
-        "index_bytes": sum(f.stat().st_size for f in trace.glob("keys-*")),
+        "dictionary_bytes": sum(f.stat().st_size for f in trace.glob("keys-*")),
         "seconds": round(time.perf_counter() - started, 1),
     }
     (directory / "workload.json").write_text(json.dumps(info, indent=2))
@@ -195,7 +218,8 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
             out=args.dir / f"out-{i}",
             bindings=not args.no_bindings,
             recorded=not args.no_recorded,
-            index=not args.no_index,
+            report=not args.no_report,
+            rows=args.rows,
         )
         summary = job.run(options, spark)
         runs.append(
@@ -218,15 +242,121 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "best_messages_per_second": best["messages_per_second"],
         "bindings_attribution": not args.no_bindings,
         "recorded_comparison": not args.no_recorded,
-        "indexed": summary.get("indexed"),
+        "tables_on": summary.get("tables_on"),
+        "read": summary.get("read"),
+        "key_minute_groups": summary.get("key_minute_groups"),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
 
 
+def fresh(args: argparse.Namespace) -> dict[str, Any]:
+    """``leveret analyze`` in a new process each time: seconds from process start to exit
+    (report written)."""
+    walls = []
+    for i in range(args.repeat):
+        argv = [sys.executable, "-m", "leveret", "analyze", "--trace", str(args.dir / "trace")]
+        argv += [
+            "--topology",
+            str(args.dir / "topology.jsonl"),
+            "--out",
+            str(args.dir / f"fresh-{i}"),
+        ]
+        argv += ["--master", args.master, "--conf", f"spark.driver.memory={args.driver_memory}"]
+        argv += ["--rows"] if args.rows else []
+        for key, value in args.conf:
+            argv += ["--conf", f"{key}={value}"]
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        walls.append(round(time.perf_counter() - started, 2))
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        summary = json.loads((args.dir / f"fresh-{i}" / "summary.json").read_text())
+        print(json.dumps({"wall_seconds": walls[-1], "job_seconds": summary["seconds"],
+                          "stage_seconds": summary["stage_seconds"]}), flush=True)  # fmt: skip
+    return {"fresh_wall_seconds": walls, "best": min(walls), "master": args.master}
+
+
+def _run_in_process(args: argparse.Namespace, directory: Path, master: str) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "run", "--dir", str(directory), "--master", master]
+    argv += ["--repeat", str(args.repeat + 1), "--driver-memory", args.driver_memory]
+    argv += ["--rows"] if args.rows else []
+    for key, value in args.conf:
+        argv += ["--conf", f"{key}={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def scaling(args: argparse.Namespace) -> dict[str, Any]:
+    """``local[1]`` against ``local[2]`` on ``--dir``: warm runs (the first run of each
+    session left out), the two masters interleaved, each session in its own process."""
+    best: dict[str, list[float]] = {"local[1]": [], "local[2]": []}
+    for _ in range(2):
+        for master in best:
+            result = _run_in_process(args, args.dir, master)
+            warm = [r["seconds"] for r in result["runs"][1:]]
+            best[master].append(min(warm))
+            print(json.dumps({"master": master, "warm_seconds": warm}), flush=True)
+    one, two = min(best["local[1]"]), min(best["local[2]"])
+    return {"best_warm_seconds": {"local[1]": one, "local[2]": two}, "speedup": round(one / two, 2)}
+
+
+def marginal(args: argparse.Namespace) -> dict[str, Any]:
+    """One ``local[2]`` session: a warm-up run on ``--dir``, then ``--dir`` and ``--large``
+    alternately ``--repeat`` times; the slope between the best of each."""
+    import logging
+
+    from leveret.pipeline import job
+
+    logging.basicConfig(level=logging.WARNING)
+    conf = {"spark.driver.memory": args.driver_memory, **dict(args.conf)}
+    spark = job.spark_session(args.master, conf)
+    spark.sparkContext.setLogLevel("ERROR")
+
+    def once(directory: Path) -> tuple[int, float]:
+        options = job.JobOptions(
+            trace=[str(directory / "trace")],
+            topology=str(directory / "topology.jsonl"),
+            out=directory / "out-marginal",
+            progress_interval=0,
+            rows=args.rows,
+        )
+        summary = job.run(options, spark)
+        print(json.dumps({"dir": str(directory), "seconds": summary["seconds"],
+                          "stages": summary["stage_seconds"]}), flush=True)  # fmt: skip
+        return summary["messages"], summary["seconds"]
+
+    once(args.dir)  # warm-up
+    small: list[tuple[int, float]] = []
+    large: list[tuple[int, float]] = []
+    for _ in range(args.repeat):
+        small.append(once(args.dir))
+        large.append(once(args.large))
+    spark.stop()
+    (n_small, t_small), (n_large, t_large) = (
+        min(small, key=lambda r: r[1]),
+        min(large, key=lambda r: r[1]),
+    )
+    return {
+        "small": {"messages": n_small, "seconds": [r[1] for r in small]},
+        "large": {"messages": n_large, "seconds": [r[1] for r in large]},
+        "marginal_messages_per_second": round((n_large - n_small) / max(t_large - t_small, 1e-9)),
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", nargs="?", choices=["all", "generate", "run"], default="all")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["all", "generate", "run", "fresh", "marginal", "scaling"],
+        default="all",
+    )
+    parser.add_argument("--large", type=Path, help="marginal: the larger workload directory")
+    parser.add_argument("--hours", type=float, help="trace span (default: 1 per 10M messages)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="workload directory")
     parser.add_argument("--messages", type=int, default=10_000_000)
     parser.add_argument("--bindings", type=int, default=10_000)
@@ -235,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stray", type=int, default=1_000, help="random-word keys")
     parser.add_argument("--vocab", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--files", type=int, default=16, help="trace files to write")
+    parser.add_argument(
+        "--files", type=int, help="segments (default: one per 5 minutes, as the recorder rolls)"
+    )
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--conf", action="append", default=[], type=lambda s: s.split("=", 1))
@@ -244,8 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-bindings", action="store_true")
     parser.add_argument("--no-recorded", action="store_true")
+    parser.add_argument("--no-report", action="store_true")
     parser.add_argument(
-        "--no-index", action="store_true", help="read every field of every line (no key index)"
+        "--rows", action="store_true", help="the job reads every row, not the segments' counts"
     )
     parser.add_argument("--regenerate", action="store_true", help="rewrite the trace")
     return parser
@@ -270,6 +403,14 @@ def main(argv: list[str] | None = None) -> int:
         return result.returncode
     if args.command == "run":
         print(json.dumps(run_job(args)), flush=True)
+    elif args.command == "fresh":
+        print(json.dumps(fresh(args)), flush=True)
+    elif args.command == "marginal":
+        if args.large is None:
+            raise SystemExit("marginal needs --large DIR (a larger trace, e.g. 50M messages)")
+        print(json.dumps(marginal(args)), flush=True)
+    elif args.command == "scaling":
+        print(json.dumps(scaling(args)), flush=True)
     return 0
 
 

@@ -71,6 +71,17 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
         from leveret.pipeline.cli import add_arguments as add_analyze_arguments
 
         add_analyze_arguments(analyze)
+    traces = commands.add_parser("trace", help="read traffic traces (--trace-dir)")
+    trace_commands = traces.add_subparsers(dest="trace_command", required=True)
+    dump = trace_commands.add_parser(
+        "dump", help="print trace segments as JSON lines, one message per line (for jq)"
+    )
+    dump.add_argument("path", nargs="+", type=Path, help="a trace directory or segment")
+    convert = trace_commands.add_parser(
+        "convert", help="write JSON-lines traces (versions 1 and 2) as version 3 segments"
+    )
+    convert.add_argument("path", nargs="+", type=Path, help="a trace directory or file")
+    convert.add_argument("--out", type=Path, required=True, help="directory for the segments")
     logs = commands.add_parser("log", help="inspect the definitions log of a data directory")
     log_commands = logs.add_subparsers(dest="log_command", required=True)
     for name, text in (
@@ -115,6 +126,25 @@ def analyze_command(args: argparse.Namespace) -> int:
         return None
 
     return run_args(args, source(args.topology), source(args.proposed))
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    """``leveret trace dump PATH...`` and ``leveret trace convert PATH... --out DIR``."""
+    from leveret.trace import TraceError, convert, read_messages, segment_files
+
+    try:
+        if args.trace_command == "convert":
+            for segment in convert(args.path, args.out):
+                print(segment)
+            return 0
+        for segment in segment_files(args.path):
+            for message in read_messages(segment):
+                print(json.dumps(message, separators=(",", ":")))
+    except TraceError as exc:
+        raise StartupError(str(exc)) from None
+    except BrokenPipeError:  # `leveret trace dump DIR | head`
+        sys.stderr.close()
+    return 0
 
 
 def log_command(command: str, data_dir: Path) -> int:
@@ -213,6 +243,12 @@ def check_files(config: Config) -> None:
         _writable_directory(config.data_dir, "data directory")
     if config.trace_dir is not None:
         _writable_directory(config.trace_dir, "trace directory")
+        from leveret.trace import TraceError, require_arrow
+
+        try:
+            require_arrow()  # the trace is written with pyarrow (the pipeline extra)
+        except TraceError as exc:
+            raise StartupError(str(exc)) from None
     if config.tls_cert is not None and config.tls_key is not None:
         import ssl
 
@@ -344,6 +380,8 @@ def _main(argv: list[str]) -> int:
     args = build_parser(with_analyze=argv[:1] == ["analyze"]).parse_args(argv)
     if args.command == "analyze":
         return analyze_command(args)
+    if args.command == "trace":
+        return trace_command(args)
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)

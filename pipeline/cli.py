@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from leveret.pipeline.topology import TopologySource
+from leveret.pipeline.topology import Topology, TopologySource, from_dump
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,15 @@ class JobOptions:
     conf: Mapping[str, str] = field(default_factory=dict)
     bindings: bool = True  # per-binding attribution
     recorded: bool = True  # compare routes with the queues the broker recorded
-    index: bool = True  # use the trace's key index when every file has one
+    rows: bool = False  # read the segments' rows, not the counts beside them
     report: bool = True  # write report.html
     top: int = 20  # rows per table in the HTML report
     progress_interval: float = 5.0  # seconds between task-progress lines (0: none)
+    ui: bool = False  # Spark's web UI (off: a short job does not need it)
+    # Route on the driver up to this many distinct keys (more: in Spark, mapPartitions).
+    driver_keys: int = 100_000
+    # Derive the tables on the driver (Arrow) up to this many key-minute groups (more: in Spark).
+    driver_groups: int = 4_000_000
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -81,13 +86,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not compare with the queues the broker recorded (reads less of each line)",
     )
-    parser.add_argument(
-        "--no-index",
-        action="store_true",
-        help="read every field of every trace line instead of the key index (slower, same results)",
-    )
     parser.add_argument("--no-report", action="store_true", help="write Parquet tables only")
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="read every message row of the segments instead of the counts beside them "
+        "(slower, same tables)",
+    )
     parser.add_argument("--top", type=int, default=20, help="rows per table in the HTML report")
+    parser.add_argument("--ui", action="store_true", help="start Spark's web UI (off by default)")
+    parser.add_argument(
+        "--driver-keys",
+        type=int,
+        default=JobOptions.driver_keys,
+        metavar="N",
+        help="route on the driver up to N distinct keys, in Spark above (default %(default)s)",
+    )
+    parser.add_argument(
+        "--driver-groups",
+        type=int,
+        default=JobOptions.driver_groups,
+        metavar="N",
+        help="derive the tables on the driver up to N key-minute groups, in Spark above "
+        "(default %(default)s)",
+    )
 
 
 def options_from_args(
@@ -96,17 +118,30 @@ def options_from_args(
     proposed: TopologySource | None = None,
 ) -> JobOptions:
     """Options from parsed arguments; ``topology``/``proposed`` replace the paths given
-    (``leveret analyze`` passes dump objects it read from a data dir)."""
+    (``leveret analyze`` passes the dump objects it read from a data dir: the topology is
+    then named after that directory)."""
     return JobOptions(
         trace=tuple(args.trace),
-        topology=topology if topology is not None else args.topology,
-        proposed=proposed if proposed is not None else args.proposed,
+        topology=_named(topology, args.topology) or args.topology,
+        proposed=_named(proposed, args.proposed),
         out=Path(args.out),
         master=args.master,
         conf=dict(args.conf),
         bindings=not args.no_bindings,
         recorded=not args.no_recorded,
-        index=not args.no_index,
         report=not args.no_report,
+        rows=args.rows,
         top=args.top,
+        ui=args.ui,
+        driver_keys=args.driver_keys,
+        driver_groups=args.driver_groups,
     )
+
+
+def _named(objects: TopologySource | None, path: str | None) -> TopologySource | None:
+    """Dump objects read from the data dir ``path``, as a topology named after it."""
+    if objects is None:
+        return path
+    if isinstance(objects, str | Path | Topology) or path is None:
+        return objects
+    return from_dump(objects, name=f"{path} (Leveret data dir)")

@@ -124,7 +124,7 @@ def assemble(got: Mapping[str, Any]) -> Gathered:
         out.binding_counts = (int(counts[0]), int(counts[1])) if counts is not None else (0, 0)
     if "whatif" in got:
         row = got["whatif"]
-        out.whatif = row.asDict() if row is not None else {}
+        out.whatif = (row.asDict() if hasattr(row, "asDict") else dict(row)) if row else {}
         out.whatif_queues = got["whatif_queues"]
         out.whatif_unroutable = got["whatif_unroutable"]
     return out

@@ -1,4 +1,5 @@
-"""The analysis job: extract, transform, load, and its command line.
+"""The analysis job: check the inputs, one pass over the trace, every table from it, and its
+command line.
 
 ::
 
@@ -9,15 +10,21 @@
 SOURCE is ``leveret log dump`` output or a RabbitMQ ``definitions.json``. For a Leveret data
 dir under ``spark-submit``, run ``leveret log dump --data-dir DIR > topology.jsonl`` first.
 
-* **Extract**: read the trace's JSON lines with an explicit schema: when every trace file has
-  its key index (schema version 2), only ``ts``, ``id``, ``size`` and ``mode`` of each line
-  (:func:`extract_messages`) and the index (:func:`extract_index`); otherwise every field of
-  every line (:func:`extract_trace`). Read the topology sources on the driver.
-* **Transform** (:mod:`leveret.pipeline.transforms`): aggregate by key and minute (the one pass over
-  the trace) while, on a second driver thread, the indexed keys are routed once each with the
-  broker's route function; join the counts back, build the reports.
-* **Load** (:func:`table_writers`, :func:`write_report`): Parquet tables under ``OUT/``, plus
-  ``OUT/report.html`` and ``OUT/summary.json``.
+1. **Inputs, before Spark starts** (:mod:`leveret.pipeline.inputs`): the trace files found and
+   checked (a file that is not a trace is an error), the topologies read, the output directory
+   made. Any problem is one line and exit status 2, without a JVM.
+2. **Routes, while the JVM starts**: the segments' dictionaries are read on the driver and
+   every distinct key is routed once with the broker's own route function
+   (:func:`leveret.pipeline.router.route_table`); with many keys, in Spark instead
+   (``mapPartitions``, :func:`leveret.pipeline.transforms.route_keys`).
+3. **One pass over the trace** (Spark SQL): the segments' rows, five numeric columns, grouped
+   by key id, queue set id and minute (JSON-lines traces of versions 1 and 2: read whole and
+   grouped by their strings).
+4. **Every table from the groups**: when they are few (the usual case), they come to the
+   driver in that one Spark action and every table is derived and written there with Arrow
+   (:mod:`leveret.pipeline.local`); otherwise the groups are cached and the tables are Spark
+   queries (:mod:`leveret.pipeline.transforms`), written a few at a time.
+5. **The report**: ``OUT/report.html`` and ``OUT/summary.json``.
 
 Local mode (``local[*]``) is the default; under ``spark-submit`` its ``--master`` rules.
 """
@@ -25,49 +32,57 @@ Local mode (``local[*]``) is the default; under ``spark-submit`` its ``--master`
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import json
 import logging
 import math
 import os
-import re
 import sys
 import tempfile
 import time
 import weakref
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # `spark-submit pipeline/job.py`: make `pipeline` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from pyspark import SparkContext, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as sf
 
-from leveret.pipeline import collect, transforms
+from leveret.pipeline import collect, inputs, local, router, transforms
 from leveret.pipeline import report as html_report
 from leveret.pipeline.cli import JobOptions, add_arguments, options_from_args
 from leveret.pipeline.progress import Progress
-from leveret.pipeline.schema import KEYS_SCHEMA, MESSAGE_SCHEMA, SUPPORTED_VERSIONS, TRACE_SCHEMA
+from leveret.pipeline.schema import (
+    COUNTS_SCHEMA,
+    GROUP_COLUMNS,
+    JSON_VERSIONS,
+    ROWS_SCHEMA,
+    SEGMENT_VERSION,
+    TRACE_SCHEMA,
+)
 from leveret.pipeline.topology import SourceError, Topology, load
 
 log = logging.getLogger("leveret.pipeline")
 
-# Tables small enough to write as one file each.
+# Tables small enough to write as one file each (when Spark writes them).
 SMALL_TABLES = frozenset(
     {"exchanges", "fanout", "rates", "unroutable", "whatif_summary", "whatif_unroutable"}
 )
 KEYS_PER_ROUTING_PARTITION = 20_000
-# Spark queries the driver runs at once after the pass over the trace: the tables and the
-# report's rows are small, so each query is mostly driver-side latency (planning, task
-# launch, committing files) that overlaps well.
+# Spark queries the driver runs at once when the tables are Spark's: each is small, mostly
+# driver-side latency (planning, task launch, committing files) that overlaps well.
 CONCURRENT_QUERIES = 8
+# Parquet bytes per scan task: enough tasks for every core, not so many that their launches
+# cost more than the reading (a segment's row groups are a few MB).
+SCAN_BYTES_MIN = 4 * 1024 * 1024
+SCAN_BYTES_MAX = 128 * 1024 * 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +99,8 @@ def run_args(
     topology: Iterable[Mapping[str, Any]] | None = None,
     proposed: Iterable[Mapping[str, Any]] | None = None,
 ) -> int:
-    """Run from parsed arguments and return an exit status (for ``leveret analyze``).
+    """Run from parsed arguments and return an exit status (for ``leveret analyze``): an
+    input that cannot be used is one ``error: ...`` line on stderr and status 2.
 
     ``topology``/``proposed``: dump objects (``leveret.storage.records.event_to_json``) to use
     instead of reading ``args.topology``/``args.proposed`` as files.
@@ -93,7 +109,7 @@ def run_args(
     try:
         summary = run(options_from_args(args, topology, proposed))
     except SourceError as exc:
-        log.error("%s", exc)
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(json.dumps(_headline(summary)))
     return 0
@@ -119,8 +135,11 @@ def _configure_logging() -> None:
 # -- Spark -------------------------------------------------------------------------------------
 
 
-def spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A SparkSession: ``local[*]`` unless a master is given or spark-submit chose one.
+def spark_session(
+    master: str | None = None, conf: Mapping[str, str] | None = None, ui: bool = False
+) -> SparkSession:
+    """A SparkSession for a short job: ``local[*]`` unless a master is given or spark-submit
+    chose one; no web UI unless ``ui``; every default overridable with ``conf``.
 
     An active session (a test's, or a notebook's) is used as it is: only the ``spark.sql.*``
     options of ``conf`` are applied to it, since the others need a new SparkContext.
@@ -137,8 +156,8 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         master = "local[*]"
     if master is not None and master.startswith("local"):
-        # Python workers run the routing: make them this interpreter (the default is
-        # whatever `python3` is on PATH, which may lack a matching Python).
+        # Python workers (distributed routing) must be this interpreter, not whatever
+        # `python3` is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("leveret-analyze")
     if master is not None:
@@ -146,15 +165,19 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     defaults = {
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
-        # The trace pass and the routing run as two jobs at once: under FIFO the routing's
-        # tasks would wait for every task of the pass (see _Job.indexed_pass).
+        "spark.ui.enabled": "true" if ui else "false",
+        # The distributed routing runs beside the pass: under FIFO its tasks would wait for
+        # every task of the pass.
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(Path(__file__).with_name("fairscheduler.xml")),
+        # Short jobs over small shuffles: adaptive execution coalesces what the size-based
+        # partition counts (set per run, _Job.configure) overshoot.
+        "spark.sql.adaptive.enabled": "true",
     }
     if master is not None and master.startswith("local"):
-        # Parsing JSON allocates short-lived objects at a furious rate: the throughput
-        # collector reads a 10M-line trace ~15 % faster than G1 here. (Under spark-submit
-        # the JVM is already running: pass it there with --driver-java-options.)
+        # Aggregating allocates short-lived objects at a furious rate: the throughput
+        # collector suits a batch job. (Under spark-submit the JVM is already running: pass
+        # it there with --driver-java-options.)
         defaults["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
         # Everything runs in this process: listen on loopback only, not on the address the
         # host name resolves to (Spark warns about a loopback host name and picks eth0's).
@@ -162,10 +185,6 @@ def spark_session(master: str | None = None, conf: Mapping[str, str] | None = No
     for key, value in {**defaults, **conf}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    if "spark.sql.shuffle.partitions" not in conf:
-        # The aggregates are small (key-minute groups): a few partitions per core, not
-        # Spark's 200, which on a small cluster cost more in task launches than the work.
-        session.conf.set("spark.sql.shuffle.partitions", str(2 * _cores(session)))
     if "spark.log.level" not in conf:  # spark-submit's console default is INFO: too chatty
         session.sparkContext.setLogLevel("WARN")
     return session
@@ -197,8 +216,9 @@ def ship_packages(sc: SparkContext) -> None:
     """Send the ``leveret.pipeline`` and ``leveret.exchanges`` sources to the executors (once
     per context), with the namespace's ``__init__`` that importing them runs first.
 
-    Executors unpickle the routing closure, which imports both packages; on a cluster (or
-    under ``spark-submit`` from another directory) they are not installed there.
+    Executors that route (many distinct keys) unpickle the routing closure, which imports both
+    packages; on a cluster (or under ``spark-submit`` from another directory) they are not
+    installed there.
     """
     if sc in _SHIPPED:
         return
@@ -231,31 +251,6 @@ def ship_packages(sc: SparkContext) -> None:
 # -- extract -----------------------------------------------------------------------------------
 
 
-def trace_paths(paths: Iterable[str], spark: SparkSession | None = None) -> list[str]:
-    """Input files for Spark: a directory means its ``trace-*.jsonl*`` files.
-
-    Local paths are checked here (Spark's own error for an empty glob is obscure). A URL
-    (``hdfs://``, ``s3a://``) is expanded the same way through Hadoop's file system when a
-    session is given, and goes to Spark as it is otherwise.
-    """
-    out: list[str] = []
-    for path in paths:
-        if _is_url(path):
-            out.extend(_hadoop_traces(spark, path) if spark is not None else [path])
-            continue
-        pattern = os.path.join(path, "trace-*.jsonl*") if os.path.isdir(path) else path
-        found = sorted(glob.glob(pattern))
-        if not found:
-            raise SourceError(f"no trace files at {pattern}")
-        out.extend(found)
-    return out
-
-
-def _is_url(path: str) -> bool:
-    """``hdfs://...``, ``s3a://...``, and Hadoop's own ``file:/...`` spelling."""
-    return re.match(r"[A-Za-z][A-Za-z0-9+.-]+:/", path) is not None
-
-
 def _hadoop_fs(spark: SparkSession, url: str) -> tuple[Any, Any]:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -263,80 +258,114 @@ def _hadoop_fs(spark: SparkSession, url: str) -> tuple[Any, Any]:
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 
 
-def _hadoop_traces(spark: SparkSession, url: str) -> list[str]:
-    fs, path = _hadoop_fs(spark, url)
-    if fs.isDirectory(path):
-        path = path.suffix("/trace-*.jsonl*")
-    found = sorted(str(status.getPath().toString()) for status in fs.globStatus(path) or [])
-    if not found:
-        raise SourceError(f"no trace files at {path.toString()}")
-    return found
+def list_urls(spark: SparkSession, traces: inputs.Traces) -> None:
+    """Add the trace files of ``traces.urls`` (``hdfs://``, ``s3a://``, ``file:/``), listed
+    through Hadoop's file system, to ``traces``."""
+    for url in traces.urls:
+        fs, path = _hadoop_fs(spark, url)
+        patterns = (
+            [path.suffix("/trace-*.parquet"), path.suffix("/trace-*.jsonl*")]
+            if fs.isDirectory(path)
+            else [path]
+        )
+        found = sorted(
+            str(status.getPath().toString())
+            for pattern in patterns
+            for status in fs.globStatus(pattern) or []
+        )
+        if not found:
+            raise SourceError(f"--trace {url}: no trace files at {path.toString()}")
+        for file in found:
+            if file.endswith(".parquet"):
+                dictionary_fs, dictionary = _hadoop_fs(spark, inputs.dictionary_path(file))
+                if not dictionary_fs.exists(dictionary):
+                    raise SourceError(f"--trace {file}: its dictionary is missing")
+                traces.segments.append(file)
+            else:
+                traces.jsonl.append(file)
+    traces.urls.clear()
 
 
-def index_paths(files: Sequence[str], spark: SparkSession | None = None) -> list[str] | None:
-    """The key index (``keys-*``) of every trace file (``trace-*``), or None if one has none."""
-    out = []
-    for file in files:
-        head, _, name = file.rpartition("/")
-        if not name.startswith("trace-"):
-            return None
-        index = f"{head}/keys-{name[len('trace-') :]}" if head else f"keys-{name[6:]}"
-        if _is_url(index):
-            if spark is None:
-                return None
-            fs, path = _hadoop_fs(spark, index)
-            if not fs.exists(path):
-                return None
-        elif not os.path.exists(index):
-            return None
-        out.append(index)
-    return out
-
-
-def extract_trace(spark: SparkSession, files: Sequence[str]) -> DataFrame:
-    """Trace lines read whole: every field of every line (:data:`~pipeline.schema.TRACE_SCHEMA`)."""
-    return spark.read.schema(TRACE_SCHEMA).json(list(files))
-
-
-def extract_messages(spark: SparkSession, files: Sequence[str]) -> DataFrame:
-    """Version 2 message lines, only what the aggregation needs (:data:`MESSAGE_SCHEMA`)."""
-    return spark.read.schema(MESSAGE_SCHEMA).json(list(files))
-
-
-def extract_index(spark: SparkSession, files: Sequence[str]) -> DataFrame:
-    """Version 2 key index lines (:data:`~pipeline.schema.KEYS_SCHEMA`)."""
-    return spark.read.schema(KEYS_SCHEMA).json(list(files))
+def read_dictionaries(spark: SparkSession, segments: Sequence[str]) -> tuple[Any, Any]:
+    """The segments' dictionaries (:func:`leveret.pipeline.inputs.read_dictionaries`): on the
+    driver for local files, through Spark for URLs."""
+    remote = [s for s in segments if inputs.is_url(s)]
+    keys, sets = inputs.read_dictionaries([s for s in segments if not inputs.is_url(s)])
+    if remote:
+        table = spark.read.parquet(*(inputs.dictionary_path(s) for s in remote)).toArrow()
+        more_keys, more_sets = inputs.split_dictionary(table, "--trace")
+        keys = inputs.distinct_ids([keys, more_keys], inputs.KEYS_ARROW)
+        sets = inputs.distinct_ids([sets, more_sets], inputs.SETS_ARROW)
+    return keys, sets
 
 
 # -- the job -----------------------------------------------------------------------------------
 
 
 @dataclass
-class Pass:
-    """What the pass over the trace produced (every frame cached)."""
+class Prepared:
+    """Everything the job knows before Spark runs."""
 
-    counts: DataFrame  # schema_version, id, minute, messages, bytes, persistent
-    keys: DataFrame  # id, vhost, exchange, routing_key, headers, recorded
-    routes: DataFrame  # leveret.pipeline.schema.ROUTE_SCHEMA, one row per distinct key
-    messages: int
-    groups: int
-    key_count: int
+    traces: inputs.Traces
+    current: Topology
+    proposed: Topology | None
+    trace_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(options: JobOptions) -> Prepared:
+    """Check the inputs and read the topologies: no Spark (errors: :class:`SourceError`)."""
+    traces = inputs.find_traces(options.trace)
+    current = _topology(options.topology, "--topology")
+    proposed = _topology(options.proposed, "--proposed") if options.proposed is not None else None
+    inputs.check_output(options.out)
+    size = sum(os.path.getsize(f) for f in [*traces.segments, *traces.jsonl])
+    return Prepared(traces, current, proposed, size)
+
+
+def _topology(source: Any, flag: str) -> Topology:
+    if isinstance(source, str | Path):
+        path = Path(source)
+        if not path.exists():
+            raise SourceError(f"{flag} {path}: no such file or directory")
+        try:
+            return load(path)
+        except OSError as exc:
+            raise SourceError(f"{flag} {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise SourceError(f"{flag} {path}: not a text file") from None
+        except SourceError as exc:
+            text = str(exc)
+            raise SourceError(
+                text if text.startswith(str(path)) else f"{flag} {path}: {text}"
+            ) from None
+    return load(source)
+
+
+@dataclass
+class Routes:
+    """The keys dictionary, the queue sets, and the routes: on the driver (Arrow tables) or,
+    for many keys, the routes as a Spark DataFrame."""
+
+    keys: Any
+    queue_sets: Any
+    table: Any = None  # Arrow, when routed on the driver
+    frame: DataFrame | None = None  # Spark, when routed there
 
 
 class _Job:
-    """One run's state: the session, the options, the topologies, the frames to unpersist."""
+    """One run's state: the session, the options, the frames to unpersist."""
 
-    def __init__(self, spark: SparkSession, options: JobOptions, progress: Progress) -> None:
+    def __init__(
+        self, spark: SparkSession, options: JobOptions, prepared: Prepared, progress: Progress
+    ) -> None:
         self.spark = spark
         self.options = options
+        self.prepared = prepared
         self.progress = progress
         self.cached: list[DataFrame] = []
         self._saved: dict[str, str | None] = {}
-        self.current: Topology | None = None
-        self.proposed: Topology | None = None
-        self.topology_tables: dict[str, DataFrame] = {}
-
-    # -- session and cache
+        self.read = "json"  # what the pass reads: "counts", "rows" or "json"
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame``, cached until :meth:`release`."""
@@ -350,12 +379,13 @@ class _Job:
             frame.unpersist()
         self.cached.clear()
 
-    def configure(self, **settings: str) -> None:
-        """Set SQL options for this run (``a_b`` means ``spark.sql.a.b``); :meth:`restore`
-        puts the session's own values back."""
+    def configure(self, settings: Mapping[str, str]) -> None:
+        """Set SQL options for this run, unless ``--conf`` set them; :meth:`restore` puts the
+        session's own values back."""
         conf = self.spark.conf
-        for name, value in settings.items():
-            key = "spark.sql." + name.replace("_", ".")
+        for key, value in settings.items():
+            if key in self.options.conf:
+                continue
             self._saved.setdefault(key, conf.get(key, None))
             conf.set(key, value)
 
@@ -368,184 +398,128 @@ class _Job:
                 self.spark.conf.set(key, value)
         self._saved.clear()
 
-    # -- stages
-
-    def read_topology(self) -> None:
-        """The current (and proposed) topology, on the driver, and its small tables."""
-        with self.progress.stage("read the topology") as done:
-            self.current = load(self.options.topology)
-            done.append(f"current: {self.current.describe()}")
-            if self.options.proposed is not None:
-                self.proposed = load(self.options.proposed)
-                done.append(f"proposed: {self.proposed.describe()}")
-            self.topology_tables = transforms.topology_tables(self.spark, self.current)
-
-    def route(self, keys: DataFrame, done: list[str]) -> tuple[DataFrame, int]:
-        """Route every distinct key of ``keys`` once; returns (routes, distinct keys)."""
-        sc = self.spark.sparkContext
-        distinct = self.keep(transforms.distinct_keys(keys))
-        key_count = distinct.count()
-        partitions = max(
-            1, min(sc.defaultParallelism * 4, math.ceil(key_count / KEYS_PER_ROUTING_PARTITION))
+    def size_settings(self) -> None:
+        """Spark SQL settings sized to this trace and these cores (each overridable with
+        ``--conf``): scan tasks of total/(2 x cores) bytes (at least a few MB), shuffles in one
+        partition per 32 MB of trace read, at most two per core (adaptive execution merges
+        small ones), no Spark job just to list many files."""
+        cores = _cores(self.spark)
+        size = max(1, self.prepared.trace_bytes)
+        files = len(self.prepared.traces.segments) + len(self.prepared.traces.jsonl)
+        scan = size + files * 4 * 1024 * 1024  # Spark's open cost per file
+        split = min(SCAN_BYTES_MAX, max(SCAN_BYTES_MIN, math.ceil(scan / (2 * cores))))
+        partitions = max(1, min(2 * cores, math.ceil(size / (32 * 1024 * 1024))))
+        self.configure(
+            {
+                "spark.sql.files.maxPartitionBytes": str(split),
+                "spark.sql.shuffle.partitions": str(partitions),
+                "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+            }
         )
-        assert self.current is not None
-        routes = transforms.route_keys(
-            distinct,
-            sc.broadcast(self.current),
-            sc.broadcast(self.proposed) if self.proposed is not None else None,
-            bindings=self.options.bindings,
-            partitions=partitions,
+
+    # -- routing
+
+    def route(self, keys: Any, queue_sets: Any) -> Routes:
+        """Route every distinct key once: on the driver, or in Spark for many keys."""
+        current, proposed = self.prepared.current, self.prepared.proposed
+        options = self.options
+        with self.progress.stage(f"route {keys.num_rows:,} distinct key(s)") as done:
+            if keys.num_rows <= options.driver_keys:
+                table = router.route_table(keys, current, proposed, options.bindings)
+                done.append("on the driver")
+                return Routes(keys, queue_sets, table=table)
+            sc = self.spark.sparkContext
+            ship_packages(sc)
+            partitions = max(
+                1,
+                min(
+                    sc.defaultParallelism * 4,
+                    math.ceil(keys.num_rows / KEYS_PER_ROUTING_PARTITION),
+                ),
+            )
+            frame = transforms.route_keys(
+                self.spark.createDataFrame(keys),
+                sc.broadcast(current),
+                sc.broadcast(proposed) if proposed is not None else None,
+                bindings=options.bindings,
+                partitions=partitions,
+            )
+            frame = self.keep(frame)
+            frame.count()
+            done.append(f"in Spark, {partitions} partition(s)")
+            return Routes(keys, queue_sets, frame=frame)
+
+    # -- the pass
+
+    def json_pass(self, files: Sequence[str]) -> tuple[DataFrame, Any, Any]:
+        """JSON-lines traces read whole: their groups (cached) and dictionaries."""
+        groups = self.keep(
+            transforms.aggregate_json(self.spark.read.schema(TRACE_SCHEMA).json(list(files)))
         )
-        routes = self.keep(routes)
-        routes.count()
-        done.append(f"{key_count:,} distinct keys in {partitions} partition(s)")
-        return routes, key_count
+        entries = (
+            groups.select("schema_version", "key", *transforms.KEY, "queue_set", "recorded")
+            .distinct()
+            .toArrow()
+        )
+        versions = {v for v in entries.column("schema_version").to_pylist() if v is not None}
+        newer = sorted(v for v in versions if v not in JSON_VERSIONS)
+        if newer:
+            raise SourceError(
+                f"trace schema version(s) {newer} are newer than this pipeline reads "
+                f"({sorted(JSON_VERSIONS | {SEGMENT_VERSION})}): upgrade Leveret"
+            )
+        keys = inputs.distinct_ids([entries.select(["key", *transforms.KEY])], inputs.KEYS_ARROW)
+        sets = inputs.distinct_ids([entries.select(["queue_set", "recorded"])], inputs.SETS_ARROW)
+        return groups.select(*GROUP_COLUMNS), keys, sets
 
-    def _keys(self, keys: DataFrame) -> DataFrame:
-        if self.options.recorded:
-            return keys
-        return keys.withColumn("recorded", sf.lit(None).cast("array<string>"))
-
-    def indexed_pass(self, files: Sequence[str], index: Sequence[str]) -> Pass:
-        """Count the message lines by key id and minute while, on the driver's other thread,
-        the topology is read and the index's keys are routed: the count keeps the cores busy,
-        the rest is mostly driver work and waiting."""
-
-        sc = self.spark.sparkContext
-        group = f"leveret-count-{id(self)}"
-
-        def count() -> tuple[DataFrame, int, int]:
-            sc.setJobGroup(group, "count the trace by key id and minute", interruptOnCancel=True)
-            with self.progress.stage("count the trace by key id and minute") as done:
-                counts = transforms.aggregate_indexed(extract_messages(self.spark, files))
-                counts = self.keep(counts)
-                messages, groups = _check_versions(transforms.versions(counts).collect())
-                done.append(f"{messages:,} messages in {groups:,} key-minute groups")
-                return counts, messages, groups
-
-        with ThreadPoolExecutor(1) as pool:
-            counting = pool.submit(count)
-            # Its own scheduler pool, so that (under FAIR scheduling) the routing's tasks take
-            # the next free core instead of queueing behind every task of the count.
-            sc.setLocalProperty("spark.scheduler.pool", "leveret-route")
-            try:
-                self.read_topology()
-                with self.progress.stage("read the key index, route each distinct key") as done:
-                    keys = self.keep(transforms.index_keys(extract_index(self.spark, index)))
-                    routes, key_count = self.route(keys, done)
-            except BaseException:
-                sc.cancelJobGroup(group)  # a bad topology: do not wait for the whole count
-                raise
-            finally:
-                sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-            counts, messages, groups = counting.result()
-        return Pass(counts, self._keys(keys), routes, messages, groups, key_count)
-
-    def full_pass(self, files: Sequence[str]) -> Pass:
-        """Aggregate the trace read whole, then route its distinct keys."""
-        self.read_topology()
-        with self.progress.stage("aggregate the trace by key and minute") as done:
-            trace = extract_trace(self.spark, files)
-            groups_frame = self.keep(transforms.aggregate(trace, recorded=self.options.recorded))
-            counts, keys = transforms.split_groups(groups_frame)
-            messages, groups = _check_versions(transforms.versions(counts).collect())
-            keys = self.keep(keys)
-            done.append(f"{messages:,} messages in {groups:,} key-minute groups (every field)")
-        with self.progress.stage(
-            "route each distinct key with leveret.exchanges.routing.route"
-        ) as done:
-            routes, key_count = self.route(keys, done)
-        return Pass(counts, keys, routes, messages, groups, key_count)
-
-    def routed(self, result: Pass) -> DataFrame:
-        """Per key: totals and routes (the ``keys`` table), cached."""
-        totals = transforms.key_totals(result.counts, result.keys)
-        return self.keep(transforms.with_routes(totals, result.routes))
-
-
-class IndexMismatchError(Exception):
-    """The key index does not account for every message line of the trace."""
-
-    def __init__(self, indexed: int, lines: int) -> None:
-        super().__init__(f"the key index accounts for {indexed:,} of {lines:,} messages")
+    def segment_groups(self, segments: Sequence[str]) -> DataFrame:
+        """The pass over version 3 segments (lazy): their counts, or with ``--rows`` (or a
+        segment without counts) every row."""
+        if not self.options.rows and inputs.counted(segments):
+            counts = self.spark.read.schema(COUNTS_SCHEMA).parquet(
+                *(inputs.counts_path(s) for s in segments)
+            )
+            self.read = "counts"
+            return transforms.aggregate_counts(counts)
+        rows = self.spark.read.schema(ROWS_SCHEMA).parquet(*segments)
+        self.read = "rows"
+        return transforms.aggregate_segments(rows)
 
 
 def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any]:
-    """Run the whole job; returns the summary (also written to ``OUT/summary.json``).
-
-    A trace whose key index does not match its lines (a damaged or hand-edited index) is
-    read again whole, with a warning.
-    """
-    if spark is None:
-        spark = spark_session(options.master, options.conf)
-    try:
-        return _run(options, spark)
-    except IndexMismatchError as exc:
-        log.warning("%s: reading every field of every line instead", exc)
-        return _run(replace(options, index=False), spark)
-
-
-def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
+    """Run the whole job; returns the summary (also written to ``OUT/summary.json``)."""
     started = time.perf_counter()
-    sc = spark.sparkContext
-    ship_packages(sc)
-    progress = Progress(sc, stages=5 if options.report else 4, interval=options.progress_interval)
-    summary: dict[str, Any] = {"trace": list(options.trace), "out": str(options.out)}
-    state = _Job(spark, options, progress)
-    try:
-        # Every shuffle of this job is small (groups, keys): adaptive execution only adds a
-        # Spark job per stage.
-        state.configure(adaptive_enabled="false")
-        files = trace_paths(options.trace, spark)
-        index = index_paths(files, spark) if options.index else None
-        log.info(
-            "%d trace file(s), %s",
-            len(files),
-            "each with its key index" if index is not None else "read whole (no key index)",
+    progress = Progress(None, stages=5 if options.report else 4, interval=options.progress_interval)
+    with progress.stage("check the inputs, read the topology") as done:
+        prepared = prepare(options)
+        traces = prepared.traces
+        done.append(
+            f"{len(traces.segments)} segment(s), {len(traces.jsonl)} JSON-lines file(s)"
+            + (f", {len(traces.urls)} URL(s)" if traces.urls else "")
+            + f"; current: {prepared.current.describe()}"
+            + (f"; proposed: {prepared.proposed.describe()}" if prepared.proposed else "")
         )
-        summary["indexed"] = index is not None
-        result = state.indexed_pass(files, index) if index else state.full_pass(files)
-        # After the pass, every table is small: one shuffle partition per query, and a few
-        # queries at a time (run_all).
-        state.configure(shuffle_partitions="1")
-        routed = state.routed(result)
-        assert state.current is not None
-        current, proposed = state.current, state.proposed
-
-        routed_minutes = transforms.minute_routes(result.counts, result.keys, result.routes)
-        tables = transforms.reports(
-            routed,
-            routed_minutes,
-            state.topology_tables,
-            result.messages,
-            whatif=proposed is not None,
-            bindings=options.bindings,
-        )
-        for name, frame in tables.items():  # every table is an aggregate: keep it for the report
-            if not frame.is_cached:
-                tables[name] = state.keep(frame)
-
-        with progress.stage(f"write {len(tables)} Parquet tables, gather the report") as done:
-            writes = table_writers(tables, options.out)
-            queries = collect.queries(tables, options.top)
-            results = run_all([*writes, *queries.values()])
-            rows = dict(zip(queries, results[len(writes) :], strict=True))
-            gathered = collect.assemble(rows)
-            summary.update(collect.summarise(gathered))
-            if summary["messages"] != result.messages and index is not None:
-                # Lines whose key id the index lacks, or an id the index gives two keys:
-                # a damaged index. The trace itself is fine: read it whole.
-                raise IndexMismatchError(summary["messages"], result.messages)
-            summary.update(distinct_keys=result.key_count, key_minute_groups=result.groups)
-            summary["notes"] = list(current.notes) + list(proposed.notes if proposed else ())
-            done.append(
-                f"{summary['messages']:,} messages, {summary['unroutable_messages']:,} unroutable"
+    with ThreadPoolExecutor(1) as pool:
+        # The JVM starts while the driver reads the dictionaries and routes.
+        session: Future[SparkSession] | None = None
+        if spark is None:
+            session = pool.submit(spark_session, options.master, options.conf, options.ui)
+        try:
+            keys, sets = (
+                inputs.read_dictionaries(traces.segments) if not traces.urls else (None, None)
             )
-
-        if options.report:
-            with progress.stage("write the HTML report") as done:
-                path = write_report(gathered, summary, options, current, proposed)
-                done.append(str(path))
+            early = None
+            if keys is not None and not traces.jsonl and keys.num_rows <= options.driver_keys:
+                early = _route_on_driver(keys, sets, prepared, options, progress)
+        finally:
+            if session is not None:
+                spark = session.result()
+    assert spark is not None
+    summary: dict[str, Any] = {"trace": list(options.trace), "out": str(options.out)}
+    progress.sc = spark.sparkContext
+    state = _Job(spark, options, prepared, progress)
+    try:
+        _analyse(state, early, summary)
     finally:
         state.release()
         state.restore()
@@ -563,27 +537,166 @@ def _run(options: JobOptions, spark: SparkSession) -> dict[str, Any]:
     return summary
 
 
+def _route_on_driver(
+    keys: Any, sets: Any, prepared: Prepared, options: JobOptions, progress: Progress
+) -> Routes:
+    with progress.stage(f"route {keys.num_rows:,} distinct key(s)") as done:
+        table = router.route_table(keys, prepared.current, prepared.proposed, options.bindings)
+        done.append("on the driver, while Spark starts")
+    return Routes(keys, sets, table=table)
+
+
+@dataclass
+class Counted:
+    """What the pass produced: the groups (a Spark frame, and an Arrow table when they are
+    few), the dictionaries and the routes."""
+
+    groups: DataFrame
+    arrow: Any
+    routes: Routes
+    count: int
+    messages: int
+
+
+def _count(state: _Job, routes: Routes | None) -> Counted:
+    """Stage 3: the pass over the trace (and the routing, if not done yet, beside it)."""
+    spark, options, traces = state.spark, state.options, state.prepared.traces
+    with state.progress.stage("count the trace by key and minute") as done:
+        parts = []
+        if routes is not None:
+            keys, sets = routes.keys, routes.queue_sets
+        else:
+            keys, sets = read_dictionaries(spark, traces.segments)
+        if traces.segments:
+            parts.append(state.segment_groups(traces.segments))
+        if traces.jsonl:
+            json_groups, json_keys, json_sets = state.json_pass(traces.jsonl)
+            parts.append(json_groups)
+            keys = inputs.distinct_ids([keys, json_keys], inputs.KEYS_ARROW)
+            sets = inputs.distinct_ids([sets, json_sets], inputs.SETS_ARROW)
+        groups = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+        # Few groups: to the driver in this one action; many: cached, tables in Spark. The
+        # segments' statistics bound them (keys x minutes) before anything runs.
+        local_segments = [s for s in traces.segments if not inputs.is_url(s)]
+        estimate = (
+            keys.num_rows * max(1, inputs.segment_minutes(local_segments))
+            if traces.segments and not traces.jsonl and len(local_segments) == len(traces.segments)
+            else None
+        )
+        arrow = None
+        if estimate is not None and estimate <= options.driver_groups:
+            with ThreadPoolExecutor(1) as pool:
+                # The pass runs in the JVM while this thread routes (Python), if it has not.
+                collecting = pool.submit(groups.toArrow)
+                try:
+                    if routes is None:
+                        routes = state.route(keys, sets)
+                finally:
+                    arrow = collecting.result()
+            count = arrow.num_rows
+        else:
+            if routes is None:
+                routes = state.route(keys, sets)
+            groups = state.keep(groups)
+            count = groups.count()
+            if count <= options.driver_groups:
+                arrow = groups.toArrow()
+        if arrow is not None:
+            messages = int(pc.sum(arrow.column("messages")).as_py() or 0)
+        else:
+            messages = int(groups.agg({"messages": "sum"}).first()[0] or 0)  # type: ignore[index]
+        done.append(f"{messages:,} messages in {count:,} key-minute groups")
+    return Counted(groups, arrow, routes, count, messages)
+
+
+def _analyse(state: _Job, routes: Routes | None, summary: dict[str, Any]) -> None:
+    """Stages 3 to 5 (the pass, the tables, the report), into ``summary``."""
+    spark, options, prepared, progress = state.spark, state.options, state.prepared, state.progress
+    state.size_settings()
+    if prepared.traces.urls:
+        list_urls(spark, prepared.traces)
+    counted = _count(state, routes)
+    routes, arrow = counted.routes, counted.arrow
+    keys, sets = routes.keys, routes.queue_sets
+    distinct = keys.group_by(transforms.KEY, use_threads=False).aggregate([]).num_rows
+    summary.update(distinct_keys=distinct, key_minute_groups=counted.count)
+    summary["tables_on"] = "driver" if arrow is not None else "spark"
+    summary["read"] = state.read
+    if routes.table is None and arrow is not None:
+        assert routes.frame is not None
+        routes.table = routes.frame.toArrow()
+    current, proposed = prepared.current, prepared.proposed
+    if arrow is not None:
+        with progress.stage("derive and write the tables (Arrow, on the driver)") as done:
+            tables = local.reports(
+                arrow,
+                keys,
+                sets,
+                routes.table,
+                local.TopologyTables.of(current),
+                whatif=proposed is not None,
+                bindings=options.bindings,
+                recorded=options.recorded,
+            )
+            if inputs.is_url(str(options.out)):
+                for name, table in tables.items():
+                    spark.createDataFrame(table).write.mode("overwrite").parquet(
+                        str(options.out / name)
+                    )
+            else:
+                local.write_tables(tables, options.out)
+            gathered = collect.assemble(local.report_rows(tables, options.top))
+            done.append(f"{len(tables)} tables")
+    else:
+        gathered = _spark_tables(state, counted.groups, keys, sets, routes, counted.messages)
+    summary.update(collect.summarise(gathered))
+    summary["notes"] = list(current.notes) + list(proposed.notes if proposed else ())
+    if options.report:
+        with progress.stage("write the HTML report") as done:
+            path = write_report(gathered, summary, options, current, proposed)
+            done.append(str(path))
+
+
+def _spark_tables(
+    state: _Job, groups: DataFrame, keys: Any, sets: Any, routes: Routes, messages: int
+) -> collect.Gathered:
+    """The tables as Spark queries over the cached groups, written a few at a time."""
+    spark, options, prepared = state.spark, state.options, state.prepared
+    with state.progress.stage("derive and write the tables (Spark)") as done:
+        keys_frame = spark.createDataFrame(keys)
+        sets_frame = spark.createDataFrame(sets)
+        routes_frame = (
+            routes.frame if routes.frame is not None else spark.createDataFrame(routes.table)
+        )
+        routed = state.keep(
+            transforms.key_totals(groups, keys_frame, sets_frame, routes_frame, options.recorded)
+        )
+        minutes = transforms.minute_routes(groups, keys_frame, routes_frame)
+        tables = transforms.reports(
+            routed,
+            minutes,
+            transforms.topology_tables(spark, prepared.current),
+            messages,
+            whatif=prepared.proposed is not None,
+            bindings=options.bindings,
+        )
+        for name, frame in tables.items():
+            if not frame.is_cached:
+                tables[name] = state.keep(frame)
+        writes = table_writers(tables, options.out)
+        queries = collect.queries(tables, options.top)
+        results = run_all([*writes, *queries.values()])
+        rows = dict(zip(queries, results[len(writes) :], strict=True))
+        done.append(f"{len(tables)} tables")
+    return collect.assemble(rows)
+
+
 def run_all(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run Spark actions from ``CONCURRENT_QUERIES`` driver threads; results in task order."""
     if len(tasks) <= 1:
         return [task() for task in tasks]
     with ThreadPoolExecutor(min(CONCURRENT_QUERIES, len(tasks))) as pool:
         return list(pool.map(lambda task: task(), tasks))
-
-
-def _check_versions(rows: Sequence[Any]) -> tuple[int, int]:
-    """Refuse trace versions this pipeline cannot read; return (messages, groups)."""
-    unknown = sorted(
-        row["schema_version"]
-        for row in rows
-        if row["schema_version"] is not None and row["schema_version"] not in SUPPORTED_VERSIONS
-    )
-    if unknown:
-        raise SourceError(
-            f"trace schema version(s) {unknown} are newer than this pipeline reads "
-            f"({sorted(SUPPORTED_VERSIONS)}): upgrade Leveret"
-        )
-    return sum(row["messages"] for row in rows), sum(row["groups"] for row in rows)
 
 
 def _headline(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -600,10 +713,8 @@ def table_writers(tables: Mapping[str, DataFrame], out: Path) -> list[Callable[[
 
     def writer(name: str, frame: DataFrame) -> Callable[[], None]:
         def write() -> None:
-            started = time.perf_counter()
             data = frame.coalesce(1) if name in SMALL_TABLES else frame
             data.write.mode("overwrite").parquet(str(out / name))
-            log.info("    %s (%.1f s)", name, time.perf_counter() - started)
 
         return write
 

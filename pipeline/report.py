@@ -83,19 +83,67 @@ def _empty(axes: Any, text: str = "no data") -> None:
     axes.text(0.5, 0.5, text, ha="center", va="center", transform=axes.transAxes)
 
 
+def rate_buckets(
+    rows: Sequence[tuple[datetime, int, int]], points: int = 1500
+) -> tuple[str, list[tuple[datetime, int, int]]]:
+    """Per-minute ``(minute, routed, unroutable)`` rows summed into the unit that keeps the
+    chart readable: minutes up to ``points`` of them (a day), then hours, then days.
+    Returns the unit and the rows."""
+    if not rows:
+        return "minute", []
+    span = (max(r[0] for r in rows) - min(r[0] for r in rows)).total_seconds()
+    for unit, seconds in (("minute", 60), ("hour", 3600), ("day", 86400)):
+        if span / seconds < points or unit == "day":
+            break
+    if unit == "minute":
+        return unit, sorted(rows)
+    sums: dict[datetime, list[int]] = {}
+    for minute, routed, unroutable in rows:
+        start = minute.replace(second=0, microsecond=0, minute=0)
+        if unit == "day":
+            start = start.replace(hour=0)
+        bucket = sums.setdefault(start, [0, 0])
+        bucket[0] += routed
+        bucket[1] += unroutable
+    return unit, [(start, r, u) for start, (r, u) in sorted(sums.items())]
+
+
 def rates_chart(rows: Sequence[tuple[datetime, int, int]]) -> Chart:
-    """Messages per minute over time: routed and unroutable (``(minute, routed, unroutable)``)."""
+    """Messages over time, routed and unroutable (``(minute, routed, unroutable)`` rows):
+    per minute, or per hour or day for a trace of days or weeks. A trace within one minute
+    is one bar per series, the x axis around that minute (a line needs two points, and
+    matplotlib widens a one-point date axis to years)."""
+    import matplotlib.dates
+
+    dates: Any = matplotlib.dates  # untyped functions: called through Any
     figure, axes = _figure()
-    if rows:
-        minutes = [r[0] for r in rows]
-        axes.plot(minutes, [r[1] for r in rows], label="routed", color="#2a7ab9")
-        axes.plot(minutes, [r[2] for r in rows], label="unroutable", color="#d9534f")
+    unit, buckets = rate_buckets(rows)
+    if buckets:
+        times = [b[0] for b in buckets]
+        routed = [b[1] for b in buckets]
+        unroutable = [b[2] for b in buckets]
+        width = {"minute": 60, "hour": 3600, "day": 86400}[unit] / 86400  # days
+        if len(buckets) <= 3:
+            axes.bar(times, routed, width=width * 0.8, align="edge", label="routed",
+                     color="#2a7ab9")  # fmt: skip
+            axes.bar(times, unroutable, width=width * 0.8, align="edge", bottom=routed,
+                     label="unroutable", color="#d9534f")  # fmt: skip
+        else:
+            axes.plot(times, routed, label="routed", color="#2a7ab9", drawstyle="steps-post")
+            axes.plot(times, unroutable, label="unroutable", color="#d9534f",
+                      drawstyle="steps-post")  # fmt: skip
+        start = dates.date2num(times[0])
+        end = dates.date2num(times[-1]) + width
+        margin = (end - start) * 0.02
+        axes.set_xlim(start - margin, end + margin)
+        locator = dates.AutoDateLocator(minticks=3, maxticks=8)
+        axes.xaxis.set_major_locator(locator)
+        axes.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator))
         axes.set_ylim(bottom=0)
         axes.legend(loc="best")
-        figure.autofmt_xdate()
     else:
         _empty(axes)
-    axes.set_ylabel("messages / minute")
+    axes.set_ylabel(f"messages / {unit}")
     axes.set_title("Rates over time (UTC)")
     return Chart("Rates over time", _png(figure))
 

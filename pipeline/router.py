@@ -194,3 +194,75 @@ def _route_rows(
             proposed_exists,
             error,
         )
+
+
+# -- Arrow: keys dictionaries in, routes out ---------------------------------------------------
+
+
+def route_schema() -> Any:
+    """The Arrow schema of routes (``leveret.pipeline.schema.ROUTE_SCHEMA``)."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    return pa.schema(
+        [
+            pa.field("key", pa.int64(), nullable=False),
+            pa.field("queues", pa.list_(pa.string()), nullable=False),
+            pa.field("exchange_exists", pa.bool_(), nullable=False),
+            pa.field("bindings", pa.list_(pa.int64())),
+            pa.field("proposed_queues", pa.list_(pa.string())),
+            pa.field("proposed_exchange_exists", pa.bool_()),
+            pa.field("error", pa.string()),
+        ]
+    )
+
+
+def route_ids(
+    rows: Iterable[Sequence[Any]],
+    current: Topology,
+    proposed: Topology | None = None,
+    bindings: bool = True,
+) -> Iterator[tuple[Any, ...]]:
+    """Routes of ``(key id, vhost, exchange, routing_key, headers)`` rows: one
+    ``(key id, queues, exchange_exists, bindings, proposed_queues, proposed_exchange_exists,
+    error)`` tuple (``ROUTE_SCHEMA``) per row.
+
+    What runs on the driver (:func:`route_table`) and, for many keys, in every Spark
+    partition (``mapPartitions``): the routers are built once per call and every distinct key
+    (several ids may name one) is routed once with :func:`leveret.exchanges.routing.route`.
+    """
+    router = Router(current, bindings=bindings)
+    other = Router(proposed) if proposed is not None else None
+    routed: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # see route_partition
+    try:
+        for ident, *fields in rows:
+            key = tuple(fields)
+            result = routed.get(key)
+            if result is None:
+                (full,) = _route_rows([key], router, other, bindings)
+                result = routed[key] = full[4:]
+            yield (ident, *result)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def route_table(
+    keys: Any, current: Topology, proposed: Topology | None = None, bindings: bool = True
+) -> Any:
+    """Routes (an Arrow table of :func:`route_schema`) of a keys dictionary (an Arrow table:
+    ``key, vhost, exchange, routing_key, headers``), on the driver."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    schema = route_schema()
+    names = ("key", "vhost", "exchange", "routing_key", "headers")
+    rows = zip(*(keys.column(name).to_pylist() for name in names), strict=True)
+    columns: list[list[Any]] = [[] for _ in schema.names]
+    for routed in route_ids(rows, current, proposed, bindings):
+        for column, value in zip(columns, routed, strict=True):
+            column.append(value)
+    return pa.table(
+        [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)],
+        schema=schema,
+    )

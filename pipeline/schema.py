@@ -1,12 +1,17 @@
-"""Explicit Spark schemas: the trace the broker writes, and the pipeline's own row shapes.
+"""Explicit schemas: the traces the broker writes, and the pipeline's own row shapes.
 
-Traces are read with :data:`TRACE_SCHEMA`, never with schema inference (inference scans the
-data once more and guesses differently per file). ``headers`` is read as a *string*: for an
-object, Spark keeps its raw JSON text, which :func:`leveret.pipeline.router.parse_headers` turns
-back into a table with JSON's types (ints stay ints, floats floats, booleans booleans), so
-headers-exchange matching sees the values the broker saw, as far as the trace keeps them
-(``broker/trace.py`` writes them as the management API shows them, ``leveret.fieldtable.amqp_json``:
-bytes as text, decimals as numbers, timestamps as epoch seconds).
+Version 3 traces are Parquet segments (``broker/trace.py``): the pass reads their rows with
+:data:`ROWS_SCHEMA` (five numeric columns) and the strings come from the segments'
+dictionaries, read on the driver (:mod:`leveret.pipeline.inputs`). JSON-lines traces of
+versions 1 and 2 are read whole with :data:`TRACE_SCHEMA`, never with schema inference
+(inference scans the data once more and guesses differently per file).
+
+``headers`` is a *string* everywhere: the JSON text of the table, which
+:func:`leveret.pipeline.router.parse_headers` turns back into a table with JSON's types (ints
+stay ints, floats floats, booleans booleans), so headers-exchange matching sees the values the
+broker saw, as far as the trace keeps them (``broker/trace.py`` writes them as the management
+API shows them, ``leveret.fieldtable.amqp_json``: bytes as text, decimals as numbers,
+timestamps as epoch seconds).
 """
 
 from __future__ import annotations
@@ -17,42 +22,42 @@ from pyspark.sql.types import (
     DoubleType,
     IntegerType,
     LongType,
+    ShortType,
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
-# Trace versions this pipeline reads (broker/trace.py SCHEMA_VERSION). A new version needs
-# its own reader and a test per version.
-SUPPORTED_VERSIONS = frozenset({1, 2})
+# Trace versions this pipeline reads (broker/trace.py SCHEMA_VERSION): version 3 segments, and
+# the JSON-lines traces of versions 1 and 2 (read whole). A new version needs its own reader
+# and a test.
+SEGMENT_VERSION = 3
+JSON_VERSIONS = frozenset({1, 2})
+SUPPORTED_VERSIONS = JSON_VERSIONS | {SEGMENT_VERSION}
 
-# Version 2 message lines, the fields the aggregation needs: Spark's JSON reader skips the
-# others (the strings come once per key from the index), which is what makes the pass cheap.
-MESSAGE_SCHEMA = StructType(
+# Version 3 segment rows (trace-*.parquet): what the pass reads.
+ROWS_COLUMNS = ("ts", "key", "queues", "size", "mode")
+ROWS_SCHEMA = StructType(
     [
-        StructField("v", IntegerType()),
-        StructField("ts", DoubleType()),  # publish time, seconds since the epoch
-        StructField("id", LongType()),  # the key id: a line of the file's key index
+        StructField("ts", TimestampType()),  # publish time (UTC, microseconds)
+        StructField("key", LongType()),  # id of (vhost, exchange, routing key, headers)
+        StructField("queues", LongType()),  # id of the set of queues the broker reached
         StructField("size", LongType()),  # body size
-        StructField("mode", IntegerType()),  # delivery mode
+        StructField("mode", ShortType()),  # delivery mode
     ]
 )
 
-# Version 2 key index lines (keys-*.jsonl).
-KEYS_SCHEMA = StructType(
+# Version 3 segment counts (counts-*.parquet): the rows counted by key, queue set and minute.
+COUNTS_SCHEMA = StructType(
     [
-        StructField("v", IntegerType()),
-        StructField("id", LongType()),
-        StructField("vhost", StringType()),
-        StructField("exchange", StringType()),
-        StructField("key", StringType()),  # the routing key
-        StructField("headers", StringType()),  # raw JSON text of the headers table, or null
-        StructField("queues", ArrayType(StringType())),  # recorded by the broker
+        StructField(name, LongType())
+        for name in ("key", "queues", "minute", "messages", "bytes", "persistent")
     ]
 )
 
-# Every field of both versions, for traces read whole (no index): version 1 names, then the
-# version 2 names that differ (the reader coalesces them).
+# Every field of versions 1 and 2, for JSON-lines traces: version 1 names, then the version 2
+# names that differ (the reader coalesces them).
 TRACE_SCHEMA = StructType(
     [
         StructField("schema_version", IntegerType()),
@@ -71,16 +76,17 @@ TRACE_SCHEMA = StructType(
     ]
 )
 
+# The pass's result, whatever the trace's format: one row per key id, queue set id and minute
+# (minutes since the epoch), with the messages' totals.
+GROUP_COLUMNS = ("key", "queue_set", "minute", "messages", "bytes", "persistent")
+
 # The routing key of a message, as far as routing is concerned.
 KEY_COLUMNS = ("vhost", "exchange", "routing_key", "headers")
 
-# What leveret.pipeline.router.route_partition yields for each distinct key.
+# Routes: one row per key id (leveret.pipeline.router.route_keys).
 ROUTE_SCHEMA = StructType(
     [
-        StructField("vhost", StringType(), False),
-        StructField("exchange", StringType(), False),
-        StructField("routing_key", StringType(), False),
-        StructField("headers", StringType()),
+        StructField("key", LongType(), False),
         StructField("queues", ArrayType(StringType(), False), False),
         StructField("exchange_exists", BooleanType(), False),
         StructField("bindings", ArrayType(LongType(), False)),

@@ -1,26 +1,27 @@
-"""The job's transforms: pure ``DataFrame -> DataFrame`` functions, testable one by one.
+"""The job's Spark transforms: pure ``DataFrame -> DataFrame`` functions, testable one by one.
 
-The data flow (see :mod:`leveret.pipeline.job` for the order in which they run)::
+The data flow (see :mod:`leveret.pipeline.job` for when each runs)::
 
-    message lines ──aggregate_indexed──> counts ──────────────┬── key_totals ──┐
-     (v2: ts, id, size, mode)   (key id, minute)               │    (key)       │
-    key index ─────index_keys──────────> keys ─ distinct_keys ─┼─ route_keys ─> routes
-     (v2: once per key and file)        (key id: strings)      │                │
-                                                minute_routes ─┴─ with_routes ──┤
-    or, without an index (v1, --no-index):                        (per minute)  │
-    whole lines ──aggregate──split_groups──> counts, keys      rates,     with_routes (per
-                                                               queue_rates key: "routed")
-                                                                  per_exchange, per_queue,
-                                                                  per_binding, unroutable,
-                                                                  fanout, recorded_mismatch,
-                                                                  whatif_*
+    segment counts (v3) ──aggregate_counts──┐  (or, with --rows, the segments' rows:
+     (key, queues, minute: totals)         │   aggregate_segments: ts, key, queues, size, mode)
+                                           ├─> groups: (key id, queue set id, minute)
+    JSON lines (v1, v2) ──aggregate_json────┘    messages, bytes, persistent
+     (read whole)    └── dictionaries (strings of each id, collected on the driver)
 
-Traces repeat the same keys endlessly, so the only pass over the raw trace is an aggregation
-(Spark SQL, partial aggregation on the map side): every message becomes a count in its
-``(key id, minute)`` group, and the key's strings come from the broker's key index, once per
-key rather than once per message. Routing happens once per *distinct* key (:func:`route_keys`,
-Python, one router per partition); counts are joined back to the routes, and every report is
-an aggregate over these small tables.
+    dictionaries ── route (driver: leveret.pipeline.router.route_table; many keys:
+                           route_keys, mapPartitions) ──> routes (one row per key id)
+
+    groups + dictionaries + routes:
+       few groups:  to the driver in one action, every table in Arrow (leveret.pipeline.local)
+       many groups: key_totals ("keys") ─┬─ per_exchange, per_queue, per_binding, unroutable,
+                                         │  fanout, recorded_mismatch, whatif_*
+                    minute_routes ───────┴─ rates, queue_rates          (this module)
+
+The only pass over the raw trace is an aggregation on numbers (Spark SQL, partial aggregation
+on the map side, column-pruned Parquet): every message becomes a count in its
+``(key id, queue set id, minute)`` group; the strings come from the segments' dictionaries,
+once per key instead of once per message. JSON-lines traces (versions 1 and 2) are grouped by
+their strings instead, and given ids here (``xxhash64``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
-from leveret.pipeline.router import KeyRow, route_partition
+from leveret.pipeline.router import route_ids
 from leveret.pipeline.schema import (
     BINDING_SCHEMA,
     EXCHANGE_SCHEMA,
@@ -43,6 +44,9 @@ from leveret.pipeline.schema import (
 from leveret.pipeline.topology import DEFAULT_VHOST, Topology
 
 KEY = list(KEY_COLUMNS)
+# Words of a routing key holding a digit (shown as * in the unroutable report); the same
+# pattern as leveret.pipeline.local.KEY_PATTERN.
+KEY_PATTERN = r"[^.]*[0-9][^.]*"
 
 
 def sum0(column: Column | str) -> Column:
@@ -50,19 +54,11 @@ def sum0(column: Column | str) -> Column:
     return sf.coalesce(sf.sum(column), sf.lit(0).cast("long"))
 
 
-# -- extract-side shaping ----------------------------------------------------------------------
-#
-# The pass over the trace yields two tables, whichever way the trace is read:
-#   counts: (schema_version, id, minute, messages, bytes, persistent), one row per key and minute
-#   keys:   (id, vhost, exchange, routing_key, headers, recorded), one row per key id
-
-
-def _minute(minute_index: Column) -> Column:
-    return sf.timestamp_seconds(minute_index * 60).alias("minute")
+# -- the pass ----------------------------------------------------------------------------------
 
 
 def _message_totals(size: Column, mode: Column) -> list[Column]:
-    """Messages, bytes and persistent messages of a group of trace lines."""
+    """Messages, bytes and persistent messages of a group of trace rows."""
     return [
         sf.count(sf.lit(1)).alias("messages"),
         sum0(size).alias("bytes"),
@@ -70,61 +66,31 @@ def _message_totals(size: Column, mode: Column) -> list[Column]:
     ]
 
 
-def _key_columns(vhost: Column, exchange: Column, routing_key: Column) -> list[Column]:
-    """A key's vhost, exchange and routing key with the defaults of a missing field
-    (``/``, ``""``, ``""``)."""
-    return [
-        sf.coalesce(vhost, sf.lit(DEFAULT_VHOST)).alias("vhost"),
-        sf.coalesce(exchange, sf.lit("")).alias("exchange"),
-        sf.coalesce(routing_key, sf.lit("")).alias("routing_key"),
-    ]
-
-
-def aggregate_indexed(messages: DataFrame) -> DataFrame:
-    """``counts`` from version 2 message lines (:data:`~pipeline.schema.MESSAGE_SCHEMA`).
-
-    Groups on numbers only (version, key id, minute): the key's strings come from the index
-    (:func:`index_keys`), once per key instead of once per message.
-    """
-    minute_index = sf.floor(sf.col("ts") / 60).alias("minute_index")
-    counted = messages.groupBy("v", "id", minute_index).agg(
+def aggregate_segments(rows: DataFrame) -> DataFrame:
+    """Groups from version 3 segment rows (:data:`~leveret.pipeline.schema.ROWS_SCHEMA`):
+    numbers only, the strings are in the dictionaries."""
+    minute = sf.floor(sf.unix_micros("ts") / 60_000_000).alias("minute")
+    return rows.groupBy("key", sf.col("queues").alias("queue_set"), minute).agg(
         *_message_totals(sf.col("size"), sf.col("mode"))
     )
-    return counted.select(
-        sf.col("v").alias("schema_version"),
-        "id",
-        _minute(sf.col("minute_index")),
-        "messages",
-        "bytes",
-        "persistent",
+
+
+def aggregate_counts(counts: DataFrame) -> DataFrame:
+    """Groups from version 3 segment counts (:data:`~leveret.pipeline.schema.COUNTS_SCHEMA`):
+    the recorder's per-segment counts, summed (segments may share a minute)."""
+    return counts.groupBy("key", sf.col("queues").alias("queue_set"), "minute").agg(
+        *(sum0(c).alias(c) for c in ("messages", "bytes", "persistent"))
     )
 
 
-def index_keys(index: DataFrame) -> DataFrame:
-    """``keys`` from version 2 key index lines (:data:`~pipeline.schema.KEYS_SCHEMA`).
+def aggregate_json(trace: DataFrame) -> DataFrame:
+    """Key-minute groups with their strings from JSON-lines traces read whole
+    (:data:`~leveret.pipeline.schema.TRACE_SCHEMA`, versions 1 and 2): ``schema_version``,
+    ``key`` and ``queue_set`` ids (``xxhash64`` of the strings), the key's strings,
+    ``recorded``, ``minute`` and the totals. Cache it: the groups (:data:`GROUP_COLUMNS`) and
+    the dictionaries both come from it.
 
-    Every file indexes the keys it uses, so a key appears once per file: identical lines
-    collapse here. Two different keys with one id (a hash collision, or a hand-edited index)
-    stay two rows: their messages then count twice in :func:`key_totals`, which is how the
-    job notices (its totals no longer add up to the lines counted).
-    """
-    return index.select(
-        "id",
-        *_key_columns(sf.col("vhost"), sf.col("exchange"), sf.col("key")),
-        "headers",
-        sf.array_sort("queues").alias("recorded"),
-    ).distinct()
-
-
-def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
-    """Key-minute groups from trace lines read whole (:data:`~pipeline.schema.TRACE_SCHEMA`):
-    version 1 traces, or version 2 without an index. :func:`split_groups` makes them
-    ``(counts, keys)``; cache the groups first, both come from them.
-
-    Groups the columns as read and cleans up after, on the groups: a missing vhost is ``/``,
-    a missing exchange or routing key ``""``, a missing body size 0. With ``recorded``, the
-    broker's recorded queue list is part of the key. The key id is a 64-bit hash of the key's
-    columns.
+    A missing vhost is ``/``, a missing exchange or routing key ``""``, a missing body size 0.
     """
     version = sf.coalesce(sf.col("v"), sf.col("schema_version")).alias("schema_version")
     groups = [
@@ -133,75 +99,29 @@ def aggregate(trace: DataFrame, recorded: bool = True) -> DataFrame:
         sf.col("exchange"),
         sf.coalesce(sf.col("key"), sf.col("routing_key")).alias("routing_key"),
         sf.col("headers"),
-        sf.floor(sf.col("ts") / 60).alias("minute_index"),
+        sf.floor(sf.col("ts") / 60).alias("minute"),
+        sf.col("queues"),
     ]
-    if recorded:
-        groups.append(sf.col("queues"))
     counted = trace.groupBy(*groups).agg(
         *_message_totals(
             sf.coalesce(sf.col("size"), sf.col("body_size")),
             sf.coalesce(sf.col("mode"), sf.col("delivery_mode")),
         )
     )
-    queues = sf.array_sort("queues") if recorded else sf.lit(None).cast("array<string>")
-    return counted.select(
+    recorded = sf.coalesce(sf.array_sort("queues"), sf.array().cast("array<string>"))
+    out = counted.select(
         "schema_version",
-        *_key_columns(sf.col("vhost"), sf.col("exchange"), sf.col("routing_key")),
+        sf.coalesce(sf.col("vhost"), sf.lit(DEFAULT_VHOST)).alias("vhost"),
+        sf.coalesce(sf.col("exchange"), sf.lit("")).alias("exchange"),
+        sf.coalesce(sf.col("routing_key"), sf.lit("")).alias("routing_key"),
         "headers",
-        queues.alias("recorded"),
-        _minute(sf.col("minute_index")),
+        recorded.alias("recorded"),
+        sf.col("minute").cast("long").alias("minute"),
         "messages",
         "bytes",
         "persistent",
-    ).withColumn("id", sf.xxhash64(*KEY, "recorded"))
-
-
-def split_groups(groups: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``(counts, keys)`` of :func:`aggregate`'s groups."""
-    counts = groups.select("schema_version", "id", "minute", "messages", "bytes", "persistent")
-    return counts, groups.select("id", *KEY, "recorded").distinct()
-
-
-def versions(counts: DataFrame) -> DataFrame:
-    """Per trace schema version: messages and key-minute groups (one small action)."""
-    return counts.groupBy("schema_version").agg(
-        sum0("messages").alias("messages"), sf.count(sf.lit(1)).alias("groups")
     )
-
-
-def key_totals(counts: DataFrame, keys: DataFrame) -> DataFrame:
-    """Per key (and recorded queue list): totals over the whole trace, first and last minute.
-
-    Groups by the key's columns, not its id: keys that differ only in what ``keys`` no longer
-    tells apart (``recorded`` left out) are one row.
-    """
-
-    def totals(first: str, last: str) -> list[Column]:
-        return [
-            *(sum0(c).alias(c) for c in ("messages", "bytes", "persistent")),
-            sf.min(first).alias("first_minute"),
-            sf.max(last).alias("last_minute"),
-        ]
-
-    per_id = counts.groupBy("id").agg(*totals("minute", "minute"))
-    joined = per_id.join(sf.broadcast(keys), "id")
-    return joined.groupBy(*KEY, "recorded").agg(*totals("first_minute", "last_minute"))
-
-
-def minute_routes(counts: DataFrame, keys: DataFrame, routes: DataFrame) -> DataFrame:
-    """``counts`` (per key id and minute) with the key's vhost, ``queues`` and ``fanout``:
-    what the per-minute reports need.
-
-    The routes are first attached to the key ids (one row per key), so the many key-minute
-    groups join a small broadcast table on one number instead of on the key's strings.
-    """
-    by_id = with_routes(keys.select("id", *KEY), routes).select("id", "vhost", "queues", "fanout")
-    return counts.join(sf.broadcast(by_id), "id")
-
-
-def distinct_keys(keys: DataFrame) -> DataFrame:
-    """The distinct ``(vhost, exchange, routing_key, headers)``: what gets routed."""
-    return keys.select(*KEY).distinct()
+    return out.withColumn("key", sf.xxhash64(*KEY)).withColumn("queue_set", sf.xxhash64("recorded"))
 
 
 # -- routing -----------------------------------------------------------------------------------
@@ -214,47 +134,94 @@ def route_keys(
     bindings: bool = True,
     partitions: int | None = None,
 ) -> DataFrame:
-    """Route each distinct key with ``leveret.exchanges.routing.route`` (``ROUTE_SCHEMA`` rows).
-
-    Runs :func:`leveret.pipeline.router.route_partition` with ``mapPartitions``: every partition
-    builds its routers once from the broadcast topologies.
-    """
+    """Routes (``ROUTE_SCHEMA``) of a keys dictionary (``key, vhost, exchange, routing_key,
+    headers``) in Spark, for many distinct keys: ``mapPartitions`` runs
+    :func:`leveret.pipeline.router.route_ids` per partition, which builds its routers once from
+    the broadcast topologies and routes each key with the broker's own function."""
     spark = keys.sparkSession
     if partitions is not None:
-        # One partition (the usual case) needs no shuffle: gather the cached keys.
-        keys = keys.coalesce(1) if partitions == 1 else keys.repartition(partitions)
+        keys = keys.repartition(partitions)
 
-    def route_rows(rows: Iterable[KeyRow]) -> Iterator[tuple[Any, ...]]:
-        return route_partition(
+    def route(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+        return route_ids(
             rows,
             current.value,
             proposed.value if proposed is not None else None,
             bindings=bindings,
         )
 
-    rdd = keys.select(*KEY).rdd.map(tuple).mapPartitions(route_rows)
+    rdd = keys.select("key", *KEY).rdd.map(tuple).mapPartitions(route)
     return spark.createDataFrame(rdd, ROUTE_SCHEMA)
 
 
-def with_routes(counts: DataFrame, routes: DataFrame) -> DataFrame:
-    """``counts`` (one row per key) joined with their routes.
+# -- the per-key and per-minute tables ---------------------------------------------------------
 
-    Adds ``queues``, ``fanout`` (queues reached, 0 = unroutable), ``exchange_exists``,
-    ``bindings``, ``proposed_queues``, ``proposed_fanout``, ``proposed_exchange_exists``.
-    Null headers join null headers.
+
+def key_totals(
+    groups: DataFrame,
+    keys: DataFrame,
+    queue_sets: DataFrame,
+    routes: DataFrame,
+    recorded: bool = True,
+) -> DataFrame:
+    """The ``keys`` table: per key (vhost, exchange, routing key, headers) and recorded queue
+    set, the totals, first and last minute, and the routes (the columns of
+    :func:`leveret.pipeline.local.key_totals`).
+
+    Groups by the key's strings, not its ids: traces of several formats give one key several
+    ids.
     """
-    condition = [counts[c].eqNullSafe(routes[c]) for c in KEY]
-    joined = counts.join(routes, condition, "inner")
-    return joined.select(
-        counts["*"],
-        routes["queues"],
-        sf.size(routes["queues"]).alias("fanout"),
-        routes["exchange_exists"],
-        routes["bindings"],
-        routes["proposed_queues"],
-        sf.size(routes["proposed_queues"]).alias("proposed_fanout"),
-        routes["proposed_exchange_exists"],
-        routes["error"],
+    per_id = groups.groupBy("key", "queue_set").agg(
+        *(sum0(c).alias(c) for c in ("messages", "bytes", "persistent")),
+        sf.min("minute").alias("first"),
+        sf.max("minute").alias("last"),
+    )
+    joined = per_id.join(sf.broadcast(keys), "key").join(sf.broadcast(routes), "key")
+    if recorded:
+        joined = joined.join(sf.broadcast(queue_sets), "queue_set")
+    else:
+        joined = joined.withColumn("recorded", sf.lit(None).cast("array<string>"))
+    route_columns = ["queues", "exchange_exists", "bindings", "proposed_queues"]
+    route_columns += ["proposed_exchange_exists", "error"]
+    totals = joined.groupBy(*KEY, "recorded").agg(
+        *(sum0(c).alias(c) for c in ("messages", "bytes", "persistent")),
+        sf.timestamp_seconds(sf.min("first") * 60).alias("first_minute"),
+        sf.timestamp_seconds(sf.max("last") * 60).alias("last_minute"),
+        *(sf.first(c).alias(c) for c in route_columns),
+    )
+    return totals.select(
+        *KEY,
+        "recorded",
+        "messages",
+        "bytes",
+        "persistent",
+        "first_minute",
+        "last_minute",
+        "queues",
+        sf.size("queues").alias("fanout"),
+        "exchange_exists",
+        "bindings",
+        "proposed_queues",
+        sf.size("proposed_queues").alias("proposed_fanout"),
+        "proposed_exchange_exists",
+        "error",
+    )
+
+
+def minute_routes(groups: DataFrame, keys: DataFrame, routes: DataFrame) -> DataFrame:
+    """Per group: minute (a timestamp), vhost, messages, bytes, and the key's routed queues
+    and fan-out: what the per-minute reports need (the routes joined on the key id, a
+    broadcast of one row per key)."""
+    by_id = routes.join(keys.select("key", "vhost"), "key").select(
+        "key", "vhost", "queues", sf.size("queues").alias("fanout")
+    )
+    return groups.join(sf.broadcast(by_id), "key").select(
+        sf.timestamp_seconds(sf.col("minute") * 60).alias("minute"),
+        "vhost",
+        "messages",
+        "bytes",
+        "queues",
+        "fanout",
     )
 
 
@@ -267,9 +234,7 @@ def key_pattern(routing_key: Column) -> Column:
     ``order.42.created`` and ``order.7.created`` both become ``order.*.created``, so
     unroutable traffic groups by the shape of its keys rather than by id.
     """
-    words = sf.split(routing_key, r"\.", -1)
-    masked = sf.transform(words, lambda w: sf.when(w.rlike("[0-9]"), sf.lit("*")).otherwise(w))
-    return sf.array_join(masked, ".")
+    return sf.regexp_replace(routing_key, KEY_PATTERN, "*")
 
 
 def traffic() -> list[Column]:

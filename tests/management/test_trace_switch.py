@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import aio_pika
+
+from leveret.trace import read_messages, segment_files
 
 from .helpers import Mgmt
 
@@ -27,11 +28,7 @@ async def test_trace_switch_records_publishes(mgmt: Mgmt, tmp_path: Path) -> Non
     status, _ = await mgmt.request("PUT", "leveret", "trace", body={"enabled": True})
     assert status == 400  # no directory configured
 
-    lines = [
-        json.loads(line)
-        for path in sorted((tmp_path / "trace").glob("trace-*.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
+    lines = [m for s in segment_files([tmp_path / "trace"]) for m in read_messages(s)]
     assert [(r["key"], r["size"], r["queues"]) for r in lines] == [
         (queue.name, 7, [queue.name]),
         ("nowhere", 1, []),

@@ -224,10 +224,20 @@ def write_trace(directory: Path, records: Sequence[Mapping[str, Any]], files: in
     return directory
 
 
+def _v2_fragment(vhost: str, exchange: str, key: str, headers: str | None, queues: Any) -> str:
+    dumps = json.dumps
+    headers_part = f',"headers":{headers}' if headers is not None else ""
+    return (
+        f'"vhost":{dumps(vhost)},"exchange":{dumps(exchange)},"key":{dumps(key)}'
+        f'{headers_part},"queues":{dumps(sorted(queues))}'
+    )
+
+
 def write_trace_v2(directory: Path, records: Sequence[Mapping[str, Any]], files: int = 2) -> Path:
-    """The same records as :func:`write_trace`, as the broker writes version 2: lines from
-    ``leveret.trace.message_line`` and a ``keys-*.jsonl`` index per ``trace-*.jsonl``."""
-    from leveret.trace import KeyIndex, message_line
+    """The same records as :func:`write_trace`, as brokers before version 3 wrote them:
+    version 2 lines and a ``keys-*.jsonl`` index per ``trace-*.jsonl`` (the pipeline reads
+    the lines whole and ignores the index)."""
+    import hashlib
 
     directory.mkdir(parents=True, exist_ok=True)
     size = max(1, -(-len(records) // files))
@@ -235,21 +245,57 @@ def write_trace_v2(directory: Path, records: Sequence[Mapping[str, Any]], files:
         chunk = records[i * size : (i + 1) * size]
         if not chunk:
             continue
-        index = KeyIndex()
+        index: dict[str, int] = {}
         lines = []
         for r in chunk:
             headers = r.get("headers")
-            fields = (
+            fragment = _v2_fragment(
                 r.get("vhost", "/"),
                 r["exchange"],
                 r["routing_key"],
                 json.dumps(headers, separators=(",", ":")) if headers is not None else None,
-                tuple(r.get("queues", ())),
+                r.get("queues", ()),
             )
-            ident, fragment = index.lookup(fields)
+            digest = hashlib.blake2b(fragment.encode(), digest_size=8).digest()
+            ident = index.setdefault(fragment, int.from_bytes(digest, "big") >> 11)
             mode = r.get("delivery_mode")
-            lines.append(message_line(r["ts"], ident, r.get("body_size", 0), mode, fragment))
+            mode_part = f',"mode":{mode}' if mode is not None else ""
+            lines.append(
+                f'{{"v":2,"ts":{r["ts"]:.6f},"id":{ident},"size":{r.get("body_size", 0)}'
+                f"{mode_part},{fragment}}}"
+            )
         name = f"20251122T000000-{i + 1:04d}.jsonl"
         (directory / f"trace-{name}").write_text("".join(line + "\n" for line in lines))
-        (directory / f"keys-{name}").write_text("".join(line + "\n" for line in index.pending))
+        (directory / f"keys-{name}").write_text(
+            "".join(f'{{"v":2,"id":{i},{f}}}\n' for f, i in index.items())
+        )
+    return directory
+
+
+def write_segments(directory: Path, records: Sequence[Mapping[str, Any]], files: int = 2) -> Path:
+    """The same records as :func:`write_trace`, as the broker writes them now: version 3
+    segments (``trace-*.parquet`` with their ``keys-*.parquet``), through the recorder's own
+    ``leveret.trace.Segment``."""
+    from leveret.trace import Segment
+
+    directory.mkdir(parents=True, exist_ok=True)
+    size = max(1, -(-len(records) // files))
+    for i in range(files):
+        chunk = records[i * size : (i + 1) * size]
+        if not chunk:
+            continue
+        segment = Segment(directory / f"trace-20251122T000000-{i + 1:04d}.parquet")
+        for r in chunk:
+            headers = r.get("headers")
+            segment.add(
+                r["ts"],
+                r.get("vhost", "/"),
+                r["exchange"],
+                r["routing_key"],
+                json.dumps(headers, separators=(",", ":")) if headers is not None else None,
+                r.get("body_size", 0),
+                r.get("delivery_mode"),
+                r.get("queues", ()),
+            )
+        segment.close()
     return directory

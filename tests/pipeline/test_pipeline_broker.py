@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from broker_traffic import EXPECTED_QUEUES, EXPECTED_UNROUTABLE, PUBLISHED, record_traffic
 from pyspark.sql import SparkSession
@@ -21,6 +22,7 @@ from pyspark.sql import SparkSession
 from leveret.pipeline import job
 from leveret.storage.logtools import read_log
 from leveret.storage.records import event_to_json
+from leveret.trace import read_dictionary, read_messages, segment_files
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,27 +30,19 @@ pytestmark = pytest.mark.timeout(180)
 def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
     data_dir, trace_dir, out = tmp_path / "data", tmp_path / "trace", tmp_path / "out"
     record_traffic(data_dir, trace_dir)
-    lines = [
-        json.loads(line)
-        for path in sorted(trace_dir.glob("trace-*.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
+    segments = segment_files([trace_dir])
+    assert segments and not list(trace_dir.glob("*.part"))  # closed when the broker stopped
+    lines = [message for segment in segments for message in read_messages(segment)]
     assert len(lines) == sum(n for n, *_ in PUBLISHED)
-    assert {line["v"] for line in lines} == {2}
     assert all(line["mode"] == 2 and "body" not in line for line in lines)
-    # Every line's key is in its file's index, with the line's own fields, once per file.
-    key_fields = ("vhost", "exchange", "key", "headers", "queues")
-    for path in sorted(trace_dir.glob("trace-*.jsonl")):
-        index_lines = (path.parent / ("keys-" + path.name[6:])).read_text().splitlines()
-        index = {entry["id"]: entry for entry in map(json.loads, index_lines)}
-        assert len(index) == len(index_lines)
-        used = [json.loads(line) for line in path.read_text().splitlines()]
-        for line in used:
-            assert {f: line.get(f) for f in key_fields} == {
-                f: index[line["id"]].get(f) for f in key_fields
-            }
-        assert {line["id"] for line in used} == set(index)
-    assert len({line["id"] for line in lines}) == len(PUBLISHED)
+    published = [(e, k, h) for n, e, k, h in PUBLISHED for _ in range(n)]
+    assert [(m["exchange"], m["key"], m.get("headers")) for m in lines] == published
+    # Every row's key and queue set is in its segment's dictionary, which holds nothing else.
+    for segment in segments:
+        keys, queue_sets = read_dictionary(segment)
+        rows = pq.read_table(segment)
+        assert set(rows.column("key").to_pylist()) == set(keys)
+        assert set(rows.column("queues").to_pylist()) == set(queue_sets)
 
     # What `leveret analyze --topology DATA_DIR` does: read the binding log through storage.
     dump = [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
@@ -58,7 +52,7 @@ def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
     assert job.run_args(args, topology=dump) == 0
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["indexed"] is True
+    assert summary["tables_on"] == "driver"
     assert summary["messages"] == sum(n for n, *_ in PUBLISHED)
     assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
     assert summary["bytes"] == sum(10 * n + n * (n - 1) // 2 for n, *_ in PUBLISHED)
@@ -81,24 +75,23 @@ def test_broker_trace_analysed(spark: SparkSession, tmp_path: Path) -> None:
     assert summary["recorded_mismatch_messages"] == 20
 
 
-def test_broker_trace_read_whole_gives_the_same_answers(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """``--no-index`` reads every field of every line: every table equals the indexed read's."""
+def test_broker_trace_in_spark_gives_the_same_answers(spark: SparkSession, tmp_path: Path) -> None:
+    """Routed and derived in Spark (as for many keys and groups) or on the driver (the
+    usual case): every table is the same."""
     data_dir, trace_dir = tmp_path / "data", tmp_path / "trace"
     record_traffic(data_dir, trace_dir)
     dump = [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
     outs = {}
-    for flag in ([], ["--no-index"]):
-        out = tmp_path / ("whole" if flag else "indexed")
-        argv = ["--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out), *flag]
+    for flags in ([], ["--driver-keys", "0", "--driver-groups", "0"]):
+        out = tmp_path / ("spark" if flags else "driver")
+        argv = ["--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out), *flags]
         assert job.run_args(job.build_parser().parse_args(argv), topology=dump) == 0
-        outs[bool(flag)] = out
-    assert json.loads((outs[False] / "summary.json").read_text())["indexed"] is True
-    assert json.loads((outs[True] / "summary.json").read_text())["indexed"] is False
+        outs[bool(flags)] = out
+    assert json.loads((outs[False] / "summary.json").read_text())["tables_on"] == "driver"
+    assert json.loads((outs[True] / "summary.json").read_text())["tables_on"] == "spark"
     tables = sorted(path.name for path in outs[False].iterdir() if path.is_dir())
     assert len(tables) == 9
     for table in tables:
-        indexed = spark.read.parquet(str(outs[False] / table))
-        whole = spark.read.parquet(str(outs[True] / table))
-        assert sorted(map(repr, indexed.collect())) == sorted(map(repr, whole.collect())), table
+        driver = spark.read.parquet(str(outs[False] / table))
+        in_spark = spark.read.parquet(str(outs[True] / table))
+        assert sorted(map(repr, driver.collect())) == sorted(map(repr, in_spark.collect())), table

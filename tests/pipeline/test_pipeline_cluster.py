@@ -1,9 +1,11 @@
-"""The same job on a Spark cluster: a standalone master and worker, executors in their own JVMs.
+"""The same job on a Spark cluster: a standalone master and two workers, executors in their
+own JVMs, and the same tables as a local run.
 
 The cluster is Spark's own standalone one (``spark-class ...Master`` and ``...Worker``, from
 the PySpark install), on 127.0.0.1. Its executors run Python from a virtual environment that
-has PySpark but not Leveret, as a cluster node would: the routing there can only import
-``pipeline`` and ``exchanges`` from the archive the driver ships (``job.ship_packages``).
+has PySpark but not Leveret, as a cluster node would: when they route (many keys: forced
+here with ``--driver-keys 0``) they can only import ``pipeline`` and ``exchanges`` from the
+archive the driver ships (``job.ship_packages``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ import pytest
 from broker_traffic import EXPECTED_QUEUES, EXPECTED_UNROUTABLE, PUBLISHED, record_traffic
 from pyspark.sql import SparkSession
 
+from leveret.pipeline import job
+from leveret.storage.logtools import read_log
+from leveret.storage.records import event_to_json
+
 SPARK_HOME = Path(__import__("pyspark").__file__).parent
 BIN = Path(sys.executable).parent
 
-# A master, a worker, an executor and the driver: four JVMs.
-pytestmark = pytest.mark.timeout(300)
+# A master, two workers, their executors and the driver: six JVMs, three runs.
+pytestmark = pytest.mark.timeout(420)
 
 
 def _free_port() -> int:
@@ -58,7 +64,8 @@ def _wait_for(log: Path, text: str, process: subprocess.Popen[bytes], seconds: f
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A standalone master with one worker (2 cores); yields its URL and the worker's dir."""
+    """A standalone master with two workers (one core each); yields its URL and the
+    workers' directory."""
     root = tmp_path_factory.mktemp("cluster")
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -68,12 +75,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
             *(spark_class, "org.apache.spark.deploy.master.Master"),
             *("--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"),
         ],
-        "worker": [
-            *(spark_class, "org.apache.spark.deploy.worker.Worker", url),
-            *("--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", "0"),
-            *("--work-dir", str(root / "work")),
-        ],
     }
+    for worker in ("worker1", "worker2"):
+        daemons[worker] = [
+            *(spark_class, "org.apache.spark.deploy.worker.Worker", url),
+            *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0"),
+            *("--work-dir", str(root / "work" / worker)),
+        ]
     running: list[subprocess.Popen[bytes]] = []
     try:
         for name, argv in daemons.items():
@@ -87,7 +95,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
                         start_new_session=True,  # the worker's executors go with it
                     )
                 )
-        _wait_for(root / "worker.log", "Successfully registered with master", running[1], 120)
+        for name, process in zip(daemons, running, strict=True):
+            if name != "master":
+                _wait_for(root / f"{name}.log", "Successfully registered with master", process, 120)
         yield url, root / "work"
     finally:
         for process in reversed(running):
@@ -107,6 +117,14 @@ def _python_without_leveret(root: Path) -> Path:
     return root / "bin" / "python"
 
 
+def _tables(spark: SparkSession, out: Path) -> dict[str, list[str]]:
+    return {
+        path.name: sorted(map(repr, spark.read.parquet(str(path)).collect()))
+        for path in sorted(out.iterdir())
+        if path.is_dir()
+    }
+
+
 def test_leveret_analyze_on_a_standalone_cluster(
     cluster: tuple[str, Path], spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -118,31 +136,49 @@ def test_leveret_analyze_on_a_standalone_cluster(
         )
         assert (probe.returncode == 0) is importable, module
 
-    data_dir, trace_dir, out = tmp_path / "data", tmp_path / "trace", tmp_path / "out"
+    data_dir, trace_dir = tmp_path / "data", tmp_path / "trace"
     record_traffic(data_dir, trace_dir)
-    done = subprocess.run(
-        [
-            str(BIN / "leveret"),
-            "analyze",
-            *("--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out)),
-            *("--master", url, "--conf", "spark.ui.enabled=false"),
-            *("--conf", "spark.executor.memory=512m"),
-        ],
-        cwd=tmp_path,
-        env={**_spark_env(), "PYSPARK_PYTHON": str(executor_python)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    local_out = tmp_path / "local"
+    argv = ["--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(local_out)]
+    dump = [event_to_json(vhost, event) for vhost, event in read_log(data_dir / "definitions.log")]
+    assert job.run_args(job.build_parser().parse_args(argv), topology=dump) == 0
+    expected = _tables(spark, local_out)
+    assert len(expected) == 9
 
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["messages"] == sum(n for n, *_ in PUBLISHED)
-    assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
-    queues = spark.read.parquet(str(out / "queues")).collect()
-    assert {row["queue"]: row["messages"] for row in queues} == EXPECTED_QUEUES
-    # The routing ran in the worker's executor, from the archive the driver shipped.
-    (app,) = work.iterdir()
-    assert list(app.glob("*/leveret-pipeline-*.zip"))
-    assert "Running task" in (app / "0" / "stderr").read_text()
+    # The usual way (routes and tables on the driver, the pass on the executors), then with
+    # the routing in the executors' Python and the tables as Spark queries.
+    for name, flags in (
+        ("cluster", []),
+        ("in-spark", ["--driver-keys", "0", "--driver-groups", "0"]),
+    ):
+        out = tmp_path / name
+        done = subprocess.run(
+            [
+                str(BIN / "leveret"),
+                "analyze",
+                *("--trace", str(trace_dir), "--topology", str(data_dir), "--out", str(out)),
+                *("--master", url, "--conf", "spark.executor.memory=512m", *flags),
+            ],
+            cwd=tmp_path,
+            env={**_spark_env(), "PYSPARK_PYTHON": str(executor_python)},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["messages"] == sum(n for n, *_ in PUBLISHED)
+        assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
+        assert summary["tables_on"] == ("spark" if flags else "driver")
+        queues = spark.read.parquet(str(out / "queues")).collect()
+        assert {row["queue"]: row["messages"] for row in queues} == EXPECTED_QUEUES
+        assert _tables(spark, out) == expected, name
+
+    # Both workers ran executors, and the routing ran in them, from the archive the driver
+    # shipped.
+    apps = sorted(work.glob("worker*/app-*"))
+    assert {path.parent.name for path in apps} == {"worker1", "worker2"}
+    assert any(list(app.glob("*/leveret-pipeline-*.zip")) for app in apps)
+    stderr = "".join(p.read_text() for p in work.glob("worker*/app-*/*/stderr"))
+    assert "Running task" in stderr

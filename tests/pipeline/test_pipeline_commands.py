@@ -95,7 +95,7 @@ def _check_summary(out: Path) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     assert summary["messages"] == sum(n for n, *_ in PUBLISHED)
     assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
-    assert summary["indexed"] is True
+    assert summary["tables_on"] == "driver"
     assert (out / "report.html").stat().st_size > 0
     return summary
 
@@ -123,6 +123,9 @@ def test_leveret_analyze_and_spark_submit(spark: SparkSession, tmp_path: Path) -
         assert f"[{stage}/5]" in done.stderr
     assert "analysed 60 messages" in done.stderr
     summary = _check_summary(analyzed)
+    page = (analyzed / "report.html").read_text()
+    assert f"topology: <code>{data_dir} (Leveret data dir)</code>" in page  # not "dump"
+    assert f"proposed: <code>{proposed}</code>" in page
     assert {key: summary["whatif"][key] for key in EXPECTED_WHATIF} == EXPECTED_WHATIF
     rows = spark.read.parquet(str(analyzed / "whatif_queues")).collect()
     changed = {
@@ -152,3 +155,51 @@ def test_leveret_analyze_and_spark_submit(spark: SparkSession, tmp_path: Path) -
         ours = spark.read.parquet(str(submitted / table)).collect()
         theirs = spark.read.parquet(str(analyzed / table)).collect()
         assert sorted(map(repr, ours)) == sorted(map(repr, theirs)), table
+
+
+def _wrong(tmp_path: Path, name: str, content: str | bytes | None) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("missing-trace", "--trace {tmp}/nothing: no such file or directory"),
+        ("not-a-trace", "--trace {tmp}/notes.txt: not a Leveret trace"),
+        ("missing-topology", "--topology {tmp}/nothing.json: no such file or directory"),
+        ("bad-definitions", "--topology {tmp}/definitions.json: line 1: not JSON"),
+    ],
+)
+def test_leveret_analyze_refuses_bad_inputs_before_spark(
+    tmp_path: Path, case: str, error: str
+) -> None:
+    """One line, exit status 2, and no JVM started (so it answers in about a second)."""
+    trace = _wrong(tmp_path, "trace-20251122T000000-0001.jsonl", '{"v": 2, "ts": 1}\n')
+    topology = _wrong(tmp_path, "topology.jsonl", "")
+    if case == "missing-trace":
+        trace = str(tmp_path / "nothing")
+    elif case == "not-a-trace":
+        trace = _wrong(tmp_path, "notes.txt", "hello, world\n")
+    elif case == "missing-topology":
+        topology = str(tmp_path / "nothing.json")
+    else:
+        topology = _wrong(tmp_path, "definitions.json", "{not json")
+    argv = [str(BIN / "leveret"), "analyze", "--trace", trace, "--topology", topology]
+    done = subprocess.run(
+        [*argv, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line[:2].isdigit()]
+    assert lines == ["error: " + error.format(tmp=tmp_path)] or (
+        len(lines) == 1 and lines[0].startswith("error: " + error.format(tmp=tmp_path))
+    ), done.stderr
+    assert "Spark" not in done.stderr and "log4j" not in done.stderr

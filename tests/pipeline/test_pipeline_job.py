@@ -1,8 +1,10 @@
 """The whole job on a synthetic trace with known counts: reports, what-if, Parquet, HTML.
 
-One job run per trace format (module fixture) through ``main(argv)``, as ``spark-submit
-pipeline/job.py`` would call it; every test then reads the tables it wrote. The formats: the
-broker's version 2 lines with their key index, and version 1 lines (read whole).
+One job run per trace format and way of working (module fixture) through ``main(argv)``, as
+``spark-submit pipeline/job.py`` would call it; every test then reads the tables it wrote.
+The formats: the broker's version 3 segments, with the keys routed and the tables derived on
+the driver (the usual case) or both in Spark (many keys, many groups: forced here with
+``--driver-keys 0 --driver-groups 0``), and the JSON lines of versions 2 and 1 (read whole).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pipeline_helpers import (
     SHOP_EVENTS,
     shop_records,
     write_dump,
+    write_segments,
     write_trace,
     write_trace_v2,
 )
@@ -40,13 +43,19 @@ from leveret.pipeline.topology import SourceError
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module", params=["v2-indexed", "v1"])
-def out(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Path:
-    base = tmp_path_factory.mktemp("job")
-    writer = write_trace_v2 if request.param == "v2-indexed" else write_trace
-    trace = writer(base / "trace", shop_records(), files=3)
+WRITERS = {
+    "v3": write_segments,
+    "v3-spark": write_segments,
+    "v2": write_trace_v2,
+    "v1": write_trace,
+}
+# Routes and tables in Spark, from every row of the segments rather than their counts.
+IN_SPARK = ["--driver-keys", "0", "--driver-groups", "0", "--rows"]
+
+
+def run_shop(base: Path, writer: str, *flags: str) -> Path:
+    """The shop traffic as ``writer`` writes it, analysed with the proposal; returns OUT."""
+    trace = WRITERS[writer](base / "trace", shop_records(), files=3)
     current = write_dump(base / "current.jsonl", SHOP_EVENTS)
     proposed = write_dump(base / "proposed.jsonl", PROPOSED_EVENTS)
     status = job.main(
@@ -55,12 +64,27 @@ def out(
             "--topology", str(current),
             "--proposed", str(proposed),
             "--out", str(base / "out"),
+            *flags,
         ]
     )  # fmt: skip
     assert status == 0
-    summary = json.loads((base / "out" / "summary.json").read_text())
-    assert summary["indexed"] is (request.param == "v2-indexed")
     return base / "out"
+
+
+@pytest.fixture(scope="module", params=list(WRITERS))
+def out(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Path:
+    in_spark = request.param.endswith("-spark")
+    result = run_shop(
+        tmp_path_factory.mktemp("job"), request.param, *(IN_SPARK if in_spark else [])
+    )
+    summary = json.loads((result / "summary.json").read_text())
+    # The shop's 50 messages are 40 key-minute groups: on the driver unless forced to Spark.
+    assert summary["tables_on"] == ("spark" if in_spark else "driver")
+    read = {"v3": "counts", "v3-spark": "rows"}.get(request.param, "json")
+    assert summary["read"] == read
+    return result
 
 
 def table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
@@ -162,9 +186,44 @@ def test_html_report_is_self_contained_with_charts(out: Path) -> None:
     assert "http://" not in page and "https://" not in page  # nothing to fetch
 
 
-def read_whole_and_check(spark: SparkSession, trace: Path, tmp_path: Path) -> dict[str, Any]:
-    """Run the job on ``trace`` (shop traffic): it must have read the trace whole and still
-    counted every message; returns the summary."""
+def test_spark_tables_equal_driver_tables(spark: SparkSession, tmp_path: Path) -> None:
+    """The two ways of deriving the tables (Arrow on the driver, Spark queries), of routing
+    (driver, mapPartitions) and of reading segments (their counts, their rows) give the
+    same rows in every table."""
+    driver = run_shop(tmp_path / "driver", "v3")
+    in_spark = run_shop(tmp_path / "spark", "v3", *IN_SPARK)
+    names = sorted(p.name for p in driver.iterdir() if p.is_dir())
+    assert len(names) == 12
+    for name in names:
+        ours = [_plain(r.asDict()) for r in spark.read.parquet(str(driver / name)).collect()]
+        theirs = [_plain(r.asDict()) for r in spark.read.parquet(str(in_spark / name)).collect()]
+        assert sorted(map(repr, ours)) == sorted(map(repr, theirs)), name
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 12) if isinstance(v, float) else v for k, v in sorted(row.items())}
+
+
+def test_a_bad_topology_stops_before_spark_works(spark: SparkSession, tmp_path: Path) -> None:
+    """The topology is read before any Spark job: its error surfaces, and none ran."""
+    trace = write_segments(tmp_path / "trace", shop_records(), files=2)
+    (tmp_path / "bad.json").write_text("{not json")
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    options = job.JobOptions(
+        trace=[str(trace)], topology=str(tmp_path / "bad.json"), out=tmp_path / "out"
+    )
+    with pytest.raises(SourceError, match=r"bad\.json"):
+        job.run(options, spark)
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) == jobs
+
+
+def test_a_directory_with_json_lines_and_segments(spark: SparkSession, tmp_path: Path) -> None:
+    """A broker upgraded mid-trace leaves JSON-lines files (version 1 here) next to version 3
+    segments: the job reads them all, counts every message once, and each key is one key
+    whatever the format of its files."""
+    records = shop_records()
+    trace = write_trace(tmp_path / "trace", records[: len(records) // 2], files=1)
+    write_segments(trace, records[len(records) // 2 :], files=1)
     options = job.JobOptions(
         trace=[str(trace)],
         topology=str(write_dump(tmp_path / "current.jsonl", SHOP_EVENTS)),
@@ -173,47 +232,8 @@ def read_whole_and_check(spark: SparkSession, trace: Path, tmp_path: Path) -> di
         progress_interval=0,
     )
     summary = job.run(options, spark)
-    assert summary["indexed"] is False
     assert summary["messages"] == EXPECTED_MESSAGES
     assert summary["unroutable_messages"] == EXPECTED_UNROUTABLE
-    return summary
-
-
-def test_a_damaged_index_is_read_whole(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """An index that lacks a key the lines use: a warning, then the trace read whole, with
-    every message counted."""
-    trace = write_trace_v2(tmp_path / "trace", shop_records(), files=2)
-    index = trace / "keys-20251122T000000-0001.jsonl"
-    index.write_text("".join(index.read_text().splitlines(keepends=True)[1:]))
-    read_whole_and_check(spark, trace, tmp_path)
-    assert "reading every field of every line instead" in caplog.text
-
-
-def test_a_bad_topology_stops_the_count(spark: SparkSession, tmp_path: Path) -> None:
-    """The topology is read while the count runs: its error surfaces, and no Spark job is
-    left running (the count is cancelled if it has started; on a trace this small it may
-    simply finish first, so the test does not tell the two apart)."""
-    trace = write_trace_v2(tmp_path / "trace", shop_records(), files=2)
-    (tmp_path / "bad.json").write_text("{not json")
-    options = job.JobOptions(
-        trace=[str(trace)], topology=str(tmp_path / "bad.json"), out=tmp_path / "out"
-    )
-    with pytest.raises(SourceError):
-        job.run(options, spark)
-    assert not spark.sparkContext.statusTracker().getActiveJobsIds()
-
-
-def test_a_directory_with_v1_and_v2_files_is_read_whole(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """A broker upgraded mid-trace leaves version 1 files (no index) next to version 2 ones:
-    the job reads them all whole, and counts every message once."""
-    records = shop_records()
-    trace = write_trace(tmp_path / "trace", records[: len(records) // 2], files=1)
-    newer = write_trace_v2(tmp_path / "v2", records[len(records) // 2 :], files=1)
-    for path in newer.iterdir():  # same directory, later file names
-        path.rename(trace / path.name.replace("-0001", "-0002"))
-    summary = read_whole_and_check(spark, trace, tmp_path)
     assert summary["distinct_keys"] == 15
+    keys = spark.read.parquet(str(tmp_path / "out" / "keys")).collect()
+    assert len(keys) == 15 and sum(r["messages"] for r in keys) == EXPECTED_MESSAGES

@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pipeline_helpers import EXPECTED_BINDINGS, SHOP_EVENTS, SHOP_TRAFFIC, projection_of
@@ -20,7 +21,7 @@ from leveret.exchanges.model import (
 )
 from leveret.exchanges.projection import Projection
 from leveret.exchanges.routing import route
-from leveret.pipeline import topology, transforms
+from leveret.pipeline import router, topology, transforms
 from leveret.pipeline.router import Router, parse_headers, route_partition
 from leveret.pipeline.topology import Topology
 
@@ -121,34 +122,31 @@ def test_route_partition_with_a_proposal() -> None:
     assert rows[2][4:6] == ([], True)  # an unknown vhost still has the default exchange
 
 
-def test_route_keys_in_spark_equals_route(spark: SparkSession) -> None:
-    current = topology.read_source(DATA / "definitions.json")
+ROUTED_KEYS = [
+    ("/", "orders", "order.created.eu", None),
+    ("/", "orders", "order.1.us", None),
+    ("/", "orders", "nothing", None),
+    ("/", "reports", "", json.dumps({"format": "pdf", "version": 2})),
+    ("/", "reports", "", json.dumps({"format": "pdf", "version": 2.0})),
+    ("/", "", "audit", None),
+    ("/", "sharded", "10", None),
+    ("/", "events", "", json.dumps({"CC": ["x"]})),
+    ("staging", "orders", "order.created", None),
+    ("nowhere", "amq.topic", "a", None),
+]
+
+
+def _check_routes(current: Topology, routes: list[dict[str, Any]]) -> None:
+    """Every route is ``route``'s answer for the key whose id (its index) it carries."""
     projections = current.projections()
-    keys = [
-        ("/", "orders", "order.created.eu", None),
-        ("/", "orders", "order.1.us", None),
-        ("/", "orders", "nothing", None),
-        ("/", "reports", "", json.dumps({"format": "pdf", "version": 2})),
-        ("/", "reports", "", json.dumps({"format": "pdf", "version": 2.0})),
-        ("/", "", "audit", None),
-        ("/", "sharded", "10", None),
-        ("/", "events", "", json.dumps({"CC": ["x"]})),
-        ("staging", "orders", "order.created", None),
-        ("nowhere", "amq.topic", "a", None),
-    ]
-    frame = spark.createDataFrame(
-        keys, "vhost string, exchange string, routing_key string, headers string"
-    )
-    sc = spark.sparkContext
-    routes = transforms.route_keys(frame, sc.broadcast(current), partitions=2).collect()
-    assert len(routes) == len(keys)
+    assert sorted(r["key"] for r in routes) == list(range(len(ROUTED_KEYS)))
+    by_key = {}
     for row in routes:
-        headers = json.loads(row["headers"]) if row["headers"] else None
-        projection = projections.get(row["vhost"]) or topology.empty_projection()
-        assert row["queues"] == sorted(
-            route(projection, row["exchange"], row["routing_key"], headers)
-        ), row
-    by_key = {(r["vhost"], r["exchange"], r["routing_key"], r["headers"]): r for r in routes}
+        vhost, exchange, routing_key, raw = ROUTED_KEYS[row["key"]]
+        headers = json.loads(raw) if raw else None
+        projection = projections.get(vhost) or topology.empty_projection()
+        assert row["queues"] == sorted(route(projection, exchange, routing_key, headers)), row
+        by_key[ROUTED_KEYS[row["key"]]] = row
     assert by_key[("/", "orders", "order.created.eu", None)]["queues"] == [
         "audit",
         "orders.all",
@@ -160,3 +158,40 @@ def test_route_keys_in_spark_equals_route(spark: SparkSession) -> None:
         "pdf.reports"
     ]
     assert by_key[("/", "sharded", "10", None)]["exchange_exists"] is False
+
+
+def _keys_table() -> Any:
+    import pyarrow as pa
+
+    columns = list(zip(*ROUTED_KEYS, strict=True))
+    return pa.table(
+        {
+            "key": pa.array(range(len(ROUTED_KEYS)), pa.int64()),
+            **{
+                name: pa.array(values, pa.string())
+                for name, values in zip(
+                    ["vhost", "exchange", "routing_key", "headers"], columns, strict=True
+                )
+            },
+        }
+    )
+
+
+def test_route_table_on_the_driver_equals_route() -> None:
+    current = topology.read_source(DATA / "definitions.json")
+    _check_routes(current, router.route_table(_keys_table(), current).to_pylist())
+
+
+def test_route_keys_in_spark_equals_route(spark: SparkSession) -> None:
+    current = topology.read_source(DATA / "definitions.json")
+    frame = spark.createDataFrame(_keys_table())
+    sc = spark.sparkContext
+    routes = transforms.route_keys(frame, sc.broadcast(current), partitions=2).collect()
+    _check_routes(current, [row.asDict() for row in routes])
+
+
+def test_several_ids_of_one_key_are_routed_once() -> None:
+    current = topology.read_source(DATA / "definitions.json")
+    rows = [(1, "/", "orders", "order.1.us", None), (2, "/", "orders", "order.1.us", None)]
+    first, second = router.route_ids(rows, current)
+    assert first[0] == 1 and second[0] == 2 and first[1:] == second[1:]
