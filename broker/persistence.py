@@ -202,7 +202,7 @@ class Persistence:
             return
         del self.aside[key]
         stored = self.store.reload(key)
-        queue.restore(stored)
+        queue.restore(stored, all_redelivered=not self.clean_start)
         log.warning(
             "%d persistent messages kept aside since start-up are back in queue '%s' in "
             "vhost '%s' (declared again)",

@@ -566,8 +566,11 @@ class Queue:
             assert self.vhost.persistence is not None
             self.vhost.persistence.marks_changed()
 
-    def restore(self, stored: list[StoredMessage]) -> None:
-        """Put messages recovered from the store back, in order (start-up)."""
+    def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
+        """Put messages recovered from the store back, in order (start-up).
+
+        ``all_redelivered``: flag every message ``redelivered``, whatever its delivered mark
+        says (after a kill, a mark made since the last sync may not be on disk)."""
         loop = self._loop
         now = time.time()
         for item in stored:
@@ -578,7 +581,7 @@ class Queue:
                 expires = loop.time() + (item.expires / 1000 - now)
                 self.expiring = True
             self.seq += 1
-            self._push((message, item.redelivered, expires, self.seq))
+            self._push((message, all_redelivered or item.redelivered, expires, self.seq))
         if self.expiring:
             self._schedule_ttl()
 

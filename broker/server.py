@@ -233,10 +233,7 @@ class Server:
                     # (broker/persistence.py says how the messages come back).
                     persistence.keep_aside((vhost_name, queue_name), len(stored))
                     continue
-                if not persistence.clean_start:
-                    # Killed: a delivered mark may not have reached the disk.
-                    stored = [item._replace(redelivered=True) for item in stored]
-                target.restore(stored)
+                target.restore(stored, all_redelivered=not persistence.clean_start)
                 restored += len(stored)
             for (vhost_name, exchange), stored in persistence.delayed.recover().items():
                 # Kept back by a delayed exchange; released on time whether the exchange

@@ -361,8 +361,9 @@ class StreamQueue(Queue):
     def delivered(self, message: Message) -> None:
         """Stream deliveries are never marked redelivered."""
 
-    def restore(self, stored: list[StoredMessage]) -> None:
-        """Put the stored log back (start-up), offsets from the stored headers."""
+    def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
+        """Put the stored log back (start-up), offsets from the stored headers.
+        ``all_redelivered`` is ignored: a stream is read by offset, never redelivered."""
         for item in stored:
             message = Message(item.exchange, item.routing_key, item.header, item.body)
             message.store_ids = {self.name: item.msg_id}
