@@ -513,6 +513,7 @@ class Channel:
             consumer.unacked += 1
             queue.unacked += 1
             # Held until settled (leveret.memory; a stream's log keeps counting the message).
+            # _record_bytes and MemoryMonitor.add, inlined: once per delivery.
             memory = self.memory
             used = memory.used = memory.used + (
                 UNACKED_OVERHEAD
@@ -784,6 +785,7 @@ class Channel:
                 queue.unacked -= 1
                 queue.acked_total += 1
                 message = record[1][0]
+                # _record_bytes and MemoryMonitor.remove, inlined: once per ack.
                 memory = self.memory
                 used = memory.used = memory.used - (
                     UNACKED_OVERHEAD

@@ -302,7 +302,7 @@ class Queue:
             self.messages.append((message, False, 0.0, self.seq))
             size = message.body_size
             self.ready_bytes += size
-            size += len(message.header) + MESSAGE_OVERHEAD
+            size += len(message.header) + MESSAGE_OVERHEAD  # message_bytes, inlined
             self.held += size
             memory = self.memory
             used = memory.used = memory.used + size
@@ -378,7 +378,7 @@ class Queue:
         size = message.body_size
         self.ready_bytes -= size
         # Released here; an unacknowledged delivery is counted again by its channel.
-        size += len(message.header) + MESSAGE_OVERHEAD
+        size += len(message.header) + MESSAGE_OVERHEAD  # message_bytes, inlined
         self.held -= size
         memory = self.memory
         used = memory.used = memory.used - size
