@@ -46,7 +46,6 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
             await wire.publish_confirmed(publisher, confirms, window, t0 + args.timeout)
         finally:
             s.update(meter.stop())
-        elapsed = confirms.last - t0
         ok = await pub.rpc(1, commands.Queue.Declare(queue=q, passive=True), wait_s=30)
         s.update(
             {
@@ -55,11 +54,7 @@ async def main(args: argparse.Namespace, s: dict[str, Any]) -> None:
                 "window": window,
                 "delivery_mode": 2,
                 "durable_queue": True,
-                "elapsed_s": round(elapsed, 4),
-                "confirmed_msgs_per_s": round(n / elapsed, 1),
-                "nacked": confirms.nacked,
-                "ack_frames": confirms.frames,
-                "msgs_per_ack_frame": round(n / max(1, confirms.frames), 2),
+                **confirms.summary(t0),
                 "queue_depth": int(ok.message_count),
             }
         )

@@ -43,18 +43,13 @@ async def main(args: argparse.Namespace, summary: wire.Summary) -> None:
             await wire.publish_confirmed(publisher, confirms, window, t0 + args.timeout)
         finally:
             summary.update(meter.stop())
-        elapsed = confirms.last - t0
         summary.update(
             {
                 "messages": n,
                 "body_size": args.body_size,
                 "window": window,
                 "target": args.target,
-                "elapsed_s": round(elapsed, 4),
-                "confirmed_msgs_per_s": round(n / elapsed, 1),
-                "nacked": confirms.nacked,
-                "ack_frames": confirms.frames,
-                "msgs_per_ack_frame": round(n / max(1, confirms.frames), 2),
+                **confirms.summary(t0),
             }
         )
         if confirms.nacked:

@@ -631,6 +631,18 @@ class ConfirmTracker:
             self.done.set_result(None)
         self.wake.set()
 
+    def summary(self, started: float) -> dict[str, Any]:
+        """The figures every confirm workload reports, timed from ``started`` (monotonic)
+        to the n-th confirm."""
+        elapsed = self.last - started
+        return {
+            "elapsed_s": round(elapsed, 4),
+            "confirmed_msgs_per_s": round(self.n / elapsed, 1),
+            "nacked": self.nacked,
+            "ack_frames": self.frames,
+            "msgs_per_ack_frame": round(self.n / max(1, self.frames), 2),
+        }
+
 
 async def publish_confirmed(
     publisher: Publisher, tracker: ConfirmTracker, window: int, deadline: float
