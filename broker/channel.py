@@ -459,7 +459,7 @@ class Channel:
         (dropped, or returned when mandatory, if the requester has gone)."""
         consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
         if consumer is not None and consumer.channel.open:
-            consumer.channel.deliver(consumer, (message, False, 0.0, 0))
+            consumer.queue.deliver(consumer, (message, False, 0.0, 0))
         elif mandatory:
             self._return(message)
         return False
@@ -495,23 +495,18 @@ class Channel:
     # -- delivery ---------------------------------------------------------------------
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        """Send a queue entry to ``consumer`` (called by the queue)."""
+        """Send a queue entry to ``consumer`` (called by the queue, which counted it)."""
         message = entry[0]
         redelivered = entry[1]
         tag = self.next_tag
         self.next_tag = tag + 1
         queue = consumer.queue
-        queue.delivered_total += 1
         content_header = message.header
-        if redelivered:
-            queue.redeliver_total += 1
-            if queue.quorum:
-                content_header = with_header(content_header, "x-delivery-count", redelivered)
-                redelivered = True
+        if redelivered and queue.quorum:
+            content_header = with_header(content_header, "x-delivery-count", redelivered)
+            redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
-            consumer.unacked += 1
-            queue.unacked += 1
             # Held until settled (leveret.memory; a stream's log keeps counting the message).
             # _record_bytes and MemoryMonitor.add, inlined: once per delivery.
             memory = self.memory
@@ -522,12 +517,6 @@ class Channel:
             )
             if used > memory.high:
                 memory.rise()
-            if message.store_ids is not None:
-                queue.delivered(message)
-        else:
-            queue.deliver_no_ack_total += 1
-            if message.store_ids is not None:
-                queue.forget(message)
         parts = codec.deliver_frames(
             self.id,
             consumer.tag_bytes,
@@ -672,28 +661,21 @@ class Channel:
         queue = self.vhost.queue(queue_name, self.conn)
         if queue.stream:
             raise not_supported("basic.get", self.vhost.rs("queue", queue.name))
-        entry = queue.get()
+        entry = queue.get(m.no_ack)
         if entry is None:
-            queue.get_empty_total += 1
             self.send(B.GetEmpty())
             return
         message = entry[0]
         redelivered = entry[1]
         content_header = message.header
-        queue.count_get(redelivered, m.no_ack)
         if queue.quorum and redelivered:
             content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
         tag = self.next_tag
         self.next_tag = tag + 1
         if not m.no_ack:
-            queue.unacked += 1
             self.unacked[tag] = (queue, entry, None)
             self.memory.add(_record_bytes(queue, message))
-            if message.store_ids is not None:
-                queue.delivered(message)
-        elif message.store_ids is not None:
-            queue.forget(message)
         self.conn.write(
             codec.get_ok_method(
                 self.id,
@@ -753,24 +735,22 @@ class Channel:
 
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
-        requeued: dict[Queue, list[Entry]] = {}
+        requeued: dict[Queue, list[tuple[Entry, Consumer | None]]] = {}
         released = 0
         for _tag, (queue, entry, consumer) in taken:
             released += _record_bytes(queue, entry[0])
-            queue.unacked -= 1
             if consumer is not None:
-                consumer.unacked -= 1
                 touched.add(consumer.queue)
-            if requeue is None:
-                queue.acked_total += 1
             if requeue:
-                requeued.setdefault(queue, []).append(entry)
+                requeued.setdefault(queue, []).append((entry, consumer))
+            elif requeue is None:
+                queue.ack(entry[0], consumer)
             else:
-                queue.settle(entry[0], requeue is False)
+                queue.reject(entry[0], consumer)
         # Released before the requeued messages count again as ready in their queues.
         self.memory.remove(released)
-        for queue, entries in requeued.items():
-            queue.requeue(entries)
+        for queue, returned in requeued.items():
+            queue.requeue(returned)
         if self.global_prefetch:
             touched.update(c.queue for c in self.consumers.values())
         # Drained once at the end of the read, not once per ack.
@@ -782,8 +762,6 @@ class Channel:
             record = self.unacked.pop(m.delivery_tag, None)
             if record is not None:
                 queue = record[0]
-                queue.unacked -= 1
-                queue.acked_total += 1
                 message = record[1][0]
                 # _record_bytes and MemoryMonitor.remove, inlined: once per ack.
                 memory = self.memory
@@ -794,11 +772,9 @@ class Channel:
                 )
                 if used <= memory.low:
                     memory.fall()
-                if message.store_ids is not None:
-                    queue.settle(message, False)
                 consumer = record[2]
+                queue.ack(message, consumer)
                 if consumer is not None:
-                    consumer.unacked -= 1
                     self.conn.drain_later_one(consumer.queue)
                 if self.global_prefetch:
                     self.conn.drain_later({c.queue for c in self.consumers.values()})
@@ -864,17 +840,16 @@ class Channel:
         # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
         taken = sorted(self.unacked.items())
         self.unacked.clear()
-        requeued: dict[Queue, list[Entry]] = {}
+        requeued: dict[Queue, list[tuple[Entry, Consumer | None]]] = {}
         released = 0
-        for _tag, (queue, entry, _consumer) in taken:
-            queue.unacked -= 1
+        for _tag, (queue, entry, consumer) in taken:
             released += _record_bytes(queue, entry[0])
-            requeued.setdefault(queue, []).append(entry)
+            requeued.setdefault(queue, []).append((entry, consumer))
         self.memory.remove(released)
         for consumer in consumers:
             consumer.queue.detach(consumer)
-        for queue, entries in requeued.items():
-            queue.requeue(entries)
+        for queue, returned in requeued.items():
+            queue.requeue(returned)
         for queue in {consumer.queue for consumer in consumers}:
             queue.maybe_auto_delete()
 

@@ -56,6 +56,7 @@ from leveret.exchanges.fields import check_table, table_fields
 from leveret.limits import reached
 
 if TYPE_CHECKING:
+    from leveret.acktimeout import Watched
     from leveret.queue import Queue
     from leveret.server import Server
     from leveret.vhost import VHost
@@ -834,7 +835,7 @@ class Connection(asyncio.Protocol):
 
     # -- errors and closing -----------------------------------------------------------
 
-    def fail_channel(self, channel: Channel, explanation: str) -> None:
+    def fail_channel(self, channel: Watched, explanation: str) -> None:
         """Close ``channel`` with 406 PRECONDITION_FAILED from outside a read (the
         consumer timeout); its unacknowledged deliveries are requeued."""
         if self.channels.get(channel.id) is channel and self.state is State.OPEN:

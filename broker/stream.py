@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret.arguments import NAMED_OFFSETS, arg_text, interval_ms
@@ -311,9 +311,7 @@ class StreamQueue(Queue):
             wanted = filters.get(consumer)
             while position < end and consumer.has_capacity():
                 if wanted is None or wanted.matches(self.values[position - first]):
-                    consumer.channel.deliver(
-                        consumer, (log[position - first], False, 0.0, position)
-                    )
+                    self.deliver(consumer, (log[position - first], False, 0.0, position))
                 position += 1
             positions[consumer] = position
 
@@ -348,17 +346,14 @@ class StreamQueue(Queue):
 
     # Acks and channel closes only return prefetch credit: nothing leaves a stream.
 
-    def requeue(self, entries: Iterable[Entry]) -> None:
+    def _put_back(self, entries: list[Entry]) -> None:
         """Unacked deliveries given back (channel closed, recover): nothing to put back."""
         self.drain()
-
-    def settle(self, message: Message, rejected: bool) -> None:
-        """An ack: the message stays in the stream."""
 
     def forget(self, message: Message) -> None:
         """Messages leave a stream only by retention."""
 
-    def delivered(self, message: Message) -> None:
+    def mark_delivered(self, message: Message) -> None:
         """Stream deliveries are never marked redelivered."""
 
     def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:

@@ -62,8 +62,8 @@ from leveret.stream import StreamQueue
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.channel import Channel
     from leveret.connection import Connection
+    from leveret.firehose import Origin
     from leveret.persistence import Persistence
     from leveret.trace import TraceWriter
 
@@ -621,7 +621,7 @@ class VHost:
     def publish(
         self,
         message: Message,
-        origin: Channel | None = None,
+        origin: Origin | None = None,
         source: str | None = None,
         counted: bool = True,
     ) -> tuple[bool, bool, int]:

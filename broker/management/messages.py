@@ -38,7 +38,7 @@ from leveret.stream import not_supported
 
 if TYPE_CHECKING:
     from leveret.persistence import Persistence
-    from leveret.queue import Entry
+    from leveret.queue import Entry, Queue
     from leveret.server import Server
 
 routes = web.RouteTableDef()
@@ -147,32 +147,24 @@ async def get_messages(request: web.Request) -> web.Response:
     taken: list[tuple[Entry, int]] = []
     no_ack = ackmode == "ack_requeue_false"  # the get is a no-ack basic.get then
     while len(taken) < count:
-        entry = queue.get()
+        entry = queue.get(no_ack)  # an empty queue counts a get-empty (observed on 3.10.8)
         if entry is None:
-            queue.get_empty_total += 1  # as the channel's get-empty (observed on 3.10.8)
             break
-        queue.count_get(entry[1], no_ack)
         taken.append((entry, queue.message_count))
     items = [message_item(entry, left, encoding, truncate) for entry, left in taken]
     settle(queue, [entry for entry, _ in taken], ackmode)
     return json_response(items)
 
 
-def settle(queue: Any, entries: list[Entry], ackmode: str) -> None:
-    """Finish a get as the channel would: requeue, ack (no_ack get) or reject."""
+def settle(queue: Queue, entries: list[Entry], ackmode: str) -> None:
+    """Finish a get as the channel would: requeue, or reject (``ack_requeue_false`` was a
+    no-ack get: nothing to settle)."""
     if ackmode.endswith("requeue_true"):
-        for entry in entries:
-            if entry[0].store_ids is not None:
-                queue.delivered(entry[0])  # comes back redelivered after a restart too
         if entries:
-            queue.requeue(entries)
-        return
-    for entry in entries:
-        message = entry[0]
-        if ackmode == "reject_requeue_false":
-            queue.settle(message, True)
-        elif message.store_ids is not None:
-            queue.forget(message)
+            queue.requeue([(entry, None) for entry in entries])
+    elif ackmode == "reject_requeue_false":
+        for entry in entries:
+            queue.reject(entry[0], None)
 
 
 def basic_properties(value: Any) -> commands.Basic.Properties:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from leveret.channel import Channel
     from leveret.connection import Connection
-    from leveret.queue import Consumer, Queue
+    from leveret.queue import Consumer, Queue, Subscriber
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"
@@ -266,7 +266,7 @@ def connection_view(conn: Connection, state: str) -> JSON:
     }
 
 
-def channel_name(conn: Connection, channel: Channel) -> str:
+def channel_name(conn: Connection, channel: Subscriber) -> str:
     """RabbitMQ's channel name: the connection name and `` (number)``."""
     return f"{connection_name(conn)} ({channel.id})"
 
