@@ -24,7 +24,7 @@ deliveries are kept in tag order so ``multiple`` acks and requeues keep message 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -60,6 +60,7 @@ from leveret.message import (
     with_header,
 )
 from leveret.queue import Consumer, Entry, Queue
+from leveret.session.ledger import Ledger
 from leveret.stream import StreamQueue, not_supported, parse_start
 from leveret.vhost import generated_name
 
@@ -92,10 +93,12 @@ class Content(Enum):
     AWAIT_BODY = 2
 
 
-class Channel:
-    """One open channel of a connection."""
+class Channel(Ledger[Record]):
+    """One open channel of a connection, and its delivery-tag ledger (inherited, so the
+    hot path reads ``unacked`` and ``next_tag`` as plain attributes)."""
 
     def __init__(self, connection: Connection, channel_id: int) -> None:
+        super().__init__()
         self.conn = connection
         self.id = channel_id
         self.vhost = connection.vhost
@@ -114,11 +117,6 @@ class Channel:
         self._remaining = 0
         self._assembled = 0  # bytes in _body (counted against the memory watermark)
         self.consumers: dict[str, Consumer] = {}
-        # delivery tag -> (queue, message, consumer or None for basic.get)
-        self.unacked: OrderedDict[int, Record] = OrderedDict()
-        self.next_tag = 1
-        self.prefetch_count = 0  # for consumers created after basic.qos(global=false)
-        self.global_prefetch = 0  # basic.qos(global=true): a limit for the channel (3.13)
         self.confirm = False
         self.publish_seq = 0
         self.confirmed_upto = 0
@@ -130,7 +128,6 @@ class Channel:
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_publishes = 0  # of those, publishes (the management API's uncommitted)
         self.tx_bytes = 0  # what those publishes hold (leveret.memory)
-        self.tx_acks: list[tuple[int, Record]] = []
         # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
         self.sent = DeliveryClock()
         self.last_queue: str | None = None
@@ -498,7 +495,7 @@ class Channel:
         """Send a queue entry to ``consumer`` (called by the queue, which counted it)."""
         message = entry[0]
         redelivered = entry[1]
-        tag = self.next_tag
+        tag = self.next_tag  # Ledger.record, inlined: once per delivery
         self.next_tag = tag + 1
         queue = consumer.queue
         content_header = message.header
@@ -538,13 +535,12 @@ class Channel:
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
         (leveret.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
-        unacked = self.unacked
-        if not unacked:
+        oldest = self.oldest()
+        if oldest is None:
             self.sent.clear()
             return None
-        oldest = next(iter(unacked))
-        sent = self.sent.sent_by(now, self.next_tag, oldest)
-        timeout = timeout_ms(unacked[oldest][0])
+        sent = self.sent.sent_by(now, self.next_tag, oldest[0])
+        timeout = timeout_ms(oldest[1][0])
         if timeout == math.inf or now - sent < timeout / 1000:
             return None
         return int(timeout)
@@ -671,10 +667,8 @@ class Channel:
         if queue.quorum and redelivered:
             content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
-        tag = self.next_tag
-        self.next_tag = tag + 1
+        tag = self.record(None if m.no_ack else (queue, entry, None))
         if not m.no_ack:
-            self.unacked[tag] = (queue, entry, None)
             self.memory.add(_record_bytes(queue, message))
         self.conn.write(
             codec.get_ok_method(
@@ -690,31 +684,13 @@ class Channel:
         if self.vhost.firehose:
             firehose.delivered(message, queue.name, bool(redelivered), self)
 
-    def _take(self, tag: int, multiple: bool) -> list[tuple[int, Record]]:
-        """Remove and return the unacked deliveries an ack/nack/reject covers."""
-        unacked = self.unacked
-        if multiple:
-            if tag != 0 and tag not in unacked:
-                raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            taken = []
-            while unacked:
-                first = next(iter(unacked))
-                if tag and first > tag:
-                    break
-                taken.append((first, unacked.pop(first)))
-            return taken
-        record = unacked.pop(tag, None)
-        if record is None:
-            raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        return [(tag, record)]
-
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
         if requeue is not None:
             self._refuse_stream_rejects(tag, multiple)
-        taken = self._take(tag, multiple)
+        taken = self.take(tag, multiple)
         if self.tx is not None:
-            self.tx_acks.extend(taken)
+            self.stage(taken)
             self.tx.append(lambda: self._apply_settle(taken, requeue))
             return
         self._apply_settle(taken, requeue)
@@ -722,12 +698,7 @@ class Channel:
     def _refuse_stream_rejects(self, tag: int, multiple: bool) -> None:
         """basic.nack and basic.reject of a stream delivery: 540, checked before anything
         is settled (rabbit_stream_queue:settle/4; observed on 3.10.8)."""
-        if multiple:
-            records = [r for t, r in self.unacked.items() if not tag or t <= tag]
-        else:
-            record = self.unacked.get(tag)
-            records = [record] if record is not None else []
-        for queue, _entry, _consumer in records:
+        for queue, _entry, _consumer in self.covered(tag, multiple):
             if queue.stream:
                 raise not_supported(
                     "basic.nack and basic.reject", self.vhost.rs("queue", queue.name)
@@ -790,12 +761,10 @@ class Channel:
     def _on_basic_qos(self, m: commands.Basic.Qos) -> None:
         if m.prefetch_size != 0:
             raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        self.qos(m.prefetch_count, m.global_)
         if m.global_:
-            self.global_prefetch = m.prefetch_count
             for consumer in self.consumers.values():
                 consumer.queue.drain()
-        else:
-            self.prefetch_count = m.prefetch_count
         self.send(B.QosOk())
 
     def _on_basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
@@ -807,9 +776,7 @@ class Channel:
 
     def requeue_all(self) -> None:
         """Give every unacked delivery back to its queue, in delivery order."""
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle(taken, True)
+        self._apply_settle(self.take_all(), True)
 
     # -- channel ----------------------------------------------------------------------
 
@@ -828,9 +795,7 @@ class Channel:
         self.open = False
         self.tx = None
         self._release_held()
-        for tag, record in reversed(self.tx_acks):
-            self.unacked[tag] = record
-        self.tx_acks = []
+        self.rollback()  # acks of an uncommitted transaction are undone
         consumers = list(self.consumers.values())
         self.consumers.clear()
         self._drop_reply_consumer()
@@ -838,8 +803,7 @@ class Channel:
             self.vhost.persistence.unsubscribe(self._on_synced)
         # Requeue first, then detach consumers: an auto-delete queue deleted by the
         # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
-        taken = sorted(self.unacked.items())
-        self.unacked.clear()
+        taken = self.take_all()
         requeued: dict[Queue, list[tuple[Entry, Consumer | None]]] = {}
         released = 0
         for _tag, (queue, entry, consumer) in taken:
@@ -873,7 +837,7 @@ class Channel:
         if self.tx is None:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         actions, self.tx = self.tx, []
-        self.tx_acks = []
+        self.commit()
         self.tx_publishes = 0
         # The committed messages count in their queues from here.
         self._release_held()
@@ -897,10 +861,7 @@ class Channel:
         self.tx = []
         self.tx_publishes = 0
         self._release_held()
-        # Acks of a rolled-back transaction are undone: the deliveries are unacked again.
-        restored = sorted([*self.tx_acks, *self.unacked.items()], key=lambda item: item[0])
-        self.unacked = OrderedDict(restored)
-        self.tx_acks = []
+        self.rollback()  # the deliveries whose acks are undone are unacked again
         self.send(commands.Tx.RollbackOk())
 
     # -- exchanges and queues ---------------------------------------------------------

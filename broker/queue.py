@@ -132,10 +132,11 @@ class Consumer:
 
     def has_capacity(self) -> bool:
         """Whether one more message may be delivered to this consumer now."""
+        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
+        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         channel = self.channel
-        # Inlined channel checks: this runs once per delivery.
         return (
             channel.conn.writable
             and channel.open
