@@ -38,7 +38,6 @@ from leveret.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
-    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_FOUND,
@@ -50,17 +49,17 @@ from leveret.errors import (
 )
 from leveret.exchanges.model import DestKind, Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
-from leveret.message import (
-    FLAG_EXPIRATION,
-    FLAG_REPLY_TO,
-    FLAG_USER_ID,
-    Message,
-    expiration_error,
-    properties_decode,
-    with_header,
-)
+from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Consumer, Entry, Queue
 from leveret.session.ledger import Ledger
+from leveret.session.publish import (
+    BASIC_PUBLISH,
+    CHECKED_FLAGS,
+    REPLY_PREFIX,
+    REPLY_TO,
+    Publisher,
+    size_error,
+)
 from leveret.stream import StreamQueue, not_supported, parse_start
 from leveret.vhost import generated_name
 
@@ -68,11 +67,21 @@ if TYPE_CHECKING:
     from leveret.connection import Connection
 
 BASIC_CLASS = 60
-# Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_PREFIX = REPLY_TO + "."
-# Properties that need a look before routing: user_id, expiration, reply_to.
-_CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+# The guards of _on_full_publish's condition, by the session's publish check each stands
+# for (leveret.session.publish.CHECKS, RabbitMQ's order): the fast path routes a publish
+# without the checks only when every guard shows its check would pass.
+# tests/session/test_publish.py holds the two lists together.
+FAST_PATH_GUARDS = {
+    "size": "header.body_size > self.max_message_size",
+    "write": "publish.exchange not in self._writable (or permissions changed)",
+    "exchange": "exchange is None",
+    "internal": "exchange.internal",
+    "topic": "publish.exchange not in self._writable (never cached with a topic permission)",
+    "properties": "not properties_decode(payload)",
+    "user_id": "flags & CHECKED_FLAGS",
+    "expiration": "flags & CHECKED_FLAGS",
+    "reply_to": "flags & CHECKED_FLAGS",
+}
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
 Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
@@ -93,22 +102,25 @@ class Content(Enum):
     AWAIT_BODY = 2
 
 
-class Channel(Ledger[Record]):
-    """One open channel of a connection, and its delivery-tag ledger (inherited, so the
-    hot path reads ``unacked`` and ``next_tag`` as plain attributes)."""
+class Channel(Ledger[Record], Publisher):
+    """One open channel of a connection, with the session's delivery-tag ledger and
+    publish rules (inherited, so the hot path reads ``unacked``, ``next_tag`` and the
+    publish permission cache as plain attributes)."""
 
     def __init__(self, connection: Connection, channel_id: int) -> None:
-        super().__init__()
+        Ledger.__init__(self)
+        server = connection.server
+        Publisher.__init__(
+            self,
+            server.access,
+            connection.vhost,
+            connection.user,
+            server.counters,
+            connection.config.max_message_size,
+        )
         self.conn = connection
         self.id = channel_id
-        self.vhost = connection.vhost
         self.memory = self.vhost.memory
-        self.access = connection.server.access
-        self.counters = connection.server.counters
-        # Exchanges this channel may publish to, checked once (the publish hot path);
-        # forgotten when the broker's permissions change (see AccessControl.version).
-        self._writable: set[str] = set()
-        self._writable_version = -1
         self.open = True
         self.content = Content.IDLE
         self._publish: codec.Publish | None = None
@@ -227,24 +239,28 @@ class Channel(Ledger[Record]):
         header = frame.header
         payload = header.payload
         exchange = self.vhost.projection.exchanges.get(publish.exchange)
-        if (
+        if (  # FAST_PATH_GUARDS, with the wire's own (content class, immediate, tx)
             publish.exchange not in self._writable
             or self._writable_version != self.access.version
             or header.class_id != BASIC_CLASS
-            or header.body_size > self.conn.config.max_message_size
+            or header.body_size > self.max_message_size
             or publish.immediate
             or exchange is None
             or exchange.internal
-            or (payload[12] << 8 | payload[13]) & _CHECKED_FLAGS
+            or (payload[12] << 8 | payload[13]) & CHECKED_FLAGS
             or self.tx is not None
             or not properties_decode(payload)
         ):
             self._publish = publish
             self._on_header(header, frame.body)
             return
-        self._accept(
+        # _accept, inlined: once per publish.
+        self.conn.published = True  # a publisher: the memory alarm blocks it
+        rejected, sync_gen = self._route(
             Message(publish.exchange, publish.routing_key, payload, frame.body), publish.mandatory
         )
+        if self.confirm:
+            self._confirm(rejected, sync_gen)
 
     def _accept(self, message: Message, mandatory: bool) -> None:
         """Route a checked message now (not in tx mode) and number it for confirms."""
@@ -261,14 +277,10 @@ class Channel(Ledger[Record]):
                 f"got one for class {header.class_id} instead",
                 (BASIC_CLASS, 40),
             )
-        limit = self.conn.config.max_message_size
-        if header.body_size > limit:
+        too_large = size_error(header.body_size, self.max_message_size)
+        if too_large is not None:
             self.content = Content.IDLE
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"message size {header.body_size} is larger than configured max size {limit}",
-                (BASIC_CLASS, 40),
-            )
+            raise too_large
         if body is not None or header.body_size == 0:
             self.content = Content.IDLE
             self._complete(header, body or b"")
@@ -316,53 +328,15 @@ class Channel(Ledger[Record]):
     def _complete(self, header: codec.Header, body: bytes) -> None:
         publish = self._publish
         assert publish is not None
-        method = (BASIC_CLASS, 40)
         if publish.immediate:
-            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", method)
-        vhost = self.vhost
-        if self._writable_version != self.access.version:
-            self._writable.clear()
-            self._writable_version = self.access.version
-        # An exchange the user has a topic permission for is never cached: each publish
-        # to it has its routing key checked (below).
-        check_key = publish.exchange not in self._writable
-        if check_key:
-            try:
-                self._permit("write", "exchange", publish.exchange)
-            except AMQPChannelError as exc:
-                exc.method = method
-                raise
-            if self.access.topic_permission(self.conn.user, vhost.name, publish.exchange) is None:
-                self._writable.add(publish.exchange)
-                check_key = False
-        exchange = vhost.projection.exchanges.get(publish.exchange)
-        if exchange is None:
-            raise AMQPChannelError(
-                NOT_FOUND, f"no {vhost.rs('exchange', publish.exchange)}", method
-            )
-        if exchange.internal:
-            raise AMQPChannelError(
-                ACCESS_REFUSED,
-                f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
-                method,
-            )
-        if check_key:
-            # rabbit_channel: check_write_permitted_on_topic/4, after the internal check.
-            try:
-                self._permit_topic("write", exchange, publish.routing_key)
-            except AMQPChannelError as exc:
-                exc.method = method
-                raise
-        if not properties_decode(header.payload):
-            # rabbit_channel decodes every publish's properties (ensure_content_decoded); when
-            # they do not decode the channel process crashes and the reader closes the
-            # connection with the bare constant (observed on 3.10.8).
-            raise AMQPConnectionError(INTERNAL_ERROR, "", (0, 0))
-        message = Message(publish.exchange, publish.routing_key, header.payload, body)
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", BASIC_PUBLISH)
+        # The session's checks, in RabbitMQ's order (the size was checked at the header).
+        self.check_exchange(publish.exchange, publish.routing_key)
+        message = self.check_message(
+            Message(publish.exchange, publish.routing_key, header.payload, body),
+            None if self.reply_consumer is None else self.reply_key,
+        )
         self.conn.published = True
-        flags = message.flags
-        if flags & _CHECKED_FLAGS:
-            message = self._checked(message, flags, method)
         if self.tx is not None:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
@@ -403,52 +377,15 @@ class Channel(Ledger[Record]):
         if not waiting and not self.pending_commits and self.vhost.persistence is not None:
             self.vhost.persistence.unsubscribe(self._on_synced)
 
-    def _checked(self, message: Message, flags: int, method: tuple[int, int]) -> Message:
-        """rabbit_channel:check_user_id_header/2, check_expiration_header/1 and the direct
-        reply-to rewrite of ``reply_to`` (docs/direct-reply-to.md)."""
-        if flags & FLAG_USER_ID:
-            user_id = message.properties.user_id
-            if user_id != self.conn.user:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED,
-                    f"user_id property set to '{user_id}' but authenticated user was "
-                    f"'{self.conn.user}'",
-                    method,
-                )
-        if flags & FLAG_EXPIRATION:
-            expiration = str(message.properties.expiration)
-            problem = expiration_error(expiration)
-            if problem is not None:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, f"invalid expiration '{expiration}': {problem}", method
-                )
-            message.ttl = int(expiration)
-        if flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
-            if self.reply_consumer is None:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, "fast reply consumer does not exist", method
-                )
-            props = message.copy_properties()
-            props.reply_to = REPLY_TO + "." + self.reply_key
-            message = message.with_properties(props)
-        return message
-
     def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
         """Route and enqueue ``message``; return it when mandatory and unroutable.
         Returns whether a queue refused it (overflow) and the group-commit generation
         that makes it durable (0 if nothing to wait for)."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message, mandatory), 0
-        routed, rejected, sync_gen = self.vhost.publish(message, self)
-        counters = self.counters
-        counters.received += 1
-        if routed:
-            counters.routed += 1
-        elif mandatory:
-            counters.unroutable_returned += 1
+        routed, rejected, sync_gen = self.route(message, mandatory, self)
+        if not routed and mandatory:
             self._return(message)
-        else:
-            counters.unroutable_dropped += 1
         return rejected, sync_gen
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
