@@ -51,6 +51,7 @@ from leveret.exchanges.model import DestKind, Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Consumer, Entry, Queue
+from leveret.session.get import basic_get, delivery_header
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
@@ -436,7 +437,7 @@ class Channel(Ledger[Record], Publisher):
         self.next_tag = tag + 1
         queue = consumer.queue
         content_header = message.header
-        if redelivered and queue.quorum:
+        if redelivered and queue.quorum:  # leveret.session.get.delivery_header, inlined
             content_header = with_header(content_header, "x-delivery-count", redelivered)
             redelivered = True
         if not consumer.no_ack:
@@ -589,21 +590,14 @@ class Channel(Ledger[Record], Publisher):
             consumer.queue.remove_consumer(consumer)
 
     def _on_basic_get(self, m: commands.Basic.Get) -> None:
-        queue_name = self._queue_name(m.queue)
-        self._permit("read", "queue", queue_name)
-        queue = self.vhost.queue(queue_name, self.conn)
-        if queue.stream:
-            raise not_supported("basic.get", self.vhost.rs("queue", queue.name))
-        entry = queue.get(m.no_ack)
+        queue, entry = basic_get(
+            self.access, self.user, self.vhost, self._queue_name(m.queue), m.no_ack, self.conn
+        )
         if entry is None:
             self.send(B.GetEmpty())
             return
         message = entry[0]
-        redelivered = entry[1]
-        content_header = message.header
-        if queue.quorum and redelivered:
-            content_header = with_header(content_header, "x-delivery-count", redelivered)
-            redelivered = True
+        content_header, redelivered = delivery_header(queue, entry)
         tag = self.record(None if m.no_ack else (queue, entry, None))
         if not m.no_ack:
             self.memory.add(_record_bytes(queue, message))
