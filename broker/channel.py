@@ -547,7 +547,14 @@ class Channel(Ledger[Record], Publisher):
             )
         tag = m.consumer_tag or generated_name("amq.ctag")
         consumer = Consumer(
-            self, queue, tag, m.no_ack, m.exclusive, self.prefetch_count, dict(m.arguments or {})
+            self,
+            queue,
+            tag,
+            m.no_ack,
+            m.exclusive,
+            self.prefetch_count,
+            dict(m.arguments or {}),
+            codec.shortstr(tag),
         )
         self.consumers[tag] = consumer
         if not m.nowait:
@@ -567,7 +574,7 @@ class Channel(Ledger[Record], Publisher):
         # A queue object that is never registered in the vhost: it only carries the
         # consumer; replies are delivered to the consumer directly.
         pseudo = Queue(self.vhost, REPLY_TO, False, None, False, {})
-        consumer = Consumer(self, pseudo, tag, True, False, 0, {})
+        consumer = Consumer(self, pseudo, tag, True, False, 0, {}, codec.shortstr(tag))
         self.consumers[tag] = consumer
         self.reply_consumer = consumer
         self.reply_key = generated_name("amq.gen")[len("amq.gen-") :]

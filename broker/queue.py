@@ -31,7 +31,6 @@ from collections.abc import Iterable, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.arguments import arg_text, queue_type
-from leveret.codec import shortstr
 from leveret.deadletter import dead_letter
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
@@ -118,11 +117,14 @@ class Consumer:
         exclusive: bool,
         prefetch: int,
         arguments: dict[str, Any],
+        tag_bytes: bytes = b"",
     ) -> None:
         self.channel = channel
         self.queue = queue
         self.tag = tag
-        self.tag_bytes = shortstr(tag)  # pre-encoded once for Basic.Deliver (the hot path)
+        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
+        # the wire channel, so the queue needs no codec.
+        self.tag_bytes = tag_bytes
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch

@@ -280,8 +280,9 @@ class VHost:
             raise AMQPChannelError(NOT_FOUND, f"no {self.rs('exchange', name)}")
         return exchange
 
-    def queue(self, name: str, connection: Connection | None, strict: bool = False) -> Queue:
-        """The queue ``name`` checked for exclusive access, or 404 / 405."""
+    def queue(self, name: str, connection: object | None, strict: bool = False) -> Queue:
+        """The queue ``name`` checked for exclusive access (``connection``: the one
+        asking, compared by identity; None outside AMQP), or 404 / 405."""
         queue = self.queues.get(name)
         if queue is None:
             raise AMQPChannelError(NOT_FOUND, f"no {self.rs('queue', name)}")
@@ -289,7 +290,7 @@ class VHost:
         return queue
 
     def check_exclusive(
-        self, queue: Queue, connection: Connection | None, strict: bool = False
+        self, queue: Queue, connection: object | None, strict: bool = False
     ) -> None:
         """rabbit_amqqueue:check_exclusive_access/3 (``lax`` lets anyone use a
         non-exclusive queue; ``strict`` also refuses an exclusive re-declare of one)."""

@@ -11,13 +11,12 @@ from leveret.stream import not_supported
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
-    from leveret.connection import Connection
     from leveret.queue import Entry, Queue
     from leveret.vhost import VHost
 
 
 def readable_queue(
-    access: AccessControl, user: str, vhost: VHost, name: str, owner: Connection | None
+    access: AccessControl, user: str, vhost: VHost, name: str, owner: object | None
 ) -> Queue:
     """basic.get's checks, in rabbit_channel's order: read permission (403), the queue
     (404; 405 when exclusive to another connection than ``owner``, None outside AMQP),
@@ -35,7 +34,7 @@ def basic_get(
     vhost: VHost,
     name: str,
     no_ack: bool,
-    owner: Connection | None,
+    owner: object | None,
 ) -> tuple[Queue, Entry | None]:
     """The checks of :func:`readable_queue`, then the head message (None: the queue is
     empty, counted as a get-empty). With ``no_ack`` false the message stays unacked in

@@ -48,7 +48,7 @@ class Collector(Ledger[tuple[Queue, Entry, Consumer]]):
         self.cancelled.append(consumer.tag)
 
     def consume(self, queue: Queue, tag: str = "c", no_ack: bool = False) -> Consumer:
-        consumer = Consumer(self, queue, tag, no_ack, False, self.prefetch_count, {})
+        consumer = Consumer(self, queue, tag, no_ack, False, self.prefetch_count, {}, b"")
         queue.add_consumer(consumer)
         return consumer
 
