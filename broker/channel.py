@@ -61,7 +61,6 @@ from leveret.session.publish import (
     Publisher,
     size_error,
 )
-from leveret.stream import StreamQueue, not_supported, parse_start
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
@@ -255,11 +254,12 @@ class Channel(Ledger[Record], Publisher):
             self._publish = publish
             self._on_header(header, frame.body)
             return
-        # _accept, inlined: once per publish.
+        # _accept and _route, inlined: once per publish.
         self.conn.published = True  # a publisher: the memory alarm blocks it
-        rejected, sync_gen = self._route(
-            Message(publish.exchange, publish.routing_key, payload, frame.body), publish.mandatory
-        )
+        message = Message(publish.exchange, publish.routing_key, payload, frame.body)
+        routed, rejected, sync_gen = self.route(message, publish.mandatory, self)
+        if not routed and publish.mandatory:
+            self._return(message)
         if self.confirm:
             self._confirm(rejected, sync_gen)
 
@@ -382,22 +382,10 @@ class Channel(Ledger[Record], Publisher):
         """Route and enqueue ``message``; return it when mandatory and unroutable.
         Returns whether a queue refused it (overflow) and the group-commit generation
         that makes it durable (0 if nothing to wait for)."""
-        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
-            return self._reply(message, mandatory), 0
         routed, rejected, sync_gen = self.route(message, mandatory, self)
         if not routed and mandatory:
             self._return(message)
         return rejected, sync_gen
-
-    def _reply(self, message: Message, mandatory: bool) -> bool:
-        """A reply to a direct reply-to requester: straight to its consumer, at most once
-        (dropped, or returned when mandatory, if the requester has gone)."""
-        consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
-        if consumer is not None and consumer.channel.open:
-            consumer.queue.deliver(consumer, (message, False, 0.0, 0))
-        elif mandatory:
-            self._return(message)
-        return False
 
     def _return(self, message: Message) -> None:
         self.conn.write(
@@ -523,24 +511,7 @@ class Channel(Ledger[Record], Publisher):
                 PRECONDITION_FAILED,
                 f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}{why}",
             )
-        start = None
-        if isinstance(queue, StreamQueue):
-            # rabbit_stream_queue:consume/3: credit comes from the consumer prefetch, and
-            # only acks return it (both observed on 3.10.8, in this order).
-            where = self.vhost.rs("queue", queue.name)
-            if not self.prefetch_count:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'"
-                )
-            if m.no_ack:
-                raise not_supported("automatic acknowledgement", where)
-            start = parse_start(m.arguments or {})
-        if queue.quorum and self.global_prefetch:
-            # rabbit_quorum_queue:consume/3: a connection error (540).
-            raise AMQPConnectionError(
-                NOT_IMPLEMENTED,
-                f"{self.vhost.rs('queue', queue.name)} does not support global qos",
-            )
+        queue.check_consume(m.no_ack, self.prefetch_count, self.global_prefetch, m.arguments or {})
         if queue.exclusive_consumer or (m.exclusive and queue.consumers):
             raise AMQPChannelError(
                 ACCESS_REFUSED, f"{self.vhost.rs('queue', queue.name)} in exclusive use"
@@ -559,10 +530,7 @@ class Channel(Ledger[Record], Publisher):
         self.consumers[tag] = consumer
         if not m.nowait:
             self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
-        if isinstance(queue, StreamQueue) and start is not None:
-            queue.subscribe(consumer, start)
-        else:
-            queue.add_consumer(consumer)
+        queue.subscribe(consumer)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
@@ -625,7 +593,7 @@ class Channel(Ledger[Record], Publisher):
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
         if requeue is not None:
-            self._refuse_stream_rejects(tag, multiple)
+            self._check_rejects(tag, multiple)
         taken = self.take(tag, multiple)
         if self.tx is not None:
             self.stage(taken)
@@ -633,14 +601,11 @@ class Channel(Ledger[Record], Publisher):
             return
         self._apply_settle(taken, requeue)
 
-    def _refuse_stream_rejects(self, tag: int, multiple: bool) -> None:
-        """basic.nack and basic.reject of a stream delivery: 540, checked before anything
-        is settled (rabbit_stream_queue:settle/4; observed on 3.10.8)."""
+    def _check_rejects(self, tag: int, multiple: bool) -> None:
+        """Each covered delivery's queue type may refuse nack and reject (a stream: 540),
+        checked before anything is settled (rabbit_stream_queue:settle/4)."""
         for queue, _entry, _consumer in self.covered(tag, multiple):
-            if queue.stream:
-                raise not_supported(
-                    "basic.nack and basic.reject", self.vhost.rs("queue", queue.name)
-                )
+            queue.check_reject()
 
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
@@ -942,8 +907,7 @@ class Channel(Ledger[Record], Publisher):
         name = self._queue_name(m.queue)
         self._permit("read", "queue", name)
         queue = self.vhost.queue(name, self.conn)
-        if queue.stream:
-            raise not_supported("queue.purge", self.vhost.rs("queue", name))
+        queue.check_purge()
         count = queue.purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))

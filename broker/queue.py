@@ -27,11 +27,12 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.arguments import arg_text, queue_type
 from leveret.deadletter import dead_letter
+from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
@@ -503,6 +504,33 @@ class Queue:
                 consumers.insert(end - 1, consumers.pop(index))
                 return consumer
         return None
+
+    # -- what the queue's type refuses (rabbit_queue_type: each type its own) ----------
+
+    def check_consume(
+        self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: Mapping[str, Any]
+    ) -> None:
+        """basic.consume's checks of the queue's type, after its arguments' and before
+        the consumer exists: a quorum queue refuses a channel with a global qos
+        (rabbit_quorum_queue:consume/3: a connection error, 540)."""
+        if self.quorum and global_prefetch:
+            raise AMQPConnectionError(
+                NOT_IMPLEMENTED, f"{self.vhost.rs('queue', self.name)} does not support global qos"
+            )
+
+    def subscribe(self, consumer: Consumer) -> None:
+        """Attach a consumer that passed :meth:`check_consume` (a stream reads from the
+        offset its arguments ask for)."""
+        self.add_consumer(consumer)
+
+    def check_get(self) -> None:
+        """basic.get: every type but a stream takes it."""
+
+    def check_purge(self) -> None:
+        """queue.purge: every type but a stream takes it."""
+
+    def check_reject(self) -> None:
+        """basic.nack and basic.reject of a delivery: every type but a stream takes them."""
 
     # -- the verbs that own the delivery counters ---------------------------------------
 

@@ -33,7 +33,6 @@ from leveret.management.topology import exchange_name, queue_of
 from leveret.message import Message
 from leveret.session.get import readable_queue
 from leveret.session.publish import Publisher
-from leveret.stream import not_supported
 
 if TYPE_CHECKING:
     from leveret.persistence import Persistence
@@ -82,8 +81,7 @@ async def purge(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-        if queue.stream:
-            raise not_supported("queue.purge", vhost.rs("queue", queue.name))
+        queue.check_purge()
         queue.purge()
     return web.Response(status=204)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.message import with_header
-from leveret.stream import not_supported
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
@@ -23,8 +22,7 @@ def readable_queue(
     then a stream's 540."""
     access.check(user, vhost.name, "read", "queue", name)
     queue = vhost.queue(name, owner)
-    if queue.stream:
-        raise not_supported("basic.get", vhost.rs("queue", queue.name))
+    queue.check_get()
     return queue
 
 

@@ -195,7 +195,10 @@ class Publisher:
         received, routed, unroutable returned or dropped). Returns whether a queue took
         it, whether a queue refused it (overflow) and the group-commit generation that
         makes it durable (0: nothing to wait for); an unroutable mandatory message is the
-        caller's to return."""
+        caller's to return. A reply to a direct reply-to requester goes straight to its
+        consumer, uncounted."""
+        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
+            return self._reply(message), False, 0
         routed, rejected, sync_gen = self.vhost.publish(message, origin)
         counters = self.counters
         counters.received += 1
@@ -206,6 +209,15 @@ class Publisher:
         else:
             counters.unroutable_dropped += 1
         return routed, rejected, sync_gen
+
+    def _reply(self, message: Message) -> bool:
+        """Deliver a reply to its requester's consumer, at most once: False (dropped, or
+        returned when mandatory) when the requester has gone (docs/direct-reply-to.md)."""
+        consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
+        if consumer is None or not consumer.channel.open:
+            return False
+        consumer.queue.deliver(consumer, (message, False, 0.0, 0))
+        return True
 
 
 @contextmanager

@@ -267,3 +267,43 @@ async def test_deleting_a_queue_cancels_its_consumers(access: AccessControl, vho
     collector.consume(queue, "ctag")
     vhost.delete_queue(queue)
     assert collector.cancelled == ["ctag"]
+
+
+async def test_a_stream_refuses_what_rabbitmq_refuses(access: AccessControl, vhost: VHost) -> None:
+    stream = vhost.declare_queue("s", False, True, False, False, {"x-queue-type": "stream"}, None)  # type: ignore[arg-type]
+    where = "queue 's' in vhost '/'"
+    assert refusal(lambda: stream.check_consume(False, 0, 0, {})) == (
+        406,
+        f"PRECONDITION_FAILED - consumer prefetch count is not set for '{where}'",
+    )
+    assert refusal(lambda: stream.check_consume(True, 10, 0, {})) == (
+        540,
+        f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues {where}",
+    )
+    assert refusal(lambda: stream.check_consume(False, 10, 0, {"x-stream-offset": 1.5})) == (
+        541,
+        "INTERNAL_ERROR",
+    )
+    for check, what in (
+        (stream.check_purge, "queue.purge"),
+        (stream.check_reject, "basic.nack and basic.reject"),
+    ):
+        assert refusal(check) == (
+            540,
+            f"NOT_IMPLEMENTED - {what} not supported by stream queues {where}",
+        )
+    stream.check_consume(False, 10, 0, {"x-stream-offset": "first"})  # taken
+
+
+async def test_a_quorum_queue_refuses_global_qos(vhost: VHost) -> None:
+    quorum = vhost.declare_queue("qq", False, True, False, False, {"x-queue-type": "quorum"}, None)  # type: ignore[arg-type]
+    quorum.check_consume(False, 0, 0, {})
+    assert refusal(lambda: quorum.check_consume(False, 0, 5, {})) == (
+        540,
+        "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos",
+    )
+    classic = declare(vhost, "c")
+    classic.check_consume(True, 0, 5, {})
+    classic.check_get()
+    classic.check_purge()
+    classic.check_reject()
