@@ -8,4 +8,11 @@ are tested without a socket or an event loop (``tests/session/``). The wire chan
 
 - ``ledger``: the delivery-tag ledger of a channel (unacked deliveries in tag order,
   prefetch, ack/nack/reject with ``multiple``, recover, transactional acks).
+- ``publish``: basic.publish's checks in RabbitMQ's order, the routing and the publish
+  counters, for the wire channel and the management API alike.
+- ``get``: basic.get's checks and the delivery header, for the channel, the management get
+  and the aliveness test.
+
+The session sits on the node (vhosts, queues, messages: ``leveret.vhost``,
+``leveret.queue``...), which never imports it. ``tests/test_layers.py`` enforces both rules.
 """
