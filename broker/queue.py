@@ -336,7 +336,15 @@ class Queue:
                 consumer = self._next_consumer()
                 if consumer is not None:
                     self.seq += 1
-                    self.deliver(consumer, (message, False, 0.0, self.seq))
+                    # deliver, inlined (a new message, never redelivered, and no store to
+                    # mark it in): once a delivery.
+                    self.delivered_total += 1
+                    if consumer.no_ack:
+                        self.deliver_no_ack_total += 1
+                    else:
+                        consumer.unacked += 1
+                        self.unacked += 1
+                    consumer.channel.deliver(consumer, (message, False, 0.0, self.seq))
                     return True
             # _push, inlined for the hot path.
             self.seq += 1
