@@ -8,9 +8,15 @@
 # Defaults: node leveret-bench@localhost, AMQP on 127.0.0.1:5691, distribution port 25691.
 # Why a node of our own: the system node's plugins, policies and configuration may change
 # while a benchmark runs (someone enables the management plugin, say), and the figures with
-# them. This node has no plugins (its own enabled_plugins file, "[]"), its own empty
+# them. This node has no plugins unless asked (its own enabled_plugins file), its own
 # rabbitmq.conf, and its data and logs under $TMPDIR/<node name> (wiped at each start, so
-# every run starts from a fresh node). Needs the rabbitmq-server package
+# every run starts from a fresh node). PLUGINS (a space-separated list, default none) enables
+# plugins, PROMETHEUS_PORT and MANAGEMENT_PORT move their listeners off 15692 and 15672:
+#
+#   PLUGINS="rabbitmq_prometheus rabbitmq_management" PROMETHEUS_PORT=15693 \
+#     MANAGEMENT_PORT=15694 bench/rabbitmq_node.sh start leveret-metrics@localhost 5693 25693
+#
+# Needs the rabbitmq-server package
 # (apt-get install -y rabbitmq-server); run as root or as the rabbitmq user.
 #
 #   PID=$(bench/rabbitmq_node.sh start | tail -1)
@@ -57,8 +63,13 @@ case "$ACTION" in
     fi
     rm -rf "$BASE"
     mkdir -p "$BASE/mnesia" "$BASE/log"
-    echo '[].' >"$BASE/enabled_plugins"
-    echo '# empty: the defaults, whatever /etc/rabbitmq/rabbitmq.conf says' >"$BASE/rabbitmq.conf"
+    plugins=${PLUGINS:-}
+    echo "[${plugins// /,}]." >"$BASE/enabled_plugins"
+    {
+      echo '# the defaults, whatever /etc/rabbitmq/rabbitmq.conf says'
+      [ -z "${PROMETHEUS_PORT:-}" ] || echo "prometheus.tcp.port = $PROMETHEUS_PORT"
+      [ -z "${MANAGEMENT_PORT:-}" ] || echo "management.tcp.port = $MANAGEMENT_PORT"
+    } >"$BASE/rabbitmq.conf"
     # Debian's rabbitmq-server wrapper runs the node as the rabbitmq user when started as root
     if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
       chown -R rabbitmq:rabbitmq "$BASE"
