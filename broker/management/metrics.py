@@ -130,6 +130,15 @@ LEFT_OUT: dict[str, str] = {
     "rabbitmq_global_publishers": "channels keep no 'has published' flag (3.10.8's own value "
     "goes negative: observed -10 with no publisher)",
     "telemetry_scrape_encoded_size_bytes": "Leveret does not compress its answers",
+    **dict.fromkeys(
+        (
+            "rabbitmq_auth_attempts_detailed_total",
+            "rabbitmq_auth_attempts_detailed_succeeded_total",
+            "rabbitmq_auth_attempts_detailed_failed_total",
+        ),
+        "login attempts by source are not kept (3.10.8 serves them empty unless "
+        "track_auth_attempt_source is on)",
+    ),
 }
 
 

@@ -16,6 +16,7 @@ prometheus_client (``generate_latest``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -93,61 +94,86 @@ class View:
         return self.vhosts is None or name in self.vhosts
 
 
-def unacked_bytes(server: Server) -> dict[int, int]:
+# Objects read between two turns of the loop: a scrape of many queues, channels or
+# connections lets the broker serve its clients meanwhile.
+CHUNK = 256
+
+
+async def unacked_bytes(server: Server) -> dict[int, int]:
     """Body bytes of the delivered, unacknowledged messages, by ``id(queue)``."""
     sizes: dict[int, int] = {}
-    for conn in server.connections:
-        for channel in conn.channels.values():
+    seen = 0
+    for conn in list(server.connections):
+        for channel in list(conn.channels.values()):
             for queue, entry, _consumer in channel.unacked.values():
                 sizes[id(queue)] = sizes.get(id(queue), 0) + entry[0].body_size
+            seen += len(channel.unacked) + 1
+            if seen >= CHUNK * 16:
+                seen = 0
+                await asyncio.sleep(0)
     return sizes
 
 
-def queue_families(server: Server, view: View, prefix: str) -> Iterator[Metric]:
-    """The per-queue families: summed (aggregated) or a sample per queue."""
+@dataclass
+class Table:
+    """Per-object readings of some families, taken on the loop and turned into metric
+    families (summed or one sample per object) in a worker thread."""
+
+    families: list[m.Family]
+    labels: tuple[str, ...]
+    rows: list[tuple[list[str], list[float]]] = field(default_factory=list)
+
+    def metrics(self, prefix: str, per_object: bool) -> Iterator[Metric]:
+        """The families: a sample per row, or one summed sample (none for the families
+        RabbitMQ does not sum)."""
+        for index, family in enumerate(self.families):
+            found = m.metric(prefix + family.name, family, self.labels if per_object else ())
+            if per_object:
+                for labels, values in self.rows:
+                    found.add_metric(labels, values[index])
+            elif not isinstance(family, m.QueueFamily) or family.summed:
+                found.add_metric([], sum(values[index] for _, values in self.rows))
+            yield found
+
+
+async def read_queues(server: Server, view: View) -> Table:
+    """The queue families of ``view``, read from every queue it covers."""
+    wanted = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups)]
+    table = Table(list(wanted), ("vhost", "queue"))
+    if not wanted:
+        return table
+    sizes = await unacked_bytes(server)
     queues = [
         (vhost.name, queue)
-        for vhost in server.vhosts.values()
+        for vhost in list(server.vhosts.values())
         if view.vhost(vhost.name)
         for queue in vhost.queues.values()
     ]
-    sizes = unacked_bytes(server)
-    for family in m.QUEUE_FAMILIES:
-        if not view.wants(*family.groups):
-            continue
-        read = family.value
-        if not view.per_object:
-            found = m.metric(prefix + family.name, family)
-            if family.summed:
-                found.add_metric([], sum(read(q, sizes.get(id(q), 0)) for _, q in queues))
-            yield found
-            continue
-        found = m.metric(prefix + family.name, family, ("vhost", "queue"))
-        for vhost, queue in queues:
-            found.add_metric([vhost, queue.name], read(queue, sizes.get(id(queue), 0)))
-        yield found
+    reads = [f.value for f in wanted]
+    rows = table.rows
+    for index, (vhost, queue) in enumerate(queues):
+        unacked = sizes.get(id(queue), 0)
+        rows.append(([vhost, queue.name], [read(queue, unacked) for read in reads]))
+        if index % CHUNK == CHUNK - 1:
+            await asyncio.sleep(0)
+    return table
 
 
-def object_families(
+async def read_objects(
     families: Iterable[cm.ObjectFamily],
     objects: list[tuple[str, Channel | Connection]],
     view: View,
-    prefix: str,
-) -> Iterator[Metric]:
-    """Per-channel or per-connection families: summed, or a sample per object labelled
-    ``channel`` (RabbitMQ's label for both, holding the process id)."""
-    for family in families:
-        if not view.wants(family.group):
-            continue
-        read = family.value
-        if not view.per_object:
-            found = m.metric(prefix + family.name, family)
-            found.add_metric([], sum(read(obj) for _, obj in objects))
-        else:
-            found = m.metric(prefix + family.name, family, ("channel",))
-            for label, obj in objects:
-                found.add_metric([label], read(obj))
-        yield found
+) -> Table:
+    """Per-channel or per-connection families, labelled ``channel`` (RabbitMQ's label for
+    both, holding the process id)."""
+    wanted = [f for f in families if view.wants(f.group)]
+    table = Table(list(wanted), ("channel",))
+    reads = [f.value for f in wanted]
+    for index, (label, obj) in enumerate(objects):
+        table.rows.append(([label], [read(obj) for read in reads]))
+        if index % CHUNK == CHUNK - 1:
+            await asyncio.sleep(0)
+    return table
 
 
 def total_families(server: Server) -> Iterator[Metric]:
@@ -210,33 +236,31 @@ def topology_families(server: Server, view: View) -> Iterator[Metric]:
         yield found
 
 
-def collect(server: Server, view: View) -> Iterator[Metric]:
-    """Every family of ``view``, in rabbitmq_prometheus's order."""
+async def read(server: Server, view: View) -> list[Metric | Table]:
+    """Everything ``view`` serves, read now, in rabbitmq_prometheus's order: metric
+    families where they are few, tables of per-object readings otherwise."""
     detailed = view.groups is not None
-    prefix = DETAILED_PREFIX if detailed else PREFIX
-    connections = [(conn.name, conn) for conn in server.connections if conn.vhost is not None]
+    parts: list[Metric | Table] = []
+    connections = [(conn.name, conn) for conn in list(server.connections) if conn.vhost is not None]
     if detailed:
         connections = [(label, c) for label, c in connections if view.vhost(c.vhost.name)]
     channels: list[tuple[str, Channel | Connection]] = [
         (channel_name(conn, ch), ch) for _, conn in connections for ch in conn.channels.values()
     ]
     if not detailed:
-        yield from m.node_families(server, alarms=not view.per_object)
+        parts += m.node_families(server, alarms=not view.per_object)
     elif view.wants(CHURN_GROUP):
-        yield from m.churn_families(server, DETAILED_PREFIX)
-    yield from queue_families(server, view, prefix)
-    yield from object_families(cm.CHANNEL_FAMILIES, channels, view, prefix)
-    yield from object_families(cm.CONNECTION_FAMILIES, list(connections), view, prefix)
+        parts += m.churn_families(server, DETAILED_PREFIX)
+    parts.append(await read_queues(server, view))
+    parts.append(await read_objects(cm.CHANNEL_FAMILIES, channels, view))
+    parts.append(await read_objects(cm.CONNECTION_FAMILIES, list(connections), view))
     if not detailed:
         if not view.per_object:
-            yield from total_families(server)
-        yield from m.totals_families(server)
-    yield from m.info_families()
-    if detailed:
-        yield from topology_families(server, view)
-    else:
-        yield from global_families(server)
-    yield from telemetry_families(view)
+            parts += total_families(server)
+        parts += m.totals_families(server)
+    parts += m.info_families()
+    parts += topology_families(server, view) if detailed else global_families(server)
+    return parts
 
 
 def telemetry_families(view: View) -> Iterator[Metric]:
@@ -257,30 +281,62 @@ def telemetry_families(view: View) -> Iterator[Metric]:
     yield size
 
 
-class Collector:
-    """A prometheus_client collector over one view of the broker."""
+class One:
+    """A collector of one metric family (prometheus_client writes a registry's text)."""
 
-    def __init__(self, server: Server, view: View) -> None:
-        self.server = server
-        self.view = view
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
 
     def collect(self) -> Iterator[Metric]:
-        """The families, read now."""
-        return collect(self.server, self.view)
+        """The family."""
+        yield self.metric
+
+
+def exposition(metric: Metric) -> bytes:
+    """The text of one family (its HELP and TYPE lines, then its samples)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(One(metric))
+    return generate_latest(registry)
+
+
+def process_exposition() -> bytes:
+    """prometheus_client's process_* families of this process."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    return generate_latest(registry)
+
+
+# Samples written between two turns of the loop (a few milliseconds of work).
+SAMPLES_PER_TURN = 500
+
+
+async def render(parts: list[Metric | Table], view: View, process: bool) -> bytes:
+    """The exposition text of what :func:`read` took (``process``: with the process_*
+    families first). Per-object families are written a slice of samples at a time, the
+    loop serving the clients between two slices; every slice after a family's first is
+    written without the HELP and TYPE lines."""
+    out = [process_exposition()] if process else []
+    prefix = PREFIX if view.groups is None else DETAILED_PREFIX
+    for part in parts:
+        if not isinstance(part, Table):
+            out.append(exposition(part))
+        elif not view.per_object:
+            out += [exposition(metric) for metric in part.metrics(prefix, False)]
+        else:
+            for index, family in enumerate(part.families):
+                for start in range(0, max(len(part.rows), 1), SAMPLES_PER_TURN):
+                    found = m.metric(prefix + family.name, family, part.labels)
+                    for labels, values in part.rows[start : start + SAMPLES_PER_TURN]:
+                        found.add_metric(labels, values[index])
+                    text = exposition(found)
+                    out.append(text.split(b"\n", 2)[2] if start else text)
+                    await asyncio.sleep(0)
+    out += [exposition(metric) for metric in telemetry_families(view)]
+    return b"".join(out)
 
 
 TELEMETRY_KEY: web.AppKey[dict[str, Telemetry]] = web.AppKey("telemetry")
 SERVER_KEY: web.AppKey[Server] = web.AppKey("prometheus_server")
-
-
-def render(server: Server, view: View, process: bool) -> bytes:
-    """The exposition text of ``view`` (``process``: with prometheus_client's process_*
-    families first)."""
-    registry = CollectorRegistry(auto_describe=False)
-    if process:
-        ProcessCollector(registry=registry)
-    registry.register(Collector(server, view))
-    return generate_latest(registry)
 
 
 def parse_view(request: web.Request) -> View:
@@ -300,7 +356,8 @@ async def scrape(request: web.Request) -> web.Response:
     server = request.app[SERVER_KEY]
     view = parse_view(request)
     started = time.perf_counter()
-    body = render(server, view, process=view.registry == "default")
+    parts = await read(server, view)
+    body = await render(parts, view, process=view.registry == "default")
     seen = view.telemetry.setdefault(view.registry, Telemetry())
     seen.count += 1
     seen.seconds += time.perf_counter() - started
