@@ -129,9 +129,10 @@ class SocketCounters:
     """Bytes and reads, bytes and writes of one connection's socket (what RabbitMQ reads
     with inet:getstat: recv_oct, recv_cnt, send_oct, send_cnt)."""
 
-    __slots__ = ("recv_cnt", "recv_oct", "send_cnt", "send_oct")
+    __slots__ = ("opened_at", "recv_cnt", "recv_oct", "send_cnt", "send_oct")
 
     def __init__(self) -> None:
+        self.opened_at = time.time()  # when the connection was accepted
         self.recv_oct = 0
         self.recv_cnt = 0
         self.send_oct = 0

@@ -140,7 +140,6 @@ def node_view(request: web.Request) -> dict[str, Any]:
         "name": views.NODE,
         "type": "disc",
         "running": True,
-        "being_drained": False,
         "partitions": [],
         "cluster_links": [],
         "rates_mode": "basic",
