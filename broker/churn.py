@@ -60,6 +60,7 @@ class NodeCounters:
         "channels_opened",
         "connections_closed",
         "connections_opened",
+        "dead_lettered",
         "queues_created",
         "queues_declared",
         "queues_deleted",
@@ -83,6 +84,8 @@ class NodeCounters:
         self.received_confirm = 0
         # Per queue type, the counters of the queues deleted.
         self.retired: dict[str, dict[str, int]] = {}
+        # Messages dead-lettered, by (queue type, reason, dead-letter strategy).
+        self.dead_lettered: dict[tuple[str, str, str], int] = {}
 
     def login(self, succeeded: bool) -> None:
         """One login attempt at connection.start-ok."""
@@ -97,6 +100,16 @@ class NodeCounters:
         if channel.open:
             self.channels_closed += 1
             self.received_confirm += channel.publish_seq
+
+    def dead_letter(self, queue: Queue, reason: str) -> None:
+        """A message of ``queue`` is dead-lettered for ``reason`` (rejected, expired,
+        maxlen, delivery_limit), counted as rabbit_global_counters counts it whether or not
+        the queue has somewhere to send it: ``at_most_once`` when its dead-letter exchange
+        exists, else ``disabled`` (observed on 3.10.8, a missing exchange included)."""
+        dlx = queue.dlx
+        exists = dlx is not None and dlx in queue.vhost.projection.exchanges
+        key = (queue_type(queue), reason, "at_most_once" if exists else "disabled")
+        self.dead_lettered[key] = self.dead_lettered.get(key, 0) + 1
 
     def queue_declared(self, created: bool) -> None:
         """A queue.declare that was not passive (``created``: it made the queue)."""

@@ -516,7 +516,7 @@ class Queue:
 
     def settle(self, message: Message, rejected: bool) -> None:
         """A delivery was acked, or rejected without requeue (dead-lettered): it is gone."""
-        if rejected and self.dlx is not None and not self.deleted:
+        if rejected and not self.deleted:  # counted without a DLX too (broker/churn.py)
             dead_letter(self, message, "rejected")
         if message.store_ids is not None:
             self.forget(message)

@@ -117,19 +117,8 @@ LEFT_OUT: dict[str, str] = {
         ("rabbitmq_queue_consumer_capacity", "rabbitmq_queue_consumer_utilisation"),
         "Leveret does not measure the share of time a queue's consumers could take messages",
     ),
-    **dict.fromkeys(
-        (
-            "rabbitmq_global_messages_dead_lettered_confirmed_total",
-            "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
-            "rabbitmq_global_messages_dead_lettered_expired_total",
-            "rabbitmq_global_messages_dead_lettered_maxlen_total",
-            "rabbitmq_global_messages_dead_lettered_rejected_total",
-        ),
-        "dead-lettering keeps no counters yet",
-    ),
     "rabbitmq_global_publishers": "channels keep no 'has published' flag (3.10.8's own value "
     "goes negative: observed -10 with no publisher)",
-    "telemetry_scrape_encoded_size_bytes": "Leveret does not compress its answers",
     **dict.fromkeys(
         (
             "rabbitmq_auth_attempts_detailed_total",

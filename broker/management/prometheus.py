@@ -17,6 +17,7 @@ prometheus_client (``generate_latest``).
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -72,6 +73,8 @@ class Telemetry:
     count: int = 0
     seconds: float = 0.0
     size: int = 0
+    # per content encoding (gzip, identity): scrapes and bytes sent
+    encoded: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,6 +207,13 @@ def global_families(server: Server) -> Iterator[Metric]:
             value = family.totals(counts) if counts is not None and family.totals else 0
             found.add_metric([m.PROTOCOL, kind], value)
         yield found
+    dead = server.churn.dead_lettered
+    for dead_family, reason, pairs in cm.DEAD_LETTERED:
+        labels = ("queue_type", "dead_letter_strategy")
+        found = m.metric(PREFIX + dead_family.name, dead_family, labels)
+        for kind, strategy in pairs:
+            found.add_metric([kind, strategy], dead.get((kind, reason, strategy), 0))
+        yield found
     for family in cm.GLOBAL_BY_PROTOCOL:
         yield m.single(family, total_of(family, server.counters, ()), protocol)
     confirming = server.churn.received_confirm + sum(ch.publish_seq for ch in channels)
@@ -264,19 +274,27 @@ async def read(server: Server, view: View) -> list[Metric | Table]:
 
 
 def telemetry_families(view: View) -> Iterator[Metric]:
-    """telemetry_scrape_duration_seconds and telemetry_scrape_size_bytes of this registry
-    (the scrapes before this one, as RabbitMQ counts them)."""
-    seen = view.telemetry.get(view.registry, Telemetry())
+    """telemetry_scrape_encoded_size_bytes, _duration_seconds and _size_bytes of every
+    registry (default, per-object, detailed), counting the scrapes before this one, as
+    rabbitmq_prometheus's prometheus_httpd keeps them."""
     labels = ["registry", "content_type"]
+    encoded = SummaryMetricFamily(
+        "telemetry_scrape_encoded_size_bytes",
+        "Scrape size, encoded",
+        labels=[*labels, "encoding"],
+    )
     duration = SummaryMetricFamily(
         "telemetry_scrape_duration_seconds", "Scrape duration", labels=labels
     )
     size = SummaryMetricFamily(
         "telemetry_scrape_size_bytes", "Scrape size, not encoded", labels=labels
     )
-    if seen.count:
-        duration.add_metric([view.registry, CONTENT_TYPE], seen.count, seen.seconds)
-        size.add_metric([view.registry, CONTENT_TYPE], seen.count, seen.size)
+    for registry, seen in sorted(view.telemetry.items()):
+        for encoding, (count, sent) in sorted(seen.encoded.items()):
+            encoded.add_metric([registry, CONTENT_TYPE, encoding], count, sent)
+        duration.add_metric([registry, CONTENT_TYPE], seen.count, seen.seconds)
+        size.add_metric([registry, CONTENT_TYPE], seen.count, seen.size)
+    yield encoded
     yield duration
     yield size
 
@@ -358,11 +376,22 @@ async def scrape(request: web.Request) -> web.Response:
     started = time.perf_counter()
     parts = await read(server, view)
     body = await render(parts, view, process=view.registry == "default")
+    size = len(body)
+    encoding = "identity"
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        # As rabbitmq_prometheus answers Prometheus, which asks for gzip; zlib lets go of
+        # the interpreter while it works, so a thread compresses beside the loop.
+        encoding = "gzip"
+        body = await asyncio.to_thread(gzip.compress, body)
     seen = view.telemetry.setdefault(view.registry, Telemetry())
     seen.count += 1
     seen.seconds += time.perf_counter() - started
-    seen.size += len(body)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+    seen.size += size
+    counts = seen.encoded.setdefault(encoding, [0, 0])
+    counts[0] += 1
+    counts[1] += len(body)
+    headers = {"Content-Type": CONTENT_TYPE, "Content-Encoding": encoding}
+    return web.Response(body=body, headers=headers)
 
 
 @dataclass

@@ -344,8 +344,10 @@ async def scrape_3000_queues(server: Server, target: Target) -> None:
     # the digits of a few counts and of the scrape telemetry may grow, nothing else
     assert abs(len(text) - small) < 200, (small, len(text))
     assert took < 0.5, took
-    # /metrics/per-object is big (a sample per queue and family): it is written a slice at
-    # a time, and the loop keeps serving meanwhile (one slice was 0.4 s in one go).
+    # /metrics/per-object is big (a sample per queue and family): it is read a chunk of
+    # queues and written a slice of samples at a time, and a ticker on the loop runs in
+    # between. Written in one go (0.4-0.8 s here) the ticker ran once or twice; counting
+    # its turns rather than timing them holds on a loaded machine.
     gaps: list[float] = []
     scraping = asyncio.create_task(target.text("/metrics/per-object"))
     last = time.perf_counter()
@@ -356,11 +358,11 @@ async def scrape_3000_queues(server: Server, target: Target) -> None:
         last = now
     per_object = await scraping
     assert per_object.count('queue="q-2999"') == len(metrics.QUEUE_FAMILIES)
-    # written in one go it stalled the loop 0.4-0.8 s here; in slices, 10-70 ms
-    assert max(gaps) < 0.3, max(gaps)
+    assert len(gaps) >= 20, len(gaps)
     print(
         f"3000 queues: /metrics {len(text)} bytes in {took * 1000:.1f} ms; /metrics/per-object "
-        f"{len(per_object)} bytes, longest loop stall {max(gaps) * 1000:.1f} ms"
+        f"{len(per_object)} bytes, {len(gaps)} turns of the loop meanwhile, the longest "
+        f"{max(gaps) * 1000:.1f} ms"
     )
 
 
@@ -374,3 +376,67 @@ async def test_management_port_serves_no_metrics(mgmt: Mgmt) -> None:
                 assert "rabbitmq_" not in await response.text()
     async with mgmt.http.get(mgmt.handle.url + "/metrics") as response:
         assert response.status == 404
+
+
+def dead_lettered(values: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The classic queues' dead-letter counters: 'reason strategy' -> count."""
+    found = {}
+    for family, _reason, _pairs in client_metrics.DEAD_LETTERED:
+        name = "rabbitmq_" + family.name
+        for labels, value in values[name].items():
+            if "rabbit_classic_queue" in labels:
+                reason = family.name.removeprefix("global_messages_dead_lettered_")
+                strategy = labels.split('dead_letter_strategy="')[1].split('"')[0]
+                found[f"{reason.removesuffix('_total')} {strategy}"] = value
+    return found
+
+
+async def test_dead_letter_counters(target: Target) -> None:
+    """Messages dead-lettered count with or without a dead-letter exchange to go to (as
+    observed on 3.10.8: ``disabled`` when there is none, or when it does not exist)."""
+    connection = await aio_pika.connect(target.amqp_url)
+    steps: list[tuple[str, dict[str, float]]] = []
+    async with connection:
+        channel = await connection.channel()
+        before = dead_lettered(await target.values())
+
+        async def step(name: str) -> None:
+            nonlocal before
+            await asyncio.sleep(0.5)
+            after = dead_lettered(await target.values())
+            steps.append((name, {k: v - before[k] for k, v in after.items() if v != before[k]}))
+            before = after
+
+        async def reject(queue_name: str, arguments: dict[str, Any]) -> None:
+            queue = await channel.declare_queue(queue_name, arguments=arguments)
+            await channel.default_exchange.publish(aio_pika.Message(b"x"), queue_name)
+            message = await queue.get(timeout=5)
+            await message.reject(requeue=False)
+            await step(queue_name)
+            await queue.delete(if_unused=False, if_empty=False)
+
+        await reject("dl-plain", {})
+        await reject("dl-to-default", {"x-dead-letter-exchange": ""})
+        await reject("dl-to-missing", {"x-dead-letter-exchange": "dl-nowhere"})
+        ttl = await channel.declare_queue("dl-ttl", arguments={"x-message-ttl": 1})
+        await channel.default_exchange.publish(aio_pika.Message(b"x"), "dl-ttl")
+        await asyncio.sleep(0.2)
+        await ttl.get(fail=False)  # expired messages go when the queue is read
+        await step("dl-ttl")
+        await ttl.delete(if_unused=False, if_empty=False)
+        short = await channel.declare_queue("dl-max", arguments={"x-max-length": 1})
+        for body in (b"1", b"2"):
+            await channel.default_exchange.publish(aio_pika.Message(body), "dl-max")
+        await step("dl-max")
+        message = await short.get(timeout=5)
+        await message.nack(requeue=True)
+        await step("requeued")
+        await short.delete(if_unused=False, if_empty=False)
+    assert steps == [
+        ("dl-plain", {"rejected disabled": 1}),
+        ("dl-to-default", {"rejected at_most_once": 1}),
+        ("dl-to-missing", {"rejected disabled": 1}),
+        ("dl-ttl", {"expired disabled": 1}),
+        ("dl-max", {"maxlen disabled": 1}),
+        ("requeued", {}),
+    ]
