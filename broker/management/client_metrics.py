@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leveret.management.metrics import PROTOCOL, QUEUE_TYPES, Family
+from leveret.management.metrics import Family
 
 if TYPE_CHECKING:
     from leveret.channel import Channel
@@ -398,18 +398,3 @@ GLOBAL_RECEIVED_CONFIRM = Family(
     "counter",
     "Total number of messages received from publishers expecting confirmations",
 )
-
-__all__ = [
-    "CHANNEL_FAMILIES",
-    "CHANNEL_TOTALS",
-    "CONNECTION_FAMILIES",
-    "DEAD_LETTERED",
-    "GLOBAL_BY_PROTOCOL",
-    "GLOBAL_BY_QUEUE_TYPE",
-    "GLOBAL_CONSUMERS",
-    "GLOBAL_RECEIVED_CONFIRM",
-    "PROTOCOL",
-    "QUEUE_TYPES",
-    "ObjectFamily",
-    "TotalFamily",
-]
