@@ -217,6 +217,7 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         tls_ca=v["tls_ca"],
         management_host=v["management_host"],
         management_port=management_port if management_port >= 0 else None,
+        prometheus_port=v["prometheus_port"] if v["prometheus_port"] >= 0 else None,
         load_definitions=v["load_definitions"],
         force_recovery=v["force_recovery"],
         access=build_access(settings),
@@ -290,13 +291,15 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
     reason = _BIND_PREFIX.sub("", exc.strerror or str(exc))
     if exc.filename is not None:  # the data directory's files
         return StartupError(f"data directory {config.data_dir}: {exc.filename}: {reason}")
-    # The listeners start in this order: AMQP, AMQPS, management.
+    # The listeners start in this order: AMQP, AMQPS, management, Prometheus.
     if server._listener is None:
         host, port = config.host, config.port
     elif config.tls_cert is not None and server._tls_listener is None:
         host, port = config.host, config.tls_port
+    elif config.management_port is not None and server.management is None:
+        host, port = config.management_host, config.management_port
     else:
-        host, port = config.management_host, config.management_port or 0
+        host, port = config.management_host, config.prometheus_port or 0
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return StartupError(f"cannot listen on {address}: {reason}")
 

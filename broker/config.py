@@ -77,6 +77,9 @@ class Config:
     # Management HTTP API (None: off; `leveret serve` turns it on at 15672).
     management_host: str = "127.0.0.1"
     management_port: int | None = None
+    # rabbitmq_prometheus's listener, on the management host (None: off; `leveret serve`
+    # turns it on at 15692).
+    prometheus_port: int | None = None
     # RabbitMQ definitions.json loaded at start-up.
     load_definitions: Path | None = None
     # A prepared user database (users with hashes and tags, permissions); None: built from

@@ -35,6 +35,7 @@ from pamqp import commands
 from leveret import codec
 from leveret.auth import is_loopback
 from leveret.channel import Channel
+from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
 from leveret.errors import (
     ACCESS_REFUSED,
@@ -186,6 +187,7 @@ class Connection(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None
         self._last_recv = 0.0
         self._last_send = 0.0
+        self.io = SocketCounters()  # bytes and reads, writes (broker/churn.py)
         self.peer: tuple[Any, ...] = ()
         self.closed = asyncio.Event()
         self._close_reason = ""
@@ -229,6 +231,7 @@ class Connection(asyncio.Protocol):
                 timer.cancel()
         self._release()
         self.server.connections.discard(self)
+        self.server.churn.connections_closed += 1
         self.closed.set()
 
     def _pause(self, reason: str) -> None:
@@ -256,6 +259,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
+        self.io.received(len(data))
         if self._yield_handle is not None:
             # Frames of an earlier read still wait for their turn (reading is paused, but a
             # TLS transport may hand over what it had decrypted): they go first.
@@ -362,6 +366,7 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_handle = None
         if self._out and self.transport is not None and not self.transport.is_closing():
+            self.io.sent(self._out)
             if self._out_views:
                 self.transport.writelines(self._out)
             else:
@@ -565,11 +570,13 @@ class Connection(asyncio.Protocol):
             )
         self._check_channel_limit()
         self.channels[channel_id] = Channel(self, channel_id)
+        self.server.churn.channels_opened += 1
         # RabbitMQ sends the reserved channel_id empty (observed on 3.10.8).
         self.write(codec.simple_method(channel_id, commands.Channel.OpenOk, ("longstr", "")))
 
     def _close_channel(self, channel: Channel) -> None:
         self.channels.pop(channel.id, None)
+        self.server.churn.channel_closed(channel)
         self._confirms.discard(channel)
         channel.close()
 
@@ -677,6 +684,7 @@ class Connection(asyncio.Protocol):
         if self.server.access.authenticate(user, password) is None or (
             user in self.config.loopback_users and not loopback
         ):
+            self.server.churn.login(succeeded=False)
             # rabbit_reader:auth_fail/5: a Close only for clients that advertise
             # authentication_failure_close; others just see the socket close.
             log.warning("login refused for user %r (%s)", user, mechanism)
@@ -694,6 +702,7 @@ class Connection(asyncio.Protocol):
                 self._abort()
             return
         self.user = user
+        self.server.churn.login(succeeded=True)
         self.state = State.AWAIT_TUNE_OK
         self.send_method(
             0,
@@ -764,6 +773,7 @@ class Connection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
+        self.server.churn.connections_opened += 1
         log.info(
             "connection opened peer=%s user=%s vhost=%s client=%s",
             self._peer_text(),

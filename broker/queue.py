@@ -602,7 +602,7 @@ class Queue:
         self.unacked -= 1
         if consumer is not None:
             consumer.unacked -= 1
-        if self.dlx is not None and not self.deleted:
+        if not self.deleted:  # counted without a DLX too (broker/churn.py)
             dead_letter(self, message, "rejected")
         if message.store_ids is not None:
             self.forget(message)

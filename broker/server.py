@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.acktimeout import AckTimeouts
 from leveret.auth import AccessControl
+from leveret.churn import NodeCounters
 from leveret.config import Config
 from leveret.connection import Connection
 from leveret.disk import disk_monitor
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import ssl
 
     from leveret.management import ManagementHandle
+    from leveret.management.prometheus import PrometheusHandle
     from leveret.persistence import Persistence
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class Server:
         )
         self.persistence: Persistence | None = None
         self.counters = PublishCounters()
+        self.churn = NodeCounters()  # connection, channel and queue churn (broker/churn.py)
         self.access = config.access or AccessControl.with_users(config.users, config.vhosts)
         self.tracer: TraceWriter | None = (
             TraceWriter(config.trace_dir) if config.trace_dir else None
@@ -70,6 +73,7 @@ class Server:
         self._tls_listener: asyncio.Server | None = None
         self.tls_port = config.tls_port
         self.management: ManagementHandle | None = None
+        self.prometheus: PrometheusHandle | None = None
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -94,6 +98,7 @@ class Server:
             vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
             vhost.tracer = self.tracer
             vhost.ack_timeouts = self.ack_timeouts
+            vhost.churn = self.churn
         return vhost
 
     def _save_access(self) -> None:
@@ -279,6 +284,12 @@ class Server:
             self.management = await start_management(
                 self, self.config.management_host, self.config.management_port
             )
+        if self.config.prometheus_port is not None:
+            from leveret.management.prometheus import start_prometheus
+
+            self.prometheus = await start_prometheus(
+                self, self.config.management_host, self.config.prometheus_port
+            )
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         self.ack_timeouts.start()
@@ -322,6 +333,9 @@ class Server:
         if self.management is not None:
             await self.management.close()
             self.management = None
+        if self.prometheus is not None:
+            await self.prometheus.close()
+            self.prometheus = None
         if self._tls_listener is not None:
             self._tls_listener.close()
             self._tls_listener = None

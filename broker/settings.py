@@ -250,6 +250,10 @@ class ServeSettings(BaseModel):
     management_port: PortOrOff = Field(
         default=15672, description="management HTTP API port (0: any free port, -1: disabled)"
     )
+    prometheus_port: PortOrOff = Field(
+        default=15692,
+        description="Prometheus /metrics port, on the management host (0: any, -1: disabled)",
+    )
     tls_port: Port = Field(
         default=5671, description="AMQPS port, used when --tls-cert and --tls-key are set"
     )

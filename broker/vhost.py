@@ -22,6 +22,7 @@ from leveret.arguments import (
     queue_type,
 )
 from leveret.arguments import type_name as arg_type
+from leveret.churn import NodeCounters
 from leveret.delayed import DelayedMessages
 from leveret.errors import (
     ACCESS_REFUSED,
@@ -148,6 +149,7 @@ class VHost:
         # The server's delivery acknowledgement timeout checks, told of queues with a
         # timeout of their own (None: a vhost outside a server, in unit tests).
         self.ack_timeouts: AckTimeouts | None = None
+        self.churn = NodeCounters()  # the server's (broker/churn.py)
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}
@@ -526,6 +528,7 @@ class VHost:
             compared = QUEUE_TYPE_ARGUMENTS[queue_type(queue.arguments)]
             self._assert_args(what, compared, arguments, queue.arguments)
             queue.touch()
+            self.churn.queue_declared(created=False)
             return queue
         limit = reached(self.limits, "max-queues", len(self.queues))
         if limit is not None:
@@ -574,6 +577,7 @@ class VHost:
             del self.queues[name]
             queue.deleted = True
             raise
+        self.churn.queue_declared(created=True)
         if owner is not None:
             owner.exclusive_queues.add(queue)
         return queue
@@ -586,6 +590,7 @@ class VHost:
         # Recorded first: when it cannot be (a full disk) the queue stays as it was.
         self._apply(QueueDeleted(queue.name))
         queue.deleted = True
+        self.churn.queue_deleted(queue)
         # A stream's delete-ok counts 0 messages (observed on 3.10.8).
         count = 0 if queue.stream else queue.message_count
         for consumer in list(queue.consumers):

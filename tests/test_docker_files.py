@@ -42,7 +42,7 @@ def test_cmd_runs_leveret_serve_with_existing_flags() -> None:
 
 
 def test_ports_volume_user_and_healthcheck() -> None:
-    assert re.search(r"^EXPOSE 5672 15672$", DOCKERFILE, re.MULTILINE)
+    assert re.search(r"^EXPOSE 5672 15672 15692$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^VOLUME /data$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^USER leveret$", DOCKERFILE, re.MULTILINE)
     health = exec_form("HEALTHCHECK")
