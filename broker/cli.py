@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 from leveret import __version__
 from leveret.auth import AccessControl, Permission
 from leveret.config import Config
+from leveret.control.endpoint import default_socket
 from leveret.memory import CGROUP_ROOT
 from leveret.settings import Settings, SettingsError, add_arguments, one_line, resolve
 
@@ -90,6 +91,9 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
     ):
         sub = log_commands.add_parser(name, help=text)
         sub.add_argument("--data-dir", type=Path, required=True, help="the broker's data dir")
+    from leveret.control.cli import add_parsers as add_control_parsers
+
+    add_control_parsers(commands, ArgumentParser)
     return parser
 
 
@@ -218,6 +222,7 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         management_host=v["management_host"],
         management_port=management_port if management_port >= 0 else None,
         load_definitions=v["load_definitions"],
+        control_socket=v["control_socket"] or default_socket(v["data_dir"], v["port"]),
         force_recovery=v["force_recovery"],
         access=build_access(settings),
     )
@@ -282,6 +287,10 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
     from leveret.storage.errors import StorageError
 
     if isinstance(exc, StorageError):  # a damaged data directory: the error names the file
+        return StartupError(str(exc))
+    from leveret.control.node import ControlSocketError
+
+    if isinstance(exc, ControlSocketError):
         return StartupError(str(exc))
     if not isinstance(exc, OSError):
         return None
@@ -382,6 +391,10 @@ def _main(argv: list[str]) -> int:
         return analyze_command(args)
     if args.command == "trace":
         return trace_command(args)
+    if args.command in ("ctl", "diagnostics"):
+        from leveret.control.cli import run as run_control
+
+        return run_control(args)
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)

@@ -79,6 +79,9 @@ class Config:
     management_port: int | None = None
     # RabbitMQ definitions.json loaded at start-up.
     load_definitions: Path | None = None
+    # The unix socket `leveret ctl` talks to (broker/control/); None: none (`leveret serve`
+    # always has one: DATA_DIR/control.sock by default).
+    control_socket: Path | None = None
     # A prepared user database (users with hashes and tags, permissions); None: built from
     # ``users`` with full permissions on ``vhosts``.
     access: AccessControl | None = None

@@ -83,9 +83,7 @@ async def purge(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-        if queue.stream:
-            raise not_supported("queue.purge", vhost.rs("queue", queue.name))
-        queue.purge()
+        ops.purge_queue(vhost, queue)
     return web.Response(status=204)
 
 
