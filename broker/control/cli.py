@@ -334,7 +334,10 @@ class Connection:
 
     def send(self, command: str, args: dict[str, Any]) -> None:
         request = {"command": command, "args": args}
-        self.sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        try:
+            self.sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        except OSError:
+            pass  # the node refused us and closed: its reason is waiting to be read
 
     def replies(self, command: str) -> Any:
         """The node's reply lines, as dicts; an error line raises."""
