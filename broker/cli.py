@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, NoReturn
 from leveret import __version__
 from leveret.auth import AccessControl, Permission
 from leveret.config import Config
-from leveret.control.endpoint import default_socket
 from leveret.memory import CGROUP_ROOT
 from leveret.settings import Settings, SettingsError, add_arguments, one_line, resolve
 
@@ -222,7 +221,8 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         management_host=v["management_host"],
         management_port=management_port if management_port >= 0 else None,
         load_definitions=v["load_definitions"],
-        control_socket=v["control_socket"] or default_socket(v["data_dir"], v["port"]),
+        control=True,
+        control_socket=v["control_socket"],
         force_recovery=v["force_recovery"],
         access=build_access(settings),
     )

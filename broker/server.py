@@ -258,11 +258,11 @@ class Server:
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""
         loop = asyncio.get_running_loop()
-        if self.config.control_socket is not None:
-            from leveret.control.node import ControlListener
+        if self.config.control and (self.config.control_socket or self.config.data_dir):
+            from leveret.control.node import ControlListener, socket_of
 
             # First: a node still serving this socket (the same data dir) stops the start.
-            self.control = ControlListener(self, self.config.control_socket)
+            self.control = ControlListener(self, socket_of(self.config, self.config.port))
             self.control.claim()
         if self.config.data_dir is not None:
             self._recover(self.config.data_dir)
@@ -290,7 +290,11 @@ class Server:
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         self.ack_timeouts.start()
-        if self.control is not None:
+        if self.config.control:
+            from leveret.control.node import ControlListener, socket_of
+
+            if self.control is None:  # no data dir: named after the port just bound
+                self.control = ControlListener(self, socket_of(self.config, self.port))
             # Last: `leveret diagnostics ping` answers once the node serves everything.
             await self.control.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)

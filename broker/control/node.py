@@ -33,9 +33,11 @@ from leveret.control.endpoint import (
     MAX_REQUEST,
     REQUEST_TIMEOUT,
     address,
+    default_socket,
 )
 
 if TYPE_CHECKING:
+    from leveret.config import Config
     from leveret.server import Server
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,11 @@ def _bound_socket(path: Path) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def socket_of(config: Config, port: int) -> Path:
+    """The control socket of a node with ``config`` whose AMQP listener is on ``port``."""
+    return config.control_socket or default_socket(config.data_dir, port)
 
 
 def peer_uid(writer: asyncio.StreamWriter) -> int | None:

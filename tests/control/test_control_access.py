@@ -5,13 +5,15 @@ node on the same data directory is refused before it touches it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
-import socket
 import stat
+import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,46 +122,41 @@ def test_killed_node_leaves_no_obstacle_and_a_second_node_is_refused(tmp_path: P
     assert down.returncode == 69
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_without_a_data_dir_the_socket_is_in_a_private_runtime_directory(
+def test_without_a_data_dir_the_socket_is_named_after_the_port_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two nodes on port 0 without a data dir: each socket is named after the port its
+    AMQP listener got, in a private runtime directory; ``--port`` finds it."""
     runtime = tmp_path / "run"
-    port = free_port()
     env = {**ENV, "XDG_RUNTIME_DIR": str(runtime)}
     monkeypatch.setattr("tests.control.conftest.ENV", env)
-    import subprocess
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "leveret", "serve", "--port", str(port), "--management-port", "-1"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    node = Node(proc, tmp_path / "unused")
+    command = [sys.executable, "-m", "leveret", "serve", "--port", "0", "--management-port", "-1"]
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    directory = runtime / "leveret"
     try:
-        for _ in range(300):
-            ping = leveret("diagnostics", "-q", "ping", "--port", str(port))
-            if ping.returncode == 0:
-                break
-            assert proc.poll() is None
-            import time
-
+        deadline = time.monotonic() + 30
+        while len(list(directory.glob("control-*.sock"))) < 2:
+            assert all(proc.poll() is None for proc in procs)
+            assert time.monotonic() < deadline, "no control sockets"
             time.sleep(0.05)
-        assert ping.stdout == "Ping succeeded\n"
-        directory = runtime / "leveret"
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-        assert (directory / f"control-{port}.sock").exists()
-        # LEVERET_PORT finds it too, as `leveret serve` reads it.
-        monkeypatch.setattr("tests.control.conftest.ENV", {**env, "LEVERET_PORT": str(port)})
-        assert leveret("diagnostics", "-q", "ping").returncode == 0
+        for path in directory.glob("control-*.sock"):
+            port = path.stem.removeprefix("control-")
+            status = leveret("ctl", "status", "--formatter", "json", "--port", port)
+            assert status.returncode == 0, status.stderr
+            listeners = json.loads(status.stdout)["listeners"]
+            assert {"protocol": "amqp", "interface": "127.0.0.1", "port": int(port)} in listeners
+            # LEVERET_PORT finds it too, as `leveret serve` reads it.
+            monkeypatch.setattr("tests.control.conftest.ENV", {**env, "LEVERET_PORT": port})
+            assert leveret("diagnostics", "-q", "ping").stdout == "Ping succeeded\n"
+            monkeypatch.setattr("tests.control.conftest.ENV", env)
     finally:
-        stop_node(node)
+        for proc in procs:
+            stop_node(Node(proc, tmp_path))
+    assert list(directory.glob("control-*.sock")) == []  # removed at a clean stop
 
 
 def test_a_deep_data_directory_still_gets_its_socket(tmp_path: Path) -> None:
