@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pika
 import pika.exceptions
 import pytest
 
-from tests.control.conftest import Node, leveret
+from tests.control.conftest import Node, leveret, start_node, stop_node
 
 
 def connect(
@@ -479,3 +480,32 @@ def test_a_listing_streams_while_clients_change_things(node: Node) -> None:
         for name in names:
             channel.queue_delete(name)
         connection.close()
+
+
+def test_check_local_alarms_fails_under_the_memory_alarm(tmp_path: Path) -> None:
+    node = start_node(tmp_path / "data", "--memory-high-watermark", "100000")
+    try:
+        connection = connect(node)
+        channel = connection.channel()
+        channel.queue_declare("alarm.q")
+        channel.basic_publish("", "alarm.q", b"x" * 200_000)  # over the mark: publishers blocked
+        deadline = time.monotonic() + 10
+        while (alarms := node.diagnostics("-q", "check_local_alarms")).returncode == 0:
+            assert time.monotonic() < deadline, alarms.stdout
+            time.sleep(0.05)
+        assert (alarms.returncode, alarms.stderr) == (
+            69,
+            "leveret: error: Node leveret@localhost reported local alarms: memory\n",
+        )
+        status = json.loads(node.ctl("status", "--formatter", "json").stdout)
+        assert status["alarms"] == ["memory"]
+        assert status["memory"]["used"] > status["memory"]["high_watermark"] == 100000
+        assert "memory alarm" in node.ctl("-q", "status").stdout
+        # Purging the queue releases the memory and clears the alarm.
+        assert node.ctl("purge_queue", "alarm.q").returncode == 0
+        while node.diagnostics("-q", "check_local_alarms").returncode != 0:
+            assert time.monotonic() < deadline + 10
+            time.sleep(0.05)
+        connection.close()
+    finally:
+        stop_node(node)
