@@ -90,6 +90,9 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
     ):
         sub = log_commands.add_parser(name, help=text)
         sub.add_argument("--data-dir", type=Path, required=True, help="the broker's data dir")
+    from leveret.control.cli import add_parsers as add_control_parsers
+
+    add_control_parsers(commands, ArgumentParser)
     return parser
 
 
@@ -219,6 +222,8 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         management_port=management_port if management_port >= 0 else None,
         prometheus_port=v["prometheus_port"] if v["prometheus_port"] >= 0 else None,
         load_definitions=v["load_definitions"],
+        control=True,
+        control_socket=v["control_socket"],
         force_recovery=v["force_recovery"],
         access=build_access(settings),
     )
@@ -283,6 +288,10 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
     from leveret.storage.errors import StorageError
 
     if isinstance(exc, StorageError):  # a damaged data directory: the error names the file
+        return StartupError(str(exc))
+    from leveret.control.node import ControlSocketError
+
+    if isinstance(exc, ControlSocketError):
         return StartupError(str(exc))
     if not isinstance(exc, OSError):
         return None
@@ -385,6 +394,10 @@ def _main(argv: list[str]) -> int:
         return analyze_command(args)
     if args.command == "trace":
         return trace_command(args)
+    if args.command in ("ctl", "diagnostics"):
+        from leveret.control.cli import run as run_control
+
+        return run_control(args)
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)

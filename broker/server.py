@@ -29,6 +29,7 @@ from leveret.vhost import VHost
 if TYPE_CHECKING:
     import ssl
 
+    from leveret.control.node import ControlListener
     from leveret.management import ManagementHandle
     from leveret.management.prometheus import PrometheusHandle
     from leveret.persistence import Persistence
@@ -74,6 +75,7 @@ class Server:
         self.tls_port = config.tls_port
         self.management: ManagementHandle | None = None
         self.prometheus: PrometheusHandle | None = None
+        self.control: ControlListener | None = None
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -261,6 +263,12 @@ class Server:
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""
         loop = asyncio.get_running_loop()
+        if self.config.control and (self.config.control_socket or self.config.data_dir):
+            from leveret.control.node import ControlListener, socket_of
+
+            # First: a node still serving this socket (the same data dir) stops the start.
+            self.control = ControlListener(self, socket_of(self.config, self.config.port))
+            self.control.claim()
         if self.config.data_dir is not None:
             self._recover(self.config.data_dir)
         for name in self.config.vhosts:
@@ -293,6 +301,13 @@ class Server:
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         self.ack_timeouts.start()
+        if self.config.control:
+            from leveret.control.node import ControlListener, socket_of
+
+            if self.control is None:  # no data dir: named after the port just bound
+                self.control = ControlListener(self, socket_of(self.config, self.port))
+            # Last: `leveret diagnostics ping` answers once the node serves everything.
+            await self.control.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
 
     async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> asyncio.Server:
@@ -330,6 +345,9 @@ class Server:
 
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        if self.control is not None:
+            await self.control.close()
+            self.control = None
         if self.management is not None:
             await self.management.close()
             self.management = None

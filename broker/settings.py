@@ -266,6 +266,12 @@ class ServeSettings(BaseModel):
     tls_ca: OptionalPath = Field(
         default=None, description="PEM CA bundle: clients must present a certificate it signed"
     )
+    control_socket: OptionalPath = Field(
+        default=None,
+        description="unix socket for leveret ctl / diagnostics, mode 0600, served to this "
+        "user and root only (default: DATA_DIR/control.sock; without a data dir "
+        "control-PORT.sock in $XDG_RUNTIME_DIR/leveret or /tmp/leveret-UID)",
+    )
     force_recovery: bool = Field(
         default=False,
         description="start even if the definitions log has a damaged record in the middle: "

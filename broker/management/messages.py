@@ -81,8 +81,7 @@ async def purge(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-        queue.check_purge()
-        queue.purge()
+        ops.purge_queue(vhost, queue)
     return web.Response(status=204)
 
 

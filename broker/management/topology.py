@@ -229,12 +229,18 @@ async def delete_queue(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "configure", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-    if request.query.get("if-unused") == "true" and queue.consumers:
-        raise bad_request(f"{what} in use")
-    if request.query.get("if-empty") == "true" and queue.message_count:
-        raise bad_request(f"{what} not empty")
-    state_of(server_of(request)).sampler.refresh()
-    vhost.delete_queue(queue)
+    try:
+        ops.delete_queue(
+            server_of(request),
+            vhost,
+            queue,
+            if_unused=request.query.get("if-unused") == "true",
+            if_empty=request.query.get("if-empty") == "true",
+        )
+    except ops.QueueInUseError:
+        raise bad_request(f"{what} in use") from None
+    except ops.QueueNotEmptyError:
+        raise bad_request(f"{what} not empty") from None
     return web.Response(status=204)
 
 
