@@ -21,6 +21,7 @@ from leveret.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_
 from leveret.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
 from leveret.management.query import json_response, read_json, reply_list
 from leveret.management.state import state_of
+from leveret.management.stats import EXCHANGE_COUNTERS, QUEUE_FIELDS
 
 if TYPE_CHECKING:
     from leveret.queue import Queue
@@ -70,7 +71,14 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.projection.exchanges.get(exchange_name(request))
     if exchange is None:
         raise not_found()
-    return json_response(exchange_item(server_of(request), vhost, exchange))
+    item = exchange_item(server_of(request), vhost, exchange)
+    key = (vhost.name, exchange.name)
+    sampler = state_of(server_of(request)).sampler
+    stats = item.get("message_stats")
+    sampler.add_samples(
+        sampler.exchange_history, key, EXCHANGE_COUNTERS, request.query, stats, None
+    )
+    return json_response(item)
 
 
 def exchange_item(server: Server, vhost: VHost, exchange: Exchange) -> Any:
@@ -196,6 +204,10 @@ async def get_queue(request: web.Request) -> web.Response:
     item["consumer_details"] = [
         views.consumer_view(c.channel.conn, c, vhost.name) for c in queue.consumers
     ]
+    sampler = state_of(server).sampler
+    sampler.add_samples(
+        sampler.queue_history, id(queue), QUEUE_FIELDS, request.query, item["message_stats"], item
+    )
     return json_response(item)
 
 
