@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.management.query import page_reply, page_window, sort_key
+from leveret.management.query import page_reply, page_window
 from leveret.management.stats import COUNTERS, GAUGES, queue_counters, queue_gauges
 
 if TYPE_CHECKING:
@@ -67,7 +67,9 @@ def queue_page(
     reverse = query.get("sort_reverse") == "true"
     ordered = sorted(entries, key=lambda e: (e[0], e[1].name))
     if key is not None:  # stable, even reversed: as sort_items sorts
-        ordered = sorted(ordered, key=lambda e: sort_key(key(e)), reverse=reverse)
+        # A cheap key gives one type (all text or all numbers), so it sorts as sort_key
+        # would without wrapping each value.
+        ordered = sorted(ordered, key=key, reverse=reverse)
     elif reverse:
         ordered.reverse()
     return page_reply(ordered, query, page, size, lambda e: e[1].name, build)

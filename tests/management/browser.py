@@ -7,7 +7,6 @@ collects them and :func:`logged_in` checks it when the test ends.
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 import zlib
@@ -20,9 +19,6 @@ from urllib.parse import urlparse
 from playwright.async_api import Page, async_playwright
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Screenshots for the README go to docs/screenshots when asked for; elsewhere tmp.
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-UPDATE_SCREENSHOTS = os.environ.get("LEVERET_UPDATE_SCREENSHOTS") == "1"
 
 
 @dataclass
@@ -103,11 +99,9 @@ async def logged_in(base: str, **size: int) -> AsyncIterator[Browser]:
 
 
 async def screenshot(found: Browser, name: str, tmp_path: Path) -> bytes:
-    """A PNG of the page (into docs/screenshots with LEVERET_UPDATE_SCREENSHOTS=1), checked
-    to be a real picture of the viewport's size with many colours, not a blank page."""
-    target = (SCREENSHOTS if UPDATE_SCREENSHOTS else tmp_path) / f"{name}.png"
-    os.makedirs(target.parent, exist_ok=True)
-    data = await found.page.screenshot(path=str(target))
+    """A PNG of the page (kept in ``tmp_path``), checked to be a real picture of the
+    viewport's size with many colours, not a blank page."""
+    data = await found.page.screenshot(path=str(tmp_path / f"{name}.png"))
     width, height, bpp, rows = decode_png(data)
     viewport = found.page.viewport_size or {}
     assert (width, height) == (viewport.get("width"), viewport.get("height"))
