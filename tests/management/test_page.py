@@ -244,3 +244,39 @@ async def test_definitions_export_and_import(mgmt: Mgmt, tmp_path: Path) -> None
     queue = await mgmt.get("queues", "/", "imported")
     assert queue["arguments"] == {"x-message-ttl": 5000}
     assert (await mgmt.get("exchanges", "/", "imported.x"))["type"] == "fanout"
+
+
+async def test_only_management_users_log_in_and_only_admins_see_admin(mgmt: Mgmt) -> None:
+    await mgmt.request("PUT", "users", "app", body={"password": "pw", "tags": ""})
+    await mgmt.request("PUT", "users", "watcher", body={"password": "pw", "tags": "monitoring"})
+    async with browser(mgmt.handle.url) as found:
+        page = found.page
+        await page.goto(mgmt.handle.url + "/")
+        await found.login("app", "pw")  # the API: 401 "Not management user"
+        await expect(page.locator("#login-status")).to_have_text("Login failed")
+        await found.login("watcher", "pw")
+        await expect(page.locator("#whoami")).to_have_text("watcher")
+        await expect(page.locator("header nav a")).to_have_text(
+            ["Overview", "Connections", "Channels", "Exchanges", "Queues"]
+        )
+
+
+async def test_the_vhost_selector_narrows_the_lists(mgmt: Mgmt) -> None:
+    await mgmt.request("PUT", "vhosts", "other")
+    await mgmt.request("PUT", "queues", "other", "there", body={})
+    await mgmt.request("PUT", "queues", "/", "here", body={})
+    async with logged_in(mgmt.handle.url) as found:
+        page = found.page
+        await found.open("queues")
+        rows = page.locator("[data-list=queues] tbody tr")
+        await expect(rows).to_have_count(2)
+        await page.select_option("select[name=vhost-filter]", "other")
+        await expect(rows).to_have_count(1)
+        await expect(rows).to_contain_text("there")
+        await found.open("exchanges")  # the choice holds across tabs
+        await expect(page.locator("[data-list=exchanges] tbody tr").first).to_contain_text("other")
+        assert all(
+            "/api/exchanges/other?" in url
+            for url, _ in found.api_responses
+            if "/api/exchanges" in url
+        )

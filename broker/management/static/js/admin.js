@@ -70,44 +70,44 @@ function Vhosts() {
       <${Field} label="Tags"><input name="tags" /></${Field}>`} />`;
 }
 
+// What permissions and topic permissions share: whose, where, and write/read regexes.
+const regex = (key, label) => ({ label, render: (p) => p[key] });
+const WHO = [
+  { label: "User", render: (p) => p.user },
+  { label: "Virtual host", render: (p) => p.vhost },
+];
+const WRITE_READ = [regex("write", "Write regexp"), regex("read", "Read regexp")];
+
+function WhoFields({ vhosts }) {
+  return html`<${Field} label="User"><input name="user" required /></${Field}>
+    <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} /></${Field}>`;
+}
+
+function WriteReadFields() {
+  return html`<${Field} label="Write regexp"><input name="write" value=".*" /></${Field}>
+    <${Field} label="Read regexp"><input name="read" value=".*" /></${Field}>`;
+}
+
 function Permissions({ vhosts }) {
   return html`<div>
     <${Section} id="permissions" title="Permissions" path="/permissions" submitLabel="Set permission"
       rowKey=${(p) => `${p.vhost}/${p.user}`}
-      columns=${[
-        { label: "User", render: (p) => p.user },
-        { label: "Virtual host", render: (p) => p.vhost },
-        { label: "Configure regexp", render: (p) => p.configure },
-        { label: "Write regexp", render: (p) => p.write },
-        { label: "Read regexp", render: (p) => p.read },
-      ]}
+      columns=${[...WHO, regex("configure", "Configure regexp"), ...WRITE_READ]}
       remove=${(p) => `/permissions/${enc(p.vhost)}/${enc(p.user)}`}
       add=${(v) => [`/permissions/${enc(v.vhost)}/${enc(v.user)}`,
         { configure: v.configure, write: v.write, read: v.read }]}
-      fields=${html`
-        <${Field} label="User"><input name="user" required /></${Field}>
-        <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} /></${Field}>
+      fields=${html`<${WhoFields} vhosts=${vhosts} />
         <${Field} label="Configure regexp"><input name="configure" value=".*" /></${Field}>
-        <${Field} label="Write regexp"><input name="write" value=".*" /></${Field}>
-        <${Field} label="Read regexp"><input name="read" value=".*" /></${Field}>`} />
+        <${WriteReadFields} />`} />
     <${Section} id="topic-permissions" title="Topic permissions" path="/topic-permissions"
       submitLabel="Set topic permission" rowKey=${(p) => `${p.vhost}/${p.user}/${p.exchange}`}
-      columns=${[
-        { label: "User", render: (p) => p.user },
-        { label: "Virtual host", render: (p) => p.vhost },
-        { label: "Exchange", render: (p) => p.exchange },
-        { label: "Write regexp", render: (p) => p.write },
-        { label: "Read regexp", render: (p) => p.read },
-      ]}
+      columns=${[...WHO, { label: "Exchange", render: (p) => p.exchange }, ...WRITE_READ]}
       remove=${(p) => `/topic-permissions/${enc(p.vhost)}/${enc(p.user)}`}
       add=${(v) => [`/topic-permissions/${enc(v.vhost)}/${enc(v.user)}`,
         { exchange: v.exchange, write: v.write, read: v.read }]}
-      fields=${html`
-        <${Field} label="User"><input name="user" required /></${Field}>
-        <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} /></${Field}>
+      fields=${html`<${WhoFields} vhosts=${vhosts} />
         <${Field} label="Exchange"><input name="exchange" value="amq.topic" /></${Field}>
-        <${Field} label="Write regexp"><input name="write" value=".*" /></${Field}>
-        <${Field} label="Read regexp"><input name="read" value=".*" /></${Field}>`} />
+        <${WriteReadFields} />`} />
   </div>`;
 }
 

@@ -22,6 +22,13 @@ const TABS = [
   ["admin", "Admin"],
 ];
 
+// RabbitMQ's UI shows the Admin tab to administrators only (policymakers see policies,
+// which the Admin page also lists for them).
+function isAdmin(user) {
+  const tags = user.tags || [];
+  return tags.includes("administrator") || tags.includes("policymaker");
+}
+
 function useRoute() {
   const read = () => location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const [route, setRoute] = useState(read());
@@ -74,7 +81,7 @@ function Header({ user, route, vhosts, vhost, setVhost, logout }) {
         <button type="button" class="link" onClick=${logout}>Log out</button></span>
     </div>
     <nav>
-      ${TABS.map(([path, label]) => html`<a href=${`#/${path}`}
+      ${TABS.filter(([path]) => path !== "admin" || isAdmin(user)).map(([path, label]) => html`<a href=${`#/${path}`}
         class=${(route[0] || "") === path ? "active" : ""}>${label}</a>`)}
       <span class="spacer"></span>
       <label>Virtual host <select name="vhost-filter" value=${vhost}

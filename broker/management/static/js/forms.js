@@ -52,6 +52,30 @@ export function Field({ label, children }) {
   return html`<label class="field"><span>${label}</span>${children}</label>`;
 }
 
+// A select of [value, text] options, labelled.
+export function Choice({ label, name, options }) {
+  return html`<${Field} label=${label}><select name=${name}>
+    ${options.map(([value, text]) => html`<option value=${value}>${text}</option>`)}
+  </select></${Field}>`;
+}
+
+const NO_YES = [["false", "No"], ["true", "Yes"]];
+
+// The fields every declaration form has: virtual host, name (then ``children``),
+// durability, auto delete (then ``extra``) and arguments.
+export function DeclareFields({ vhosts, vhost, children, extra, example }) {
+  return html`
+    <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} value=${vhost || "/"} /></${Field}>
+    <${Field} label="Name"><input name="name" required /></${Field}>
+    ${children}
+    <${Choice} label="Durability" name="durable" options=${[["true", "Durable"], ["false", "Transient"]]} />
+    <${Choice} label="Auto delete" name="auto_delete" options=${NO_YES} />
+    ${extra}
+    <${Field} label="Arguments (JSON)"><textarea name="arguments" placeholder=${example}></textarea></${Field}>`;
+}
+
+export { NO_YES };
+
 export function VhostSelect({ vhosts, name = "vhost", value }) {
   return html`<select name=${name} value=${value}>
     ${(vhosts || []).map((v) => html`<option value=${v.name}>${v.name}</option>`)}

@@ -2,7 +2,7 @@
 // API per refresh, with only the columns shown), and the forms that add an exchange or a
 // queue.
 import { useState } from "preact/hooks";
-import { Field, Form, Status, useAction, VhostSelect } from "./forms.js";
+import { Choice, DeclareFields, Form, NO_YES, Status, useAction } from "./forms.js";
 import { api, enc, fmtNum, fmtRate, html, links, parseObject } from "./lib.js";
 import { PagedList } from "./table.js";
 
@@ -78,17 +78,10 @@ function AddExchange({ vhosts, vhost, onDone }) {
   const types = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-delayed-message"];
   return html`<details class="add"><summary>Add a new exchange</summary>
     <${Form} name="add-exchange" onSubmit=${submit}>
-      <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} value=${vhost || "/"} /></${Field}>
-      <${Field} label="Name"><input name="name" required /></${Field}>
-      <${Field} label="Type"><select name="type">${types.map((t) => html`<option>${t}</option>`)}</select></${Field}>
-      <${Field} label="Durability"><select name="durable"><option value="true">Durable</option>
-        <option value="false">Transient</option></select></${Field}>
-      <${Field} label="Auto delete"><select name="auto_delete"><option value="false">No</option>
-        <option value="true">Yes</option></select></${Field}>
-      <${Field} label="Internal"><select name="internal"><option value="false">No</option>
-        <option value="true">Yes</option></select></${Field}>
-      <${Field} label="Arguments (JSON)"><textarea name="arguments"
-        placeholder='{"alternate-exchange": "unrouted"}'></textarea></${Field}>
+      <${DeclareFields} vhosts=${vhosts} vhost=${vhost} example='{"alternate-exchange": "unrouted"}'
+        extra=${html`<${Choice} label="Internal" name="internal" options=${NO_YES} />`}>
+        <${Choice} label="Type" name="type" options=${types.map((t) => [t, t])} />
+      </${DeclareFields}>
       <button type="submit">Add exchange</button>
     </${Form}>
     <${Status} status=${status} />
@@ -125,16 +118,11 @@ function AddQueue({ vhosts, vhost, onDone }) {
     }, `Queue '${v.name}' added.`);
   return html`<details class="add" open><summary>Add a new queue</summary>
     <${Form} name="add-queue" onSubmit=${submit}>
-      <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} value=${vhost || "/"} /></${Field}>
-      <${Field} label="Type"><select name="type"><option>classic</option><option>quorum</option>
-        <option>stream</option></select></${Field}>
-      <${Field} label="Name"><input name="name" required /></${Field}>
-      <${Field} label="Durability"><select name="durable"><option value="true">Durable</option>
-        <option value="false">Transient</option></select></${Field}>
-      <${Field} label="Auto delete"><select name="auto_delete"><option value="false">No</option>
-        <option value="true">Yes</option></select></${Field}>
-      <${Field} label="Arguments (JSON)"><textarea name="arguments"
-        placeholder='{"x-message-ttl": 60000, "x-max-length": 1000}'></textarea></${Field}>
+      <${DeclareFields} vhosts=${vhosts} vhost=${vhost}
+        example='{"x-message-ttl": 60000, "x-max-length": 1000}'>
+        <${Choice} label="Type" name="type"
+          options=${[["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]]} />
+      </${DeclareFields}>
       <button type="submit">Add queue</button>
     </${Form}>
     <${Status} status=${status} />
