@@ -44,6 +44,7 @@ from leveret.errors import (
     INTERNAL_ERROR,
     NOT_ALLOWED,
     PRECONDITION_FAILED,
+    SYNTAX_ERROR,
     UNEXPECTED_FRAME,
     AMQPChannelError,
     AMQPConnectionError,
@@ -631,25 +632,38 @@ class Connection(asyncio.Protocol):
     def _credentials(self, mechanism: str, response: Any) -> tuple[str, str]:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         if mechanism == "PLAIN":
-            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password; an
-            # authorisation identity before the first NUL is refused.
+            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password and
+            # nothing else; any other response (an authorisation identity before the first
+            # NUL included) is a syntax_error in the handshake, so the socket is closed
+            # without a Close (observed on RabbitMQ 3.10.8).
             parts = raw.split(b"\x00")
             if len(parts) != 3 or parts[0]:
-                return "", ""
+                raise AMQPConnectionError(SYNTAX_ERROR, f"response {raw!r} invalid", (10, 11))
             return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
         if mechanism == "AMQPLAIN":
             # The response is a field table without its length prefix; the first LOGIN and
-            # the first PASSWORD count, each a long string (rabbit_auth_mechanism_amqplain:
-            # lists:keysearch/3 on the parsed table; anything else is refused).
+            # the first PASSWORD count (rabbit_auth_mechanism_amqplain:handle_response/2,
+            # lists:keysearch/3). They are credentials when either is a long string (its
+            # guard is an "or"), the other a long string or a byte array; both present but
+            # neither a long string is a syntax_error, a missing one too, and another type
+            # makes RabbitMQ's check crash: each closes the socket without a Close.
             if not check_table(struct.pack(">I", len(raw)) + raw):  # any depth, no recursion
-                return "", ""
-            first: dict[bytes, str] = {}
+                raise AMQPConnectionError(SYNTAX_ERROR, "AMQPLAIN auth info invalid", (10, 11))
+            first: dict[bytes, tuple[int, bytes]] = {}
             for name, tag, start, end in table_fields(raw, 0, len(raw)):
                 if name in (b"LOGIN", b"PASSWORD") and name not in first:
-                    # A long string: the key, its tag, 4 octets of length, then the text.
-                    text = raw[start + 2 + len(name) + 4 : end] if tag == ord("S") else None
-                    first[name] = "" if text is None else text.decode("utf-8", "replace")
-            return first.get(b"LOGIN", ""), first.get(b"PASSWORD", "")
+                    # The key, its tag, 4 octets of length (for S and x), then the value.
+                    first[name] = (tag, raw[start + 2 + len(name) + 4 : end])
+            if len(first) < 2:
+                why = "is missing LOGIN or PASSWORD field"
+            elif ord("S") not in (first[b"LOGIN"][0], first[b"PASSWORD"][0]):
+                why = "uses unsupported type for LOGIN or PASSWORD field"
+            elif not {first[b"LOGIN"][0], first[b"PASSWORD"][0]} <= {ord("S"), ord("x")}:
+                why = "has a LOGIN or PASSWORD that is not a string"
+            else:
+                user, password = first[b"LOGIN"][1], first[b"PASSWORD"][1]
+                return user.decode("utf-8", "replace"), password.decode("utf-8", "replace")
+            raise AMQPConnectionError(SYNTAX_ERROR, f"AMQPLAIN auth info {why}", (10, 11))
         raise AMQPConnectionError(
             COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", (10, 11)
         )

@@ -29,6 +29,7 @@ from leveret.errors import (
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AMQPChannelError,
+    AMQPError,
     ChannelCrashError,
 )
 from leveret.exchanges.chash import ExchangeTypeCrashError
@@ -564,7 +565,14 @@ class VHost:
                     )
         queue = _QUEUE_CLASSES[kind](self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
-        self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
+        try:
+            self._apply(
+                QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments)))
+            )
+        except AMQPError:  # not recorded (a full disk): not declared
+            del self.queues[name]
+            queue.deleted = True
+            raise
         if owner is not None:
             owner.exclusive_queues.add(queue)
         return queue
@@ -573,6 +581,9 @@ class VHost:
         """Remove ``queue``: cancel its consumers, drop its bindings and messages."""
         if queue.deleted:
             return 0
+        sources = {b.source for b in self.projection.bindings_to(DestKind.QUEUE, queue.name)}
+        # Recorded first: when it cannot be (a full disk) the queue stays as it was.
+        self._apply(QueueDeleted(queue.name))
         queue.deleted = True
         # A stream's delete-ok counts 0 messages (observed on 3.10.8).
         count = 0 if queue.stream else queue.message_count
@@ -580,8 +591,6 @@ class VHost:
             consumer.channel.cancel_by_server(consumer)
         queue.consumers.clear()
         self.queues.pop(queue.name, None)
-        sources = {b.source for b in self.projection.bindings_to(DestKind.QUEUE, queue.name)}
-        self._apply(QueueDeleted(queue.name))
         self._auto_delete_sources(sources)
         if queue.owner is not None:
             queue.owner.exclusive_queues.discard(queue)
