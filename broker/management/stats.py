@@ -52,6 +52,8 @@ GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
 EXCHANGE_COUNTERS = ("publish_in", "publish_out")
 # The order of the values a queue's history records.
 QUEUE_FIELDS = COUNTERS + GAUGES
+# The rates of a queue whose counters and lengths did not change (shared: never mutated).
+IDLE_RATES: dict[str, float] = dict.fromkeys(QUEUE_FIELDS, 0.0)
 
 
 class BrokerCounters(Protocol):
@@ -196,7 +198,11 @@ class Sampler:
             current = Sample(now, (*queue_counters(queue), *queue_gauges(queue)))
             previous = self._last_queues.get(key)
             if previous is not None:
-                self.queue_rates[key] = _rates(previous, current, QUEUE_FIELDS)
+                # An idle queue's rates are all zero: one shared dict, nothing computed.
+                same = previous.values == current.values
+                self.queue_rates[key] = (
+                    IDLE_RATES if same else _rates(previous, current, QUEUE_FIELDS)
+                )
             self._last_queues[key] = current
             kept = series.get(key)
             if kept is None or kept.values[-1] != current.values:  # inlined: 3,000 a sample
