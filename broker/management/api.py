@@ -197,6 +197,10 @@ async def overview(request: web.Request) -> web.Response:
     rates = sampler.global_rates
     totals = sampler.totals()
     gauges = sampler.gauges()
+    stats = views.message_stats(totals, rates, tuple(totals))
+    queue_totals = views.message_counts(gauges, rates)
+    history = sampler.overview_history
+    sampler.add_samples(history, None, sampler.global_names, request.query, stats, queue_totals)
     return json_response(
         {
             "management_version": views.RABBITMQ_VERSION,
@@ -210,8 +214,8 @@ async def overview(request: web.Request) -> web.Response:
             "enable_queue_totals": False,
             "statistics_db_event_queue": 0,
             "exchange_types": exchange_types(),
-            "message_stats": views.message_stats(totals, rates, tuple(totals)),
-            "queue_totals": views.message_counts(gauges, rates),
+            "message_stats": stats,
+            "queue_totals": queue_totals,
             "object_totals": object_totals(server),
             "listeners": listeners(request),
             "contexts": contexts(request),
