@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -256,6 +257,24 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     return {"best_us_per_message": summary}
 
 
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process's main thread (the event loop) and of its other threads
+    (the trace writer, Arrow's pools), from ``/proc/PID/task``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread has ended
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if task.name == str(pid):
+            main += seconds
+        else:
+            other += seconds
+    return main, other
+
+
 def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
     """One pubsub no-ack run against a fresh broker (with ``--trace-dir`` if ``traced``)."""
     port = free_port()
@@ -275,7 +294,9 @@ def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
             time.sleep(0.05)
         load = [python, PUBSUB, "--url", f"amqp://guest:guest@127.0.0.1:{port}/"]
         load += ["--broker-pid", str(broker.pid), "--ack", "none"]
+        cpu_before = thread_cpu(broker.pid)
         result = run_script(load + (["-n", str(messages)] if messages else []), timeout=300)
+        cpu_after = thread_cpu(broker.pid)
     finally:
         broker.terminate()
         broker.wait(30)
@@ -285,10 +306,14 @@ def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
         raise RuntimeError(f"pubsub failed: {result.get('error')}")
     if "dropped" in text:  # the writer logs dropped records
         raise RuntimeError(f"the recorder dropped records: {text[-300:]}")
+    per_message = 1e6 / result["messages"]
     return {
         "traced": traced,
         "msgs_per_s": result["msgs_per_s"],
-        "broker_cpu_us_per_message": round(result["broker_cpu_s"] * 1e6 / result["messages"], 3),
+        "broker_cpu_us_per_message": round(result["broker_cpu_s"] * per_message, 3),
+        # From before the load generator starts to after it ends (connections included).
+        "loop_cpu_us_per_message": round((cpu_after[0] - cpu_before[0]) * per_message, 3),
+        "other_threads_cpu_us_per_message": round((cpu_after[1] - cpu_before[1]) * per_message, 3),
     }
 
 
@@ -302,15 +327,17 @@ def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
             runs[traced].append(run)
             print(json.dumps({"round": rep + 1, **run}), flush=True)
     summary: dict[str, Any] = {}
-    for field in ("msgs_per_s", "broker_cpu_us_per_message"):
+    fields = ("msgs_per_s", "broker_cpu_us_per_message", "loop_cpu_us_per_message")
+    for field in (*fields, "other_threads_cpu_us_per_message"):
         for traced, name in ((False, "without"), (True, "with")):
             values = [run[field] for run in runs[traced]]
             summary[f"{field}_{name}_trace"] = {
                 "median": round(statistics.median(values), 3),
                 "range": [min(values), max(values)],
             }
-        medians = [summary[f"{field}_{name}_trace"]["median"] for name in ("without", "with")]
-        summary[f"{field}_ratio"] = round(medians[1] / medians[0], 3)
+        if field in fields:  # the untraced broker's other threads do next to nothing
+            medians = [summary[f"{field}_{name}_trace"]["median"] for name in ("without", "with")]
+            summary[f"{field}_ratio"] = round(medians[1] / medians[0], 3)
     return summary
 
 

@@ -14,8 +14,9 @@ publish path has at hand (the content header's bytes, shared between the message
 repeat them, and the routed name set, whose hash Python caches) to a combo index misses
 when the content header differs (a ``message_id`` per message): then the headers table and
 delivery mode are read from it and a second dict, by the combo's own fields, finds the index.
-Both are bounded: the first is emptied when full, and when the combos reach ``max_combos``
-(keys that never repeat) the batch is handed off and a new combo list begins.
+Both are bounded: the first is emptied when full (past half full, it takes only the headers
+of new combos), and when the combos reach ``max_combos`` (keys that never repeat) the batch
+is handed off and a new combo list begins.
 
 Only the recording thread touches the open batch: a batch is handed off by :meth:`record`
 itself (full, or older than ``flush_interval``), by :meth:`hand_off` (flush and close are
@@ -135,6 +136,11 @@ class Recorder:
                 self._by_header.clear()
             combo = self._by_fields[fields] = len(self._combos)
             self._combos.append(fields)
+        elif len(self._by_header) >= self.cache_size // 2:
+            # Another content header for a known combo: a message_id or a timestamp per
+            # message, most likely, which would only churn the cache. The first ones are
+            # kept (body sizes that vary under the same properties), the rest looked up.
+            return combo
         if len(self._by_header) >= self.cache_size:
             self._by_header.clear()
         self._by_header[lookup] = combo
