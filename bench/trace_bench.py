@@ -29,8 +29,10 @@ client sends them:
 **End to end** (``--end-to-end``): ``bench/loadgen/pubsub.py --ack none`` (``-n`` messages,
 default 200,000 there) against a fresh ``leveret serve`` without and with ``--trace-dir``,
 interleaved (round 1: without then with, round 2: with then without, ...); prints each run,
-then the median and range of msgs/s and of the broker's CPU µs per message for both, and the
-ratio of the medians.
+then the median and range of msgs/s and of the broker's CPU µs per message (all, the event
+loop's thread, the other threads) for both, and the ratio of the medians. ``--compare
+PYTHON`` adds the same two runs per round with another checkout's broker (its venv's
+interpreter), for before / after.
 
 Prints a JSON object per case and format (per run end to end), and a summary line.
 """
@@ -284,8 +286,12 @@ def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
     if traced:
         serve += ["--trace-dir", str(scratch / "trace")]
     log = scratch / "broker.log"
+    # Another checkout's broker (--compare) must not get bytecode files written into it.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     with log.open("w") as out:
-        broker = subprocess.Popen(serve, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+        broker = subprocess.Popen(
+            serve, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         deadline = time.monotonic() + 30
         while not accepts_tcp("127.0.0.1", port):
@@ -318,26 +324,33 @@ def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
 
 
 def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
-    """pubsub no-ack without and with the trace, interleaved; medians and ranges."""
-    python = default_python()
-    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    """pubsub no-ack without and with the trace, interleaved (and the same for the broker of
+    ``--compare``, another checkout's venv); medians and ranges."""
+    pythons = {"this": default_python()}
+    if args.compare:
+        pythons["compare"] = args.compare
+    configurations = [(name, traced) for name in pythons for traced in (False, True)]
+    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {c: [] for c in configurations}
     for rep in range(args.reps):
-        for traced in (False, True) if rep % 2 == 0 else (True, False):
-            run = pubsub(python, traced, args.n if args.n_given else None)
-            runs[traced].append(run)
-            print(json.dumps({"round": rep + 1, **run}), flush=True)
+        for name, traced in configurations if rep % 2 == 0 else configurations[::-1]:
+            run = pubsub(pythons[name], traced, args.n if args.n_given else None)
+            runs[name, traced].append(run)
+            print(json.dumps({"round": rep + 1, "broker": name, **run}), flush=True)
     summary: dict[str, Any] = {}
     fields = ("msgs_per_s", "broker_cpu_us_per_message", "loop_cpu_us_per_message")
-    for field in (*fields, "other_threads_cpu_us_per_message"):
-        for traced, name in ((False, "without"), (True, "with")):
-            values = [run[field] for run in runs[traced]]
-            summary[f"{field}_{name}_trace"] = {
-                "median": round(statistics.median(values), 3),
-                "range": [min(values), max(values)],
-            }
-        if field in fields:  # the untraced broker's other threads do next to nothing
-            medians = [summary[f"{field}_{name}_trace"]["median"] for name in ("without", "with")]
-            summary[f"{field}_ratio"] = round(medians[1] / medians[0], 3)
+    for name in pythons:
+        prefix = "" if name == "this" else f"{name}_"
+        for field in (*fields, "other_threads_cpu_us_per_message"):
+            medians = []
+            for traced in (False, True):
+                values = [run[field] for run in runs[name, traced]]
+                medians.append(round(statistics.median(values), 3))
+                summary[f"{prefix}{field}_{'with' if traced else 'without'}_trace"] = {
+                    "median": medians[-1],
+                    "range": [min(values), max(values)],
+                }
+            if field in fields:  # the untraced broker's other threads do next to nothing
+                summary[f"{prefix}{field}_ratio"] = round(medians[1] / medians[0], 3)
     return summary
 
 
@@ -348,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--formats", nargs="+", choices=list(FORMATS), default=list(FORMATS))
     parser.add_argument("--end-to-end", action="store_true", help="pubsub no-ack, A/B")
+    parser.add_argument(
+        "--compare", metavar="PYTHON", help="end to end: also the broker of this interpreter"
+    )
     args = parser.parse_args(argv)
     args.n_given = args.n is not None
     if args.n is None:
