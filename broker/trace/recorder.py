@@ -66,7 +66,7 @@ class Recorder:
         self,
         buffer_limit: int = 1_000_000,
         flush_interval: float = 0.2,
-        batch_rows: int = 65_536,
+        batch_rows: int = 8_192,
         max_combos: int = 65_536,
         cache_size: int = 16_384,
     ) -> None:
