@@ -203,12 +203,13 @@ class TraceWriter(Recorder):
         if segment is not None and segment.close():
             self.segments += 1
 
-    def close(self) -> None:
-        """Write what is recorded, close the open segment and stop the writer thread."""
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Write what is recorded, close the open segment and stop the writer thread;
+        waits at most ``timeout`` seconds (None: until it is done)."""
         self.hand_off()
         self._stop.set()
         self._wake.set()
-        self._thread.join(10)
+        self._thread.join(timeout)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Write everything recorded so far and close the open segment, so that readers see
