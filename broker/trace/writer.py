@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +29,44 @@ class _Resolved:
     set), and as Arrow arrays indexed by combo, their ids and delivery modes."""
 
     def __init__(self, combos: list[Combo]) -> None:
+        pa, _, _ = arrow()
         self.combos = combos
         self.entries: list[tuple[Entry, Entry]] = []
-        self._modes: list[int | None] = []
-        self._arrays: tuple[Any, Any, Any] | None = None
+        # Combos are many when keys never repeat, their queue sets few: each entry made once.
+        self._queue_sets: dict[Collection[str], Entry] = {}
+        self._arrays: tuple[Any, Any, Any] = (
+            pa.array([], pa.int64()),
+            pa.array([], pa.int64()),
+            pa.array([], pa.int16()),
+        )
 
     def arrays(self) -> tuple[Any, Any, Any]:
         """Key ids (int64), queue set ids (int64) and delivery modes (int16) by combo."""
         known = len(self.entries)
-        if known < len(self.combos) or self._arrays is None:
-            for vhost, exchange, routing_key, table, mode, queues in self.combos[known:]:
+        new = self.combos[known:]
+        if new:
+            # Only the new combos are converted (keys that never repeat bring thousands per
+            # batch); the arrays grow by concatenation, in Arrow.
+            pa, _, _ = arrow()
+            modes: list[int | None] = []
+            for vhost, exchange, routing_key, table, mode, queues in new:
                 headers = headers_json(table) if table is not None else None
                 key = key_entry(vhost, exchange, routing_key, headers)
-                self.entries.append((key, queues_entry(queues)))
-                self._modes.append(mode)
-            pa, _, _ = arrow()
+                queue_set = self._queue_sets.get(queues)
+                if queue_set is None:
+                    queue_set = self._queue_sets[queues] = queues_entry(queues)
+                self.entries.append((key, queue_set))
+                modes.append(mode)
+            added = self.entries[known:]
+            parts = (
+                pa.array([key[2] for key, _ in added], pa.int64()),
+                pa.array([queue_set[2] for _, queue_set in added], pa.int64()),
+                pa.array(modes, pa.int16()),
+            )
             self._arrays = (
-                pa.array([key[2] for key, _ in self.entries], pa.int64()),
-                pa.array([queue_set[2] for _, queue_set in self.entries], pa.int64()),
-                pa.array(self._modes, pa.int16()),
+                pa.concat_arrays([self._arrays[0], parts[0]]),
+                pa.concat_arrays([self._arrays[1], parts[1]]),
+                pa.concat_arrays([self._arrays[2], parts[2]]),
             )
         return self._arrays
 
