@@ -97,7 +97,12 @@ class BrokerProcess:
         self._log.write(f"--- start on port {self.port} ---\n")
         self._log.flush()
         cmd = [self.python, "-m", "leveret", "serve", "--port", str(self.port)]
-        cmd += ["--management-port", "-1"]  # not needed here; never collide on 15672
+        cmd += [
+            "--management-port",
+            "-1",
+            "--prometheus-port",
+            "-1",
+        ]  # never collide on 15672/15692
         cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         started = time.monotonic()
         self.proc = subprocess.Popen(

@@ -200,14 +200,14 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
     """Time ``leveret.pipeline.job.run`` on the generated trace (in this process: call it fresh)."""
     import logging
 
-    from leveret.pipeline import job
+    from leveret.pipeline import job, session
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     conf = {"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false"}
     conf.update(dict(args.conf))
     started = time.perf_counter()
-    spark = job.spark_session(args.master, conf)
+    spark = session.spark_session(args.master, conf)
     spark.sparkContext.setLogLevel("ERROR")
     startup = time.perf_counter() - started
     runs = []
@@ -309,11 +309,11 @@ def marginal(args: argparse.Namespace) -> dict[str, Any]:
     alternately ``--repeat`` times; the slope between the best of each."""
     import logging
 
-    from leveret.pipeline import job
+    from leveret.pipeline import job, session
 
     logging.basicConfig(level=logging.WARNING)
     conf = {"spark.driver.memory": args.driver_memory, **dict(args.conf)}
-    spark = job.spark_session(args.master, conf)
+    spark = session.spark_session(args.master, conf)
     spark.sparkContext.setLogLevel("ERROR")
 
     def once(directory: Path) -> tuple[int, float]:

@@ -8,7 +8,7 @@
 # Defaults: node leveret-bench@localhost, AMQP on 127.0.0.1:5691, distribution port 25691.
 # Why a node of our own: the system node's plugins, policies and configuration may change
 # while a benchmark runs (someone enables the management plugin, say), and the figures with
-# them. This node has no plugins (its own enabled_plugins file, "[]"), its own empty
+# them. This node has no plugins unless asked (its own enabled_plugins file), its own
 # rabbitmq.conf, and its data and logs under $TMPDIR/<node name> (wiped at each start, so
 # every run starts from a fresh node). Needs the rabbitmq-server package
 # (apt-get install -y rabbitmq-server); run as root or as the rabbitmq user.
@@ -16,6 +16,15 @@
 #   PID=$(bench/rabbitmq_node.sh start | tail -1)
 #   .venv/bin/python bench/run.py --rabbitmq amqp://guest:guest@127.0.0.1:5691/ --rabbitmq-pid "$PID"
 #   bench/rabbitmq_node.sh stop
+#
+# For the test suite's differential run (-m rabbitmq) the node needs the management API and
+# the consistent-hash exchange: PLUGINS lists plugins to enable, and the management API then
+# listens on MGMT_PORT (default PORT + 10000; Prometheus, if enabled, on MGMT_PORT + 100):
+#
+#   PLUGINS="rabbitmq_management rabbitmq_consistent_hash_exchange" \
+#     bench/rabbitmq_node.sh start leveret-diff@localhost 5711 25711
+#   RABBITMQ_URL=amqp://guest:guest@127.0.0.1:5711/ \
+#     RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:15711 .venv/bin/python -m pytest -m rabbitmq tests
 set -euo pipefail
 
 usage() {
@@ -57,8 +66,17 @@ case "$ACTION" in
     fi
     rm -rf "$BASE"
     mkdir -p "$BASE/mnesia" "$BASE/log"
-    echo '[].' >"$BASE/enabled_plugins"
-    echo '# empty: the defaults, whatever /etc/rabbitmq/rabbitmq.conf says' >"$BASE/rabbitmq.conf"
+    PLUGINS=${PLUGINS:-}
+    MGMT_PORT=${MGMT_PORT:-$((PORT + 10000))}
+    echo "[$(echo "$PLUGINS" | xargs | tr ' ' ',')]." >"$BASE/enabled_plugins"
+    echo '# the defaults, whatever /etc/rabbitmq/rabbitmq.conf says' >"$BASE/rabbitmq.conf"
+    if [ -n "$PLUGINS" ]; then
+      {
+        echo "management.tcp.ip = 127.0.0.1"
+        echo "management.tcp.port = $MGMT_PORT"
+        echo "prometheus.tcp.port = $((MGMT_PORT + 100))"
+      } >>"$BASE/rabbitmq.conf"
+    fi
     # Debian's rabbitmq-server wrapper runs the node as the rabbitmq user when started as root
     if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
       chown -R rabbitmq:rabbitmq "$BASE"

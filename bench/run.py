@@ -92,7 +92,12 @@ class LeveretProcess:
         self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
         self.data_dir = Path(tempfile.mkdtemp(prefix="leveret-bench-"))
         cmd = [self.python, "-m", "leveret", "serve", "--port", str(self.port)]
-        cmd += ["--management-port", "-1"]  # not needed here; never collide on 15672
+        cmd += [
+            "--management-port",
+            "-1",
+            "--prometheus-port",
+            "-1",
+        ]  # never collide on 15672/15692
         cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
         self.proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -282,6 +282,8 @@ class Broker:
             str(self.port),
             "--management-port",
             "-1",
+            "--prometheus-port",
+            "-1",
             "--data-dir",
             str(self.data_dir),
             "--memory-high-watermark",

@@ -24,7 +24,7 @@ deliveries are kept in tag order so ``multiple`` acks and requeues keep message 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,6 @@ from leveret.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
-    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
     NOT_FOUND,
@@ -50,28 +49,39 @@ from leveret.errors import (
 )
 from leveret.exchanges.model import DestKind, Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
-from leveret.message import (
-    FLAG_EXPIRATION,
-    FLAG_REPLY_TO,
-    FLAG_USER_ID,
-    Message,
-    expiration_error,
-    properties_decode,
-    with_header,
-)
+from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Consumer, Entry, Queue
-from leveret.stream import StreamQueue, not_supported, parse_start
+from leveret.session.get import basic_get, delivery_header
+from leveret.session.ledger import Ledger
+from leveret.session.publish import (
+    BASIC_PUBLISH,
+    CHECKED_FLAGS,
+    REPLY_PREFIX,
+    REPLY_TO,
+    Publisher,
+    size_error,
+)
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
 
 BASIC_CLASS = 60
-# Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_PREFIX = REPLY_TO + "."
-# Properties that need a look before routing: user_id, expiration, reply_to.
-_CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+# The guards of _on_full_publish's condition, by the session's publish check each stands
+# for (leveret.session.publish.CHECKS, RabbitMQ's order): the fast path routes a publish
+# without the checks only when every guard shows its check would pass.
+# tests/session/test_publish.py holds the two lists together.
+FAST_PATH_GUARDS = {
+    "size": "header.body_size > self.max_message_size",
+    "write": "publish.exchange not in self._writable (or permissions changed)",
+    "exchange": "exchange is None",
+    "internal": "exchange.internal",
+    "topic": "publish.exchange not in self._writable (never cached with a topic permission)",
+    "properties": "not properties_decode(payload)",
+    "user_id": "flags & CHECKED_FLAGS",
+    "expiration": "flags & CHECKED_FLAGS",
+    "reply_to": "flags & CHECKED_FLAGS",
+}
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
 Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
@@ -92,20 +102,25 @@ class Content(Enum):
     AWAIT_BODY = 2
 
 
-class Channel:
-    """One open channel of a connection."""
+class Channel(Ledger[Record], Publisher):
+    """One open channel of a connection, with the session's delivery-tag ledger and
+    publish rules (inherited, so the hot path reads ``unacked``, ``next_tag`` and the
+    publish permission cache as plain attributes)."""
 
     def __init__(self, connection: Connection, channel_id: int) -> None:
+        Ledger.__init__(self)
+        server = connection.server
+        Publisher.__init__(
+            self,
+            server.access,
+            connection.vhost,
+            connection.user,
+            server.counters,
+            connection.config.max_message_size,
+        )
         self.conn = connection
         self.id = channel_id
-        self.vhost = connection.vhost
         self.memory = self.vhost.memory
-        self.access = connection.server.access
-        self.counters = connection.server.counters
-        # Exchanges this channel may publish to, checked once (the publish hot path);
-        # forgotten when the broker's permissions change (see AccessControl.version).
-        self._writable: set[str] = set()
-        self._writable_version = -1
         self.open = True
         self.content = Content.IDLE
         self._publish: codec.Publish | None = None
@@ -114,11 +129,6 @@ class Channel:
         self._remaining = 0
         self._assembled = 0  # bytes in _body (counted against the memory watermark)
         self.consumers: dict[str, Consumer] = {}
-        # delivery tag -> (queue, message, consumer or None for basic.get)
-        self.unacked: OrderedDict[int, Record] = OrderedDict()
-        self.next_tag = 1
-        self.prefetch_count = 0  # for consumers created after basic.qos(global=false)
-        self.global_prefetch = 0  # basic.qos(global=true): a limit for the channel (3.13)
         self.confirm = False
         self.publish_seq = 0
         self.confirmed_upto = 0
@@ -130,7 +140,6 @@ class Channel:
         self.tx: list[Callable[[], object]] | None = None  # pending actions in tx mode
         self.tx_publishes = 0  # of those, publishes (the management API's uncommitted)
         self.tx_bytes = 0  # what those publishes hold (leveret.memory)
-        self.tx_acks: list[tuple[int, Record]] = []
         # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
         self.sent = DeliveryClock()
         self.last_queue: str | None = None
@@ -230,24 +239,29 @@ class Channel:
         header = frame.header
         payload = header.payload
         exchange = self.vhost.projection.exchanges.get(publish.exchange)
-        if (
+        if (  # FAST_PATH_GUARDS, with the wire's own (content class, immediate, tx)
             publish.exchange not in self._writable
             or self._writable_version != self.access.version
             or header.class_id != BASIC_CLASS
-            or header.body_size > self.conn.config.max_message_size
+            or header.body_size > self.max_message_size
             or publish.immediate
             or exchange is None
             or exchange.internal
-            or (payload[12] << 8 | payload[13]) & _CHECKED_FLAGS
+            or (payload[12] << 8 | payload[13]) & CHECKED_FLAGS
             or self.tx is not None
             or not properties_decode(payload)
         ):
             self._publish = publish
             self._on_header(header, frame.body)
             return
-        self._accept(
-            Message(publish.exchange, publish.routing_key, payload, frame.body), publish.mandatory
-        )
+        # _accept and _route, inlined: once per publish.
+        self.conn.published = True  # a publisher: the memory alarm blocks it
+        message = Message(publish.exchange, publish.routing_key, payload, frame.body)
+        routed, rejected, sync_gen = self.route(message, publish.mandatory, self)
+        if not routed and publish.mandatory:
+            self._return(message)
+        if self.confirm:
+            self._confirm(rejected, sync_gen)
 
     def _accept(self, message: Message, mandatory: bool) -> None:
         """Route a checked message now (not in tx mode) and number it for confirms."""
@@ -264,14 +278,10 @@ class Channel:
                 f"got one for class {header.class_id} instead",
                 (BASIC_CLASS, 40),
             )
-        limit = self.conn.config.max_message_size
-        if header.body_size > limit:
+        too_large = size_error(header.body_size, self.max_message_size)
+        if too_large is not None:
             self.content = Content.IDLE
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"message size {header.body_size} is larger than configured max size {limit}",
-                (BASIC_CLASS, 40),
-            )
+            raise too_large
         if body is not None or header.body_size == 0:
             self.content = Content.IDLE
             self._complete(header, body or b"")
@@ -319,53 +329,15 @@ class Channel:
     def _complete(self, header: codec.Header, body: bytes) -> None:
         publish = self._publish
         assert publish is not None
-        method = (BASIC_CLASS, 40)
         if publish.immediate:
-            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", method)
-        vhost = self.vhost
-        if self._writable_version != self.access.version:
-            self._writable.clear()
-            self._writable_version = self.access.version
-        # An exchange the user has a topic permission for is never cached: each publish
-        # to it has its routing key checked (below).
-        check_key = publish.exchange not in self._writable
-        if check_key:
-            try:
-                self._permit("write", "exchange", publish.exchange)
-            except AMQPChannelError as exc:
-                exc.method = method
-                raise
-            if self.access.topic_permission(self.conn.user, vhost.name, publish.exchange) is None:
-                self._writable.add(publish.exchange)
-                check_key = False
-        exchange = vhost.projection.exchanges.get(publish.exchange)
-        if exchange is None:
-            raise AMQPChannelError(
-                NOT_FOUND, f"no {vhost.rs('exchange', publish.exchange)}", method
-            )
-        if exchange.internal:
-            raise AMQPChannelError(
-                ACCESS_REFUSED,
-                f"cannot publish to internal {vhost.rs('exchange', publish.exchange)}",
-                method,
-            )
-        if check_key:
-            # rabbit_channel: check_write_permitted_on_topic/4, after the internal check.
-            try:
-                self._permit_topic("write", exchange, publish.routing_key)
-            except AMQPChannelError as exc:
-                exc.method = method
-                raise
-        if not properties_decode(header.payload):
-            # rabbit_channel decodes every publish's properties (ensure_content_decoded); when
-            # they do not decode the channel process crashes and the reader closes the
-            # connection with the bare constant (observed on 3.10.8).
-            raise AMQPConnectionError(INTERNAL_ERROR, "", (0, 0))
-        message = Message(publish.exchange, publish.routing_key, header.payload, body)
+            raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", BASIC_PUBLISH)
+        # The session's checks, in RabbitMQ's order (the size was checked at the header).
+        self.check_exchange(publish.exchange, publish.routing_key)
+        message = self.check_message(
+            Message(publish.exchange, publish.routing_key, header.payload, body),
+            None if self.reply_consumer is None else self.reply_key,
+        )
         self.conn.published = True
-        flags = message.flags
-        if flags & _CHECKED_FLAGS:
-            message = self._checked(message, flags, method)
         if self.tx is not None:
             mandatory = publish.mandatory
             self.tx.append(lambda: self._route(message, mandatory))
@@ -406,63 +378,14 @@ class Channel:
         if not waiting and not self.pending_commits and self.vhost.persistence is not None:
             self.vhost.persistence.unsubscribe(self._on_synced)
 
-    def _checked(self, message: Message, flags: int, method: tuple[int, int]) -> Message:
-        """rabbit_channel:check_user_id_header/2, check_expiration_header/1 and the direct
-        reply-to rewrite of ``reply_to`` (docs/direct-reply-to.md)."""
-        if flags & FLAG_USER_ID:
-            user_id = message.properties.user_id
-            if user_id != self.conn.user:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED,
-                    f"user_id property set to '{user_id}' but authenticated user was "
-                    f"'{self.conn.user}'",
-                    method,
-                )
-        if flags & FLAG_EXPIRATION:
-            expiration = str(message.properties.expiration)
-            problem = expiration_error(expiration)
-            if problem is not None:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, f"invalid expiration '{expiration}': {problem}", method
-                )
-            message.ttl = int(expiration)
-        if flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
-            if self.reply_consumer is None:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, "fast reply consumer does not exist", method
-                )
-            props = message.copy_properties()
-            props.reply_to = REPLY_TO + "." + self.reply_key
-            message = message.with_properties(props)
-        return message
-
     def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
         """Route and enqueue ``message``; return it when mandatory and unroutable.
         Returns whether a queue refused it (overflow) and the group-commit generation
         that makes it durable (0 if nothing to wait for)."""
-        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
-            return self._reply(message, mandatory), 0
-        routed, rejected, sync_gen = self.vhost.publish(message, self)
-        counters = self.counters
-        counters.received += 1
-        if routed:
-            counters.routed += 1
-        elif mandatory:
-            counters.unroutable_returned += 1
+        routed, rejected, sync_gen = self.route(message, mandatory, self)
+        if not routed and mandatory:
             self._return(message)
-        else:
-            counters.unroutable_dropped += 1
         return rejected, sync_gen
-
-    def _reply(self, message: Message, mandatory: bool) -> bool:
-        """A reply to a direct reply-to requester: straight to its consumer, at most once
-        (dropped, or returned when mandatory, if the requester has gone)."""
-        consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
-        if consumer is not None and consumer.channel.open:
-            consumer.channel.deliver(consumer, (message, False, 0.0, 0))
-        elif mandatory:
-            self._return(message)
-        return False
 
     def _return(self, message: Message) -> None:
         self.conn.write(
@@ -495,23 +418,18 @@ class Channel:
     # -- delivery ---------------------------------------------------------------------
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        """Send a queue entry to ``consumer`` (called by the queue)."""
+        """Send a queue entry to ``consumer`` (called by the queue, which counted it)."""
         message = entry[0]
         redelivered = entry[1]
-        tag = self.next_tag
+        tag = self.next_tag  # Ledger.record, inlined: once per delivery
         self.next_tag = tag + 1
         queue = consumer.queue
-        queue.delivered_total += 1
         content_header = message.header
-        if redelivered:
-            queue.redeliver_total += 1
-            if queue.quorum:
-                content_header = with_header(content_header, "x-delivery-count", redelivered)
-                redelivered = True
+        if redelivered and queue.quorum:  # leveret.session.get.delivery_header, inlined
+            content_header = with_header(content_header, "x-delivery-count", redelivered)
+            redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
-            consumer.unacked += 1
-            queue.unacked += 1
             # Held until settled (leveret.memory; a stream's log keeps counting the message).
             # _record_bytes and MemoryMonitor.add, inlined: once per delivery.
             memory = self.memory
@@ -522,12 +440,6 @@ class Channel:
             )
             if used > memory.high:
                 memory.rise()
-            if message.store_ids is not None:
-                queue.delivered(message)
-        else:
-            queue.deliver_no_ack_total += 1
-            if message.store_ids is not None:
-                queue.forget(message)
         parts = codec.deliver_frames(
             self.id,
             consumer.tag_bytes,
@@ -549,13 +461,12 @@ class Channel:
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
         (leveret.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
-        unacked = self.unacked
-        if not unacked:
+        oldest = self.oldest()
+        if oldest is None:
             self.sent.clear()
             return None
-        oldest = next(iter(unacked))
-        sent = self.sent.sent_by(now, self.next_tag, oldest)
-        timeout = timeout_ms(unacked[oldest][0])
+        sent = self.sent.sent_by(now, self.next_tag, oldest[0])
+        timeout = timeout_ms(oldest[1][0])
         if timeout == math.inf or now - sent < timeout / 1000:
             return None
         return int(timeout)
@@ -600,39 +511,26 @@ class Channel:
                 PRECONDITION_FAILED,
                 f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}{why}",
             )
-        start = None
-        if isinstance(queue, StreamQueue):
-            # rabbit_stream_queue:consume/3: credit comes from the consumer prefetch, and
-            # only acks return it (both observed on 3.10.8, in this order).
-            where = self.vhost.rs("queue", queue.name)
-            if not self.prefetch_count:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'"
-                )
-            if m.no_ack:
-                raise not_supported("automatic acknowledgement", where)
-            start = parse_start(m.arguments or {})
-        if queue.quorum and self.global_prefetch:
-            # rabbit_quorum_queue:consume/3: a connection error (540).
-            raise AMQPConnectionError(
-                NOT_IMPLEMENTED,
-                f"{self.vhost.rs('queue', queue.name)} does not support global qos",
-            )
+        queue.check_consume(m.no_ack, self.prefetch_count, self.global_prefetch, m.arguments or {})
         if queue.exclusive_consumer or (m.exclusive and queue.consumers):
             raise AMQPChannelError(
                 ACCESS_REFUSED, f"{self.vhost.rs('queue', queue.name)} in exclusive use"
             )
         tag = m.consumer_tag or generated_name("amq.ctag")
         consumer = Consumer(
-            self, queue, tag, m.no_ack, m.exclusive, self.prefetch_count, dict(m.arguments or {})
+            self,
+            queue,
+            tag,
+            m.no_ack,
+            m.exclusive,
+            self.prefetch_count,
+            dict(m.arguments or {}),
+            codec.shortstr(tag),
         )
         self.consumers[tag] = consumer
         if not m.nowait:
             self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
-        if isinstance(queue, StreamQueue) and start is not None:
-            queue.subscribe(consumer, start)
-        else:
-            queue.add_consumer(consumer)
+        queue.subscribe(consumer)
 
     def _consume_replies(self, m: commands.Basic.Consume) -> None:
         """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
@@ -644,7 +542,7 @@ class Channel:
         # A queue object that is never registered in the vhost: it only carries the
         # consumer; replies are delivered to the consumer directly.
         pseudo = Queue(self.vhost, REPLY_TO, False, None, False, {})
-        consumer = Consumer(self, pseudo, tag, True, False, 0, {})
+        consumer = Consumer(self, pseudo, tag, True, False, 0, {}, codec.shortstr(tag))
         self.consumers[tag] = consumer
         self.reply_consumer = consumer
         self.reply_key = generated_name("amq.gen")[len("amq.gen-") :]
@@ -667,33 +565,17 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
 
     def _on_basic_get(self, m: commands.Basic.Get) -> None:
-        queue_name = self._queue_name(m.queue)
-        self._permit("read", "queue", queue_name)
-        queue = self.vhost.queue(queue_name, self.conn)
-        if queue.stream:
-            raise not_supported("basic.get", self.vhost.rs("queue", queue.name))
-        entry = queue.get()
+        queue, entry = basic_get(
+            self.access, self.user, self.vhost, self._queue_name(m.queue), m.no_ack, self.conn
+        )
         if entry is None:
-            queue.get_empty_total += 1
             self.send(B.GetEmpty())
             return
         message = entry[0]
-        redelivered = entry[1]
-        content_header = message.header
-        queue.count_get(redelivered, m.no_ack)
-        if queue.quorum and redelivered:
-            content_header = with_header(content_header, "x-delivery-count", redelivered)
-            redelivered = True
-        tag = self.next_tag
-        self.next_tag = tag + 1
+        content_header, redelivered = delivery_header(queue, entry)
+        tag = self.record(None if m.no_ack else (queue, entry, None))
         if not m.no_ack:
-            queue.unacked += 1
-            self.unacked[tag] = (queue, entry, None)
             self.memory.add(_record_bytes(queue, message))
-            if message.store_ids is not None:
-                queue.delivered(message)
-        elif message.store_ids is not None:
-            queue.forget(message)
         self.conn.write(
             codec.get_ok_method(
                 self.id,
@@ -708,69 +590,41 @@ class Channel:
         if self.vhost.firehose:
             firehose.delivered(message, queue.name, bool(redelivered), self)
 
-    def _take(self, tag: int, multiple: bool) -> list[tuple[int, Record]]:
-        """Remove and return the unacked deliveries an ack/nack/reject covers."""
-        unacked = self.unacked
-        if multiple:
-            if tag != 0 and tag not in unacked:
-                raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            taken = []
-            while unacked:
-                first = next(iter(unacked))
-                if tag and first > tag:
-                    break
-                taken.append((first, unacked.pop(first)))
-            return taken
-        record = unacked.pop(tag, None)
-        if record is None:
-            raise AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        return [(tag, record)]
-
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
         if requeue is not None:
-            self._refuse_stream_rejects(tag, multiple)
-        taken = self._take(tag, multiple)
+            self._check_rejects(tag, multiple)
+        taken = self.take(tag, multiple)
         if self.tx is not None:
-            self.tx_acks.extend(taken)
+            self.stage(taken)
             self.tx.append(lambda: self._apply_settle(taken, requeue))
             return
         self._apply_settle(taken, requeue)
 
-    def _refuse_stream_rejects(self, tag: int, multiple: bool) -> None:
-        """basic.nack and basic.reject of a stream delivery: 540, checked before anything
-        is settled (rabbit_stream_queue:settle/4; observed on 3.10.8)."""
-        if multiple:
-            records = [r for t, r in self.unacked.items() if not tag or t <= tag]
-        else:
-            record = self.unacked.get(tag)
-            records = [record] if record is not None else []
-        for queue, _entry, _consumer in records:
-            if queue.stream:
-                raise not_supported(
-                    "basic.nack and basic.reject", self.vhost.rs("queue", queue.name)
-                )
+    def _check_rejects(self, tag: int, multiple: bool) -> None:
+        """Each covered delivery's queue type may refuse nack and reject (a stream: 540),
+        checked before anything is settled (rabbit_stream_queue:settle/4)."""
+        for queue, _entry, _consumer in self.covered(tag, multiple):
+            queue.check_reject()
 
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         touched: set[Queue] = set()
-        requeued: dict[Queue, list[Entry]] = {}
+        requeued: dict[Queue, list[tuple[Entry, Consumer | None]]] = {}
         released = 0
         for _tag, (queue, entry, consumer) in taken:
             released += _record_bytes(queue, entry[0])
-            queue.unacked -= 1
             if consumer is not None:
-                consumer.unacked -= 1
                 touched.add(consumer.queue)
-            if requeue is None:
-                queue.acked_total += 1
             if requeue:
-                requeued.setdefault(queue, []).append(entry)
+                requeued.setdefault(queue, []).append((entry, consumer))
+            elif requeue is None:
+                queue.ack(entry[0], consumer)
             else:
-                queue.settle(entry[0], requeue is False)
+                queue.reject(entry[0], consumer)
         # Released before the requeued messages count again as ready in their queues.
         self.memory.remove(released)
-        for queue, entries in requeued.items():
-            queue.requeue(entries)
+        for queue, returned in requeued.items():
+            queue.requeue(returned)
         if self.global_prefetch:
             touched.update(c.queue for c in self.consumers.values())
         # Drained once at the end of the read, not once per ack.
@@ -782,8 +636,6 @@ class Channel:
             record = self.unacked.pop(m.delivery_tag, None)
             if record is not None:
                 queue = record[0]
-                queue.unacked -= 1
-                queue.acked_total += 1
                 message = record[1][0]
                 # _record_bytes and MemoryMonitor.remove, inlined: once per ack.
                 memory = self.memory
@@ -794,11 +646,9 @@ class Channel:
                 )
                 if used <= memory.low:
                     memory.fall()
-                if message.store_ids is not None:
-                    queue.settle(message, False)
                 consumer = record[2]
+                queue.ack(message, consumer)
                 if consumer is not None:
-                    consumer.unacked -= 1
                     self.conn.drain_later_one(consumer.queue)
                 if self.global_prefetch:
                     self.conn.drain_later({c.queue for c in self.consumers.values()})
@@ -814,12 +664,10 @@ class Channel:
     def _on_basic_qos(self, m: commands.Basic.Qos) -> None:
         if m.prefetch_size != 0:
             raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        self.qos(m.prefetch_count, m.global_)
         if m.global_:
-            self.global_prefetch = m.prefetch_count
             for consumer in self.consumers.values():
                 consumer.queue.drain()
-        else:
-            self.prefetch_count = m.prefetch_count
         self.send(B.QosOk())
 
     def _on_basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
@@ -831,9 +679,7 @@ class Channel:
 
     def requeue_all(self) -> None:
         """Give every unacked delivery back to its queue, in delivery order."""
-        taken = list(self.unacked.items())
-        self.unacked.clear()
-        self._apply_settle(taken, True)
+        self._apply_settle(self.take_all(), True)
 
     # -- channel ----------------------------------------------------------------------
 
@@ -852,9 +698,7 @@ class Channel:
         self.open = False
         self.tx = None
         self._release_held()
-        for tag, record in reversed(self.tx_acks):
-            self.unacked[tag] = record
-        self.tx_acks = []
+        self.rollback()  # acks of an uncommitted transaction are undone
         consumers = list(self.consumers.values())
         self.consumers.clear()
         self._drop_reply_consumer()
@@ -862,19 +706,17 @@ class Channel:
             self.vhost.persistence.unsubscribe(self._on_synced)
         # Requeue first, then detach consumers: an auto-delete queue deleted by the
         # last consumer leaving takes the requeued messages with it, as in RabbitMQ.
-        taken = sorted(self.unacked.items())
-        self.unacked.clear()
-        requeued: dict[Queue, list[Entry]] = {}
+        taken = self.take_all()
+        requeued: dict[Queue, list[tuple[Entry, Consumer | None]]] = {}
         released = 0
-        for _tag, (queue, entry, _consumer) in taken:
-            queue.unacked -= 1
+        for _tag, (queue, entry, consumer) in taken:
             released += _record_bytes(queue, entry[0])
-            requeued.setdefault(queue, []).append(entry)
+            requeued.setdefault(queue, []).append((entry, consumer))
         self.memory.remove(released)
         for consumer in consumers:
             consumer.queue.detach(consumer)
-        for queue, entries in requeued.items():
-            queue.requeue(entries)
+        for queue, returned in requeued.items():
+            queue.requeue(returned)
         for queue in {consumer.queue for consumer in consumers}:
             queue.maybe_auto_delete()
 
@@ -898,7 +740,7 @@ class Channel:
         if self.tx is None:
             raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
         actions, self.tx = self.tx, []
-        self.tx_acks = []
+        self.commit()
         self.tx_publishes = 0
         # The committed messages count in their queues from here.
         self._release_held()
@@ -922,10 +764,7 @@ class Channel:
         self.tx = []
         self.tx_publishes = 0
         self._release_held()
-        # Acks of a rolled-back transaction are undone: the deliveries are unacked again.
-        restored = sorted([*self.tx_acks, *self.unacked.items()], key=lambda item: item[0])
-        self.unacked = OrderedDict(restored)
-        self.tx_acks = []
+        self.rollback()  # the deliveries whose acks are undone are unacked again
         self.send(commands.Tx.RollbackOk())
 
     # -- exchanges and queues ---------------------------------------------------------
@@ -1068,8 +907,7 @@ class Channel:
         name = self._queue_name(m.queue)
         self._permit("read", "queue", name)
         queue = self.vhost.queue(name, self.conn)
-        if queue.stream:
-            raise not_supported("queue.purge", self.vhost.rs("queue", name))
+        queue.check_purge()
         count = queue.purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))

@@ -90,6 +90,9 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
     ):
         sub = log_commands.add_parser(name, help=text)
         sub.add_argument("--data-dir", type=Path, required=True, help="the broker's data dir")
+    from leveret.control.cli import add_parsers as add_control_parsers
+
+    add_control_parsers(commands, ArgumentParser)
     return parser
 
 
@@ -217,7 +220,10 @@ def config_from(settings: Settings, cgroup_root: Path = CGROUP_ROOT) -> Config:
         tls_ca=v["tls_ca"],
         management_host=v["management_host"],
         management_port=management_port if management_port >= 0 else None,
+        prometheus_port=v["prometheus_port"] if v["prometheus_port"] >= 0 else None,
         load_definitions=v["load_definitions"],
+        control=True,
+        control_socket=v["control_socket"],
         force_recovery=v["force_recovery"],
         access=build_access(settings),
     )
@@ -283,6 +289,10 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
 
     if isinstance(exc, StorageError):  # a damaged data directory: the error names the file
         return StartupError(str(exc))
+    from leveret.control.node import ControlSocketError
+
+    if isinstance(exc, ControlSocketError):
+        return StartupError(str(exc))
     if not isinstance(exc, OSError):
         return None
     # asyncio says "error while attempting to bind on address ('::', 5672): address
@@ -290,13 +300,15 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
     reason = _BIND_PREFIX.sub("", exc.strerror or str(exc))
     if exc.filename is not None:  # the data directory's files
         return StartupError(f"data directory {config.data_dir}: {exc.filename}: {reason}")
-    # The listeners start in this order: AMQP, AMQPS, management.
+    # The listeners start in this order: AMQP, AMQPS, management, Prometheus.
     if server._listener is None:
         host, port = config.host, config.port
     elif config.tls_cert is not None and server._tls_listener is None:
         host, port = config.host, config.tls_port
+    elif config.management_port is not None and server.management is None:
+        host, port = config.management_host, config.management_port
     else:
-        host, port = config.management_host, config.management_port or 0
+        host, port = config.management_host, config.prometheus_port or 0
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return StartupError(f"cannot listen on {address}: {reason}")
 
@@ -382,6 +394,10 @@ def _main(argv: list[str]) -> int:
         return analyze_command(args)
     if args.command == "trace":
         return trace_command(args)
+    if args.command in ("ctl", "diagnostics"):
+        from leveret.control.cli import run as run_control
+
+        return run_control(args)
     if args.command == "log":
         logging.basicConfig(level="WARNING")
         return log_command(args.log_command, args.data_dir)

@@ -77,8 +77,16 @@ class Config:
     # Management HTTP API (None: off; `leveret serve` turns it on at 15672).
     management_host: str = "127.0.0.1"
     management_port: int | None = None
+    # rabbitmq_prometheus's listener, on the management host (None: off; `leveret serve`
+    # turns it on at 15692).
+    prometheus_port: int | None = None
     # RabbitMQ definitions.json loaded at start-up.
     load_definitions: Path | None = None
+    # Serve `leveret ctl` on a unix socket (broker/control/; `leveret serve` does), at
+    # control_socket, else DATA_DIR/control.sock, else control-PORT.sock in a private
+    # runtime directory (PORT: the AMQP port bound, so port 0 names no shared path).
+    control: bool = False
+    control_socket: Path | None = None
     # A prepared user database (users with hashes and tags, permissions); None: built from
     # ``users`` with full permissions on ``vhosts``.
     access: AccessControl | None = None

@@ -35,6 +35,7 @@ from pamqp import commands
 from leveret import codec
 from leveret.auth import is_loopback
 from leveret.channel import Channel
+from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
 from leveret.errors import (
     ACCESS_REFUSED,
@@ -44,6 +45,7 @@ from leveret.errors import (
     INTERNAL_ERROR,
     NOT_ALLOWED,
     PRECONDITION_FAILED,
+    SYNTAX_ERROR,
     UNEXPECTED_FRAME,
     AMQPChannelError,
     AMQPConnectionError,
@@ -56,6 +58,7 @@ from leveret.exchanges.fields import check_table, table_fields
 from leveret.limits import reached
 
 if TYPE_CHECKING:
+    from leveret.acktimeout import Watched
     from leveret.queue import Queue
     from leveret.server import Server
     from leveret.vhost import VHost
@@ -184,6 +187,7 @@ class Connection(asyncio.Protocol):
         self._close_timer: asyncio.TimerHandle | None = None
         self._last_recv = 0.0
         self._last_send = 0.0
+        self.io = SocketCounters()  # bytes and reads, writes (broker/churn.py)
         self.peer: tuple[Any, ...] = ()
         self.closed = asyncio.Event()
         self._close_reason = ""
@@ -227,6 +231,7 @@ class Connection(asyncio.Protocol):
                 timer.cancel()
         self._release()
         self.server.connections.discard(self)
+        self.server.churn.connections_closed += 1
         self.closed.set()
 
     def _pause(self, reason: str) -> None:
@@ -254,6 +259,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
+        self.io.received(len(data))
         if self._yield_handle is not None:
             # Frames of an earlier read still wait for their turn (reading is paused, but a
             # TLS transport may hand over what it had decrypted): they go first.
@@ -360,6 +366,7 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_handle = None
         if self._out and self.transport is not None and not self.transport.is_closing():
+            self.io.sent(self._out)
             if self._out_views:
                 self.transport.writelines(self._out)
             else:
@@ -563,11 +570,13 @@ class Connection(asyncio.Protocol):
             )
         self._check_channel_limit()
         self.channels[channel_id] = Channel(self, channel_id)
+        self.server.churn.channels_opened += 1
         # RabbitMQ sends the reserved channel_id empty (observed on 3.10.8).
         self.write(codec.simple_method(channel_id, commands.Channel.OpenOk, ("longstr", "")))
 
     def _close_channel(self, channel: Channel) -> None:
         self.channels.pop(channel.id, None)
+        self.server.churn.channel_closed(channel)
         self._confirms.discard(channel)
         channel.close()
 
@@ -631,25 +640,38 @@ class Connection(asyncio.Protocol):
     def _credentials(self, mechanism: str, response: Any) -> tuple[str, str]:
         raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
         if mechanism == "PLAIN":
-            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password; an
-            # authorisation identity before the first NUL is refused.
+            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password and
+            # nothing else; any other response (an authorisation identity before the first
+            # NUL included) is a syntax_error in the handshake, so the socket is closed
+            # without a Close (observed on RabbitMQ 3.10.8).
             parts = raw.split(b"\x00")
             if len(parts) != 3 or parts[0]:
-                return "", ""
+                raise AMQPConnectionError(SYNTAX_ERROR, f"response {raw!r} invalid", (10, 11))
             return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
         if mechanism == "AMQPLAIN":
             # The response is a field table without its length prefix; the first LOGIN and
-            # the first PASSWORD count, each a long string (rabbit_auth_mechanism_amqplain:
-            # lists:keysearch/3 on the parsed table; anything else is refused).
+            # the first PASSWORD count (rabbit_auth_mechanism_amqplain:handle_response/2,
+            # lists:keysearch/3). They are credentials when either is a long string (its
+            # guard is an "or"), the other a long string or a byte array; both present but
+            # neither a long string is a syntax_error, a missing one too, and another type
+            # makes RabbitMQ's check crash: each closes the socket without a Close.
             if not check_table(struct.pack(">I", len(raw)) + raw):  # any depth, no recursion
-                return "", ""
-            first: dict[bytes, str] = {}
+                raise AMQPConnectionError(SYNTAX_ERROR, "AMQPLAIN auth info invalid", (10, 11))
+            first: dict[bytes, tuple[int, bytes]] = {}
             for name, tag, start, end in table_fields(raw, 0, len(raw)):
                 if name in (b"LOGIN", b"PASSWORD") and name not in first:
-                    # A long string: the key, its tag, 4 octets of length, then the text.
-                    text = raw[start + 2 + len(name) + 4 : end] if tag == ord("S") else None
-                    first[name] = "" if text is None else text.decode("utf-8", "replace")
-            return first.get(b"LOGIN", ""), first.get(b"PASSWORD", "")
+                    # The key, its tag, 4 octets of length (for S and x), then the value.
+                    first[name] = (tag, raw[start + 2 + len(name) + 4 : end])
+            if len(first) < 2:
+                why = "is missing LOGIN or PASSWORD field"
+            elif ord("S") not in (first[b"LOGIN"][0], first[b"PASSWORD"][0]):
+                why = "uses unsupported type for LOGIN or PASSWORD field"
+            elif not {first[b"LOGIN"][0], first[b"PASSWORD"][0]} <= {ord("S"), ord("x")}:
+                why = "has a LOGIN or PASSWORD that is not a string"
+            else:
+                user, password = first[b"LOGIN"][1], first[b"PASSWORD"][1]
+                return user.decode("utf-8", "replace"), password.decode("utf-8", "replace")
+            raise AMQPConnectionError(SYNTAX_ERROR, f"AMQPLAIN auth info {why}", (10, 11))
         raise AMQPConnectionError(
             COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", (10, 11)
         )
@@ -662,6 +684,7 @@ class Connection(asyncio.Protocol):
         if self.server.access.authenticate(user, password) is None or (
             user in self.config.loopback_users and not loopback
         ):
+            self.server.churn.login(succeeded=False)
             # rabbit_reader:auth_fail/5: a Close only for clients that advertise
             # authentication_failure_close; others just see the socket close.
             log.warning("login refused for user %r (%s)", user, mechanism)
@@ -679,6 +702,7 @@ class Connection(asyncio.Protocol):
                 self._abort()
             return
         self.user = user
+        self.server.churn.login(succeeded=True)
         self.state = State.AWAIT_TUNE_OK
         self.send_method(
             0,
@@ -749,6 +773,7 @@ class Connection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
+        self.server.churn.connections_opened += 1
         log.info(
             "connection opened peer=%s user=%s vhost=%s client=%s",
             self._peer_text(),
@@ -834,7 +859,7 @@ class Connection(asyncio.Protocol):
 
     # -- errors and closing -----------------------------------------------------------
 
-    def fail_channel(self, channel: Channel, explanation: str) -> None:
+    def fail_channel(self, channel: Watched, explanation: str) -> None:
         """Close ``channel`` with 406 PRECONDITION_FAILED from outside a read (the
         consumer timeout); its unacknowledged deliveries are requeued."""
         if self.channels.get(channel.id) is channel and self.state is State.OPEN:

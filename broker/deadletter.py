@@ -152,6 +152,7 @@ def _death(
 
 def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     """Dead-letter ``message`` from ``queue`` for ``reason`` (no-op without a DLX)."""
+    queue.vhost.churn.dead_letter(queue, reason)  # counted with or without a DLX
     dlx = queue.dlx
     if dlx is None:
         return

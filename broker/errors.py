@@ -9,7 +9,10 @@ channel 0, close the connection.
 
 from __future__ import annotations
 
-from pamqp import commands
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pamqp is imported where a Close is built: leveret.session raises these
+    from pamqp import commands
 
 # Reply codes (AMQP 0-9-1 spec; names as RabbitMQ prints them in reply texts).
 CONNECTION_FORCED = 320
@@ -117,6 +120,8 @@ class AMQPConnectionError(AMQPError):
 def close_method(exc: AMQPError) -> commands.Connection.Close | commands.Channel.Close:
     """The Close method to send for ``exc``; the caller sends it on channel 0 for a
     ``Connection.Close`` and on the failing channel otherwise."""
+    from pamqp import commands  # the wire's, imported on the error path only
+
     class_id, method_id = exc.method or (0, 0)
     if exc.closes_connection:
         return commands.Connection.Close(exc.code, exc.text, class_id, method_id)

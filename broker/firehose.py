@@ -29,14 +29,32 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.config import NODE_NAME
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
+    from leveret.connection import Connection
+    from leveret.vhost import VHost
+
+
+class Origin(Protocol):
+    """The channel a traced publish or delivery went through (the wire channel)."""
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its vhost."""
+
+    @property
+    def conn(self) -> Connection:
+        """Its connection (name, user)."""
+
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 
@@ -121,7 +139,7 @@ def _copy(message: Message, kind: str, suffix: str, extra: bytes) -> Message:
     )
 
 
-def _who(channel: Channel) -> bytes:
+def _who(channel: Origin) -> bytes:
     conn = channel.conn
     return (
         _field("vhost", _longstr(conn.vhost.name))
@@ -131,7 +149,7 @@ def _who(channel: Channel) -> bytes:
     )
 
 
-def published(message: Message, queues: Iterable[str], channel: Channel) -> None:
+def published(message: Message, queues: Iterable[str], channel: Origin) -> None:
     """Trace a publish on ``channel`` that reached ``queues`` (before they get it, as
     rabbit_channel calls tap_in between routing and delivering)."""
     if message.exchange == TRACE_EXCHANGE:
@@ -140,7 +158,7 @@ def published(message: Message, queues: Iterable[str], channel: Channel) -> None
     channel.vhost.publish(_copy(message, "publish", message.exchange, extra), counted=False)
 
 
-def delivered(message: Message, queue: str, redelivered: bool, channel: Channel) -> None:
+def delivered(message: Message, queue: str, redelivered: bool, channel: Origin) -> None:
     """Trace a delivery from ``queue`` to a client on ``channel``."""
     if message.exchange == TRACE_EXCHANGE:
         return

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leveret.errors import RESOURCE_ERROR, AMQPChannelError
 from leveret.exchanges.model import (
     BindingAdded,
     BindingRemoved,
@@ -64,7 +65,7 @@ from leveret.exchanges.model import (
     QueueDeclared,
     QueueDeleted,
 )
-from leveret.storage.errors import AccessFileError
+from leveret.storage.errors import AccessFileError, StoreClosedError
 from leveret.storage.files import create_atomically, fsync_dir, gc_paused, out_of_space
 from leveret.storage.log import DefinitionLog
 from leveret.storage.messages import MessageStore
@@ -159,10 +160,24 @@ class Persistence:
     def record(self, vhost: VHost, event: Event) -> None:
         """Append a durable topology change and fsync it (before the client's ``*-Ok``)."""
         if self.is_durable(vhost, event):
-            self.log.append(vhost.name, event)
+            try:
+                self.log.append(vhost.name, event)
+            except (OSError, StoreClosedError) as exc:
+                # A full disk (or a failed fsync): not on disk, so no *-Ok and no change in
+                # memory. The channel is told with 506, as for any resource the node lacks
+                # (RabbitMQ would crash the channel with 541 when Mnesia cannot write); the
+                # connection, its other channels and the next declare go on.
+                log.error("%s: cannot write a record: %s", self.log.path, exc)
+                raise AMQPChannelError(
+                    RESOURCE_ERROR, f"cannot write the definitions log: {exc}"
+                ) from None
             if self.log.needs_compaction():
-                # Dead records outnumber live ones: rewrite (temp file, fsync, rename).
-                self.log.compact()
+                # Dead records outnumber live ones: rewrite (temp file, fsync, rename). The
+                # record is durable already; a compaction that fails is tried again later.
+                try:
+                    self.log.compact()
+                except (OSError, StoreClosedError) as exc:
+                    log.warning("%s: compaction failed, kept as it is: %s", self.log.path, exc)
             if self.aside and isinstance(event, QueueDeclared):
                 self._take_back(vhost, event.queue.name)
 

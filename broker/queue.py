@@ -1,9 +1,15 @@
 """Queues and consumers: ready messages, dispatch, prefetch, and the queue features.
 
 A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
-is a loop time, 0 for never). Delivered-but-unacked entries live in the delivering
-channel (see :mod:`leveret.channel`), which hands them back through
-:meth:`Queue.requeue`; an entry keeps its expiry when requeued, as in RabbitMQ.
+is a loop time, 0 for never). Delivered-but-unacked entries live in the ledger of the
+subscriber that took them (a channel), which settles them through the queue's verbs
+(:meth:`Queue.ack`, :meth:`Queue.reject`, :meth:`Queue.requeue`); an entry keeps its
+expiry when requeued, as in RabbitMQ. The queue owns its counters (delivered, acked,
+unacked...) and the consumers' unacked counts: only these verbs and :meth:`Queue.get`
+and :meth:`Queue.deliver` write them.
+
+A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
+state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
 
 Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer with
 capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity may
@@ -21,19 +27,18 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.arguments import arg_text, queue_type
-from leveret.codec import shortstr
 from leveret.deadletter import dead_letter
+from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
     from leveret.connection import Connection
     from leveret.storage.messages import MessageStore
     from leveret.storage.segments import StoredMessage
@@ -56,6 +61,38 @@ def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
     return arg_text(arguments.get(key))
 
 
+class Subscriber(Protocol):
+    """What a queue needs of the channel a consumer belongs to (the wire channel
+    implements it). Attributes, not methods, where the queue reads them once a delivery:
+    the consumer's capacity check costs no call."""
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def open(self) -> bool:
+        """Whether it may still take deliveries."""
+
+    @property
+    def global_prefetch(self) -> int:
+        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
+
+    @property
+    def unacked(self) -> Sized:
+        """Its unacknowledged deliveries (the channel's ledger)."""
+
+    @property
+    def conn(self) -> Connection:
+        """The connection (``writable``: its socket takes more now)."""
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
+
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
+
+
 class Consumer:
     """A ``basic.consume`` subscription of one channel on one queue."""
 
@@ -74,31 +111,35 @@ class Consumer:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: Subscriber,
         queue: Queue,
         tag: str,
         no_ack: bool,
         exclusive: bool,
         prefetch: int,
         arguments: dict[str, Any],
+        tag_bytes: bytes = b"",
     ) -> None:
         self.channel = channel
         self.queue = queue
         self.tag = tag
-        self.tag_bytes = shortstr(tag)  # pre-encoded once for Basic.Deliver (the hot path)
+        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
+        # the wire channel, so the queue needs no codec.
+        self.tag_bytes = tag_bytes
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch
-        self.unacked = 0
+        self.unacked = 0  # written by the queue's verbs only
         self.arguments = arguments
         self.priority = int_arg(arguments, "x-priority") or 0
 
     def has_capacity(self) -> bool:
         """Whether one more message may be delivered to this consumer now."""
+        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
+        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
         if self.prefetch and self.unacked >= self.prefetch:
             return False
         channel = self.channel
-        # Inlined channel checks: this runs once per delivery.
         return (
             channel.conn.writable
             and channel.open
@@ -295,6 +336,14 @@ class Queue:
                 consumer = self._next_consumer()
                 if consumer is not None:
                     self.seq += 1
+                    # deliver, inlined (a new message, never redelivered, and no store to
+                    # mark it in): once a delivery.
+                    self.delivered_total += 1
+                    if consumer.no_ack:
+                        self.deliver_no_ack_total += 1
+                    else:
+                        consumer.unacked += 1
+                        self.unacked += 1
                     consumer.channel.deliver(consumer, (message, False, 0.0, self.seq))
                     return True
             # _push, inlined for the hot path.
@@ -329,7 +378,7 @@ class Queue:
                 if persist:
                     self._persist(message, ttl)
                 self.seq += 1
-                consumer.channel.deliver(consumer, (message, False, expires, self.seq))
+                self.deliver(consumer, (message, False, expires, self.seq))
                 return True
         if ttl == 0:
             # TTL 0: delivered only to a consumer ready now, else expired at once
@@ -401,7 +450,7 @@ class Queue:
             if entry[2] and entry[2] <= now:
                 self._drop(entry[0], "expired")
                 continue
-            consumer.channel.deliver(consumer, entry)
+            self.deliver(consumer, entry)
 
     def _expire_head(self, now: float | None = None) -> None:
         """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
@@ -464,26 +513,112 @@ class Queue:
                 return consumer
         return None
 
-    def count_get(self, redelivered: int, no_ack: bool) -> None:
-        """Count one message taken by a basic.get (``message_stats``: deliver_get, get or
-        get_no_ack, redeliver)."""
-        self.delivered_total += 1
-        if no_ack:
-            self.get_no_ack_total += 1
-        else:
-            self.get_total += 1
-        if redelivered:
-            self.redeliver_total += 1
+    # -- what the queue's type refuses (rabbit_queue_type: each type its own) ----------
 
-    def get(self) -> Entry | None:
-        """Take the head message for ``basic.get``."""
+    def check_consume(
+        self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: Mapping[str, Any]
+    ) -> None:
+        """basic.consume's checks of the queue's type, after its arguments' and before
+        the consumer exists: a quorum queue refuses a channel with a global qos
+        (rabbit_quorum_queue:consume/3: a connection error, 540)."""
+        if self.quorum and global_prefetch:
+            raise AMQPConnectionError(
+                NOT_IMPLEMENTED, f"{self.vhost.rs('queue', self.name)} does not support global qos"
+            )
+
+    def subscribe(self, consumer: Consumer) -> None:
+        """Attach a consumer that passed :meth:`check_consume` (a stream reads from the
+        offset its arguments ask for)."""
+        self.add_consumer(consumer)
+
+    def check_get(self) -> None:
+        """basic.get: every type but a stream takes it."""
+
+    def check_purge(self) -> None:
+        """queue.purge: every type but a stream takes it."""
+
+    def check_reject(self) -> None:
+        """basic.nack and basic.reject of a delivery: every type but a stream takes them."""
+
+    # -- the verbs that own the delivery counters ---------------------------------------
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Hand ``entry`` to ``consumer``'s subscriber, counted (``message_stats``:
+        deliver_get, deliver_no_ack, redeliver; unacked, the consumer's too)."""
+        message = entry[0]
+        self.delivered_total += 1
+        if entry[1]:
+            self.redeliver_total += 1
+        if consumer.no_ack:
+            self.deliver_no_ack_total += 1
+            if message.store_ids is not None:
+                self.forget(message)
+        else:
+            consumer.unacked += 1
+            self.unacked += 1
+            if message.store_ids is not None:
+                self.mark_delivered(message)
+        consumer.channel.deliver(consumer, entry)
+
+    def get(self, no_ack: bool) -> Entry | None:
+        """Take the head message for ``basic.get`` (None: empty, counted as get-empty),
+        counted as the channel's get is (deliver_get, get or get_no_ack, redeliver); with
+        acks it is unacked until :meth:`ack`, :meth:`reject` or :meth:`requeue`."""
         if self.expires is not None:
             self.touch()
         if self.expiring:
             self._expire_head()
-        return self._pop() if self.messages else None
+        if not self.messages:
+            self.get_empty_total += 1
+            return None
+        entry = self._pop()
+        message = entry[0]
+        self.delivered_total += 1
+        if entry[1]:
+            self.redeliver_total += 1
+        if no_ack:
+            self.get_no_ack_total += 1
+            if message.store_ids is not None:
+                self.forget(message)
+        else:
+            self.get_total += 1
+            self.unacked += 1
+            if message.store_ids is not None:
+                self.mark_delivered(message)
+        return entry
 
-    def requeue(self, entries: Iterable[Entry]) -> None:
+    def ack(self, message: Message, consumer: Consumer | None) -> None:
+        """An unacked delivery (``consumer`` None: a get) was acknowledged: it is gone."""
+        self.unacked -= 1
+        self.acked_total += 1
+        if consumer is not None:
+            consumer.unacked -= 1
+        if message.store_ids is not None:
+            self.forget(message)
+
+    def reject(self, message: Message, consumer: Consumer | None) -> None:
+        """An unacked delivery was rejected without requeue: dead-lettered (reason
+        ``rejected``) where the queue has a dead-letter exchange, and gone."""
+        self.unacked -= 1
+        if consumer is not None:
+            consumer.unacked -= 1
+        if not self.deleted:  # counted without a DLX too (broker/churn.py)
+            dead_letter(self, message, "rejected")
+        if message.store_ids is not None:
+            self.forget(message)
+
+    def requeue(self, returned: Iterable[tuple[Entry, Consumer | None]]) -> None:
+        """Unacked deliveries come back (nack or reject with requeue, recover, a closed
+        channel, a management get that requeues): no longer unacked, and ready again."""
+        entries = []
+        for entry, consumer in returned:
+            self.unacked -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
+            entries.append(entry)
+        self._put_back(entries)
+
+    def _put_back(self, entries: list[Entry]) -> None:
         """Put entries back in their original places, keeping their expiry, redelivered."""
         if self.deleted:
             return
@@ -513,13 +648,6 @@ class Queue:
         if self.expiring:
             self._schedule_ttl()
         self.drain()
-
-    def settle(self, message: Message, rejected: bool) -> None:
-        """A delivery was acked, or rejected without requeue (dead-lettered): it is gone."""
-        if rejected and self.dlx is not None and not self.deleted:
-            dead_letter(self, message, "rejected")
-        if message.store_ids is not None:
-            self.forget(message)
 
     def _drop(self, message: Message, reason: str) -> None:
         dead_letter(self, message, reason)
@@ -557,7 +685,7 @@ class Queue:
             assert self.vhost.persistence is not None
             self.vhost.persistence.marks_changed()
 
-    def delivered(self, message: Message) -> None:
+    def mark_delivered(self, message: Message) -> None:
         """A stored message went to a consumer: after a restart it comes back redelivered."""
         ids = message.store_ids
         msg_id = ids.get(self.name) if ids is not None else None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.acktimeout import AckTimeouts
 from leveret.auth import AccessControl
+from leveret.churn import NodeCounters
 from leveret.config import Config
 from leveret.connection import Connection
 from leveret.disk import disk_monitor
@@ -28,7 +29,9 @@ from leveret.vhost import VHost
 if TYPE_CHECKING:
     import ssl
 
+    from leveret.control.node import ControlListener
     from leveret.management import ManagementHandle
+    from leveret.management.prometheus import PrometheusHandle
     from leveret.persistence import Persistence
 
 log = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ class Server:
         )
         self.persistence: Persistence | None = None
         self.counters = PublishCounters()
+        self.churn = NodeCounters()  # connection, channel and queue churn (broker/churn.py)
         self.access = config.access or AccessControl.with_users(config.users, config.vhosts)
         self.tracer: TraceWriter | None = (
             TraceWriter(config.trace_dir) if config.trace_dir else None
@@ -70,6 +74,8 @@ class Server:
         self._tls_listener: asyncio.Server | None = None
         self.tls_port = config.tls_port
         self.management: ManagementHandle | None = None
+        self.prometheus: PrometheusHandle | None = None
+        self.control: ControlListener | None = None
         self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
@@ -94,6 +100,7 @@ class Server:
             vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
             vhost.tracer = self.tracer
             vhost.ack_timeouts = self.ack_timeouts
+            vhost.churn = self.churn
         return vhost
 
     def _save_access(self) -> None:
@@ -256,6 +263,12 @@ class Server:
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""
         loop = asyncio.get_running_loop()
+        if self.config.control and (self.config.control_socket or self.config.data_dir):
+            from leveret.control.node import ControlListener, socket_of
+
+            # First: a node still serving this socket (the same data dir) stops the start.
+            self.control = ControlListener(self, socket_of(self.config, self.config.port))
+            self.control.claim()
         if self.config.data_dir is not None:
             self._recover(self.config.data_dir)
         for name in self.config.vhosts:
@@ -279,9 +292,22 @@ class Server:
             self.management = await start_management(
                 self, self.config.management_host, self.config.management_port
             )
+        if self.config.prometheus_port is not None:
+            from leveret.management.prometheus import start_prometheus
+
+            self.prometheus = await start_prometheus(
+                self, self.config.management_host, self.config.prometheus_port
+            )
         if self.persistence is not None:
             self._reclaimer = loop.create_task(self.persistence.reclaim())
         self.ack_timeouts.start()
+        if self.config.control:
+            from leveret.control.node import ControlListener, socket_of
+
+            if self.control is None:  # no data dir: named after the port just bound
+                self.control = ControlListener(self, socket_of(self.config, self.port))
+            # Last: `leveret diagnostics ping` answers once the node serves everything.
+            await self.control.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
 
     async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> asyncio.Server:
@@ -319,9 +345,15 @@ class Server:
 
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        if self.control is not None:
+            await self.control.close()
+            self.control = None
         if self.management is not None:
             await self.management.close()
             self.management = None
+        if self.prometheus is not None:
+            await self.prometheus.close()
+            self.prometheus = None
         if self._tls_listener is not None:
             self._tls_listener.close()
             self._tls_listener = None

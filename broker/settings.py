@@ -250,6 +250,10 @@ class ServeSettings(BaseModel):
     management_port: PortOrOff = Field(
         default=15672, description="management HTTP API port (0: any free port, -1: disabled)"
     )
+    prometheus_port: PortOrOff = Field(
+        default=15692,
+        description="Prometheus /metrics port, on the management host (0: any, -1: disabled)",
+    )
     tls_port: Port = Field(
         default=5671, description="AMQPS port, used when --tls-cert and --tls-key are set"
     )
@@ -261,6 +265,12 @@ class ServeSettings(BaseModel):
     )
     tls_ca: OptionalPath = Field(
         default=None, description="PEM CA bundle: clients must present a certificate it signed"
+    )
+    control_socket: OptionalPath = Field(
+        default=None,
+        description="unix socket for leveret ctl / diagnostics, mode 0600, served to this "
+        "user and root only (default: DATA_DIR/control.sock; without a data dir "
+        "control-PORT.sock in $XDG_RUNTIME_DIR/leveret or /tmp/leveret-UID)",
     )
     force_recovery: bool = Field(
         default=False,

@@ -37,12 +37,14 @@ from __future__ import annotations
 import bisect
 import datetime
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret.arguments import NAMED_OFFSETS, arg_text, interval_ms
 from leveret.errors import (
     NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    AMQPChannelError,
     AMQPConnectionError,
     ChannelCrashError,
 )
@@ -311,9 +313,7 @@ class StreamQueue(Queue):
             wanted = filters.get(consumer)
             while position < end and consumer.has_capacity():
                 if wanted is None or wanted.matches(self.values[position - first]):
-                    consumer.channel.deliver(
-                        consumer, (log[position - first], False, 0.0, position)
-                    )
+                    self.deliver(consumer, (log[position - first], False, 0.0, position))
                 position += 1
             positions[consumer] = position
 
@@ -332,9 +332,40 @@ class StreamQueue(Queue):
         # A time: the first message published at or after it (RabbitMQ: the first chunk).
         return self.first_offset + bisect.bisect_left(self.stamps, value)
 
-    def subscribe(self, consumer: Consumer, start: Start) -> None:
-        """Attach ``consumer`` reading from ``start``, filtered if its arguments ask."""
-        self.positions[consumer] = self.start_at(start)
+    # -- what a stream refuses (rabbit_stream_queue; each observed on 3.10.8) ----------
+
+    def check_consume(
+        self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: Mapping[str, Any]
+    ) -> None:
+        """rabbit_stream_queue:consume/3: credit comes from the consumer prefetch, and only
+        acks return it (checked in this order); then the start offset, whose values that
+        crash RabbitMQ's channel are refused before the consumer exists."""
+        where = self.vhost.rs("queue", self.name)
+        if not prefetch:
+            raise AMQPChannelError(
+                PRECONDITION_FAILED, f"consumer prefetch count is not set for '{where}'"
+            )
+        if no_ack:
+            raise not_supported("automatic acknowledgement", where)
+        parse_start(arguments)
+
+    def check_get(self) -> None:
+        """basic.get: 540."""
+        raise not_supported("basic.get", self.vhost.rs("queue", self.name))
+
+    def check_purge(self) -> None:
+        """queue.purge: 540."""
+        raise not_supported("queue.purge", self.vhost.rs("queue", self.name))
+
+    def check_reject(self) -> None:
+        """basic.nack and basic.reject: 540, checked before anything is settled
+        (rabbit_stream_queue:settle/4)."""
+        raise not_supported("basic.nack and basic.reject", self.vhost.rs("queue", self.name))
+
+    def subscribe(self, consumer: Consumer) -> None:
+        """Attach ``consumer`` reading from the start its ``x-stream-offset`` asks for,
+        filtered if its arguments ask."""
+        self.positions[consumer] = self.start_at(parse_start(consumer.arguments))
         wanted = parse_filter(consumer.arguments)
         if wanted is not None:
             self.filters[consumer] = wanted
@@ -348,17 +379,14 @@ class StreamQueue(Queue):
 
     # Acks and channel closes only return prefetch credit: nothing leaves a stream.
 
-    def requeue(self, entries: Iterable[Entry]) -> None:
+    def _put_back(self, entries: list[Entry]) -> None:
         """Unacked deliveries given back (channel closed, recover): nothing to put back."""
         self.drain()
-
-    def settle(self, message: Message, rejected: bool) -> None:
-        """An ack: the message stays in the stream."""
 
     def forget(self, message: Message) -> None:
         """Messages leave a stream only by retention."""
 
-    def delivered(self, message: Message) -> None:
+    def mark_delivered(self, message: Message) -> None:
         """Stream deliveries are never marked redelivered."""
 
     def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:

@@ -22,6 +22,7 @@ from leveret.arguments import (
     queue_type,
 )
 from leveret.arguments import type_name as arg_type
+from leveret.churn import NodeCounters
 from leveret.delayed import DelayedMessages
 from leveret.errors import (
     ACCESS_REFUSED,
@@ -29,6 +30,7 @@ from leveret.errors import (
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AMQPChannelError,
+    AMQPError,
     ChannelCrashError,
 )
 from leveret.exchanges.chash import ExchangeTypeCrashError
@@ -62,8 +64,8 @@ from leveret.stream import StreamQueue
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.channel import Channel
     from leveret.connection import Connection
+    from leveret.firehose import Origin
     from leveret.persistence import Persistence
     from leveret.trace import TraceWriter
 
@@ -147,6 +149,7 @@ class VHost:
         # The server's delivery acknowledgement timeout checks, told of queues with a
         # timeout of their own (None: a vhost outside a server, in unit tests).
         self.ack_timeouts: AckTimeouts | None = None
+        self.churn = NodeCounters()  # the server's (broker/churn.py)
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}
@@ -280,8 +283,9 @@ class VHost:
             raise AMQPChannelError(NOT_FOUND, f"no {self.rs('exchange', name)}")
         return exchange
 
-    def queue(self, name: str, connection: Connection | None, strict: bool = False) -> Queue:
-        """The queue ``name`` checked for exclusive access, or 404 / 405."""
+    def queue(self, name: str, connection: object | None, strict: bool = False) -> Queue:
+        """The queue ``name`` checked for exclusive access (``connection``: the one
+        asking, compared by identity; None outside AMQP), or 404 / 405."""
         queue = self.queues.get(name)
         if queue is None:
             raise AMQPChannelError(NOT_FOUND, f"no {self.rs('queue', name)}")
@@ -289,7 +293,7 @@ class VHost:
         return queue
 
     def check_exclusive(
-        self, queue: Queue, connection: Connection | None, strict: bool = False
+        self, queue: Queue, connection: object | None, strict: bool = False
     ) -> None:
         """rabbit_amqqueue:check_exclusive_access/3 (``lax`` lets anyone use a
         non-exclusive queue; ``strict`` also refuses an exclusive re-declare of one)."""
@@ -524,6 +528,7 @@ class VHost:
             compared = QUEUE_TYPE_ARGUMENTS[queue_type(queue.arguments)]
             self._assert_args(what, compared, arguments, queue.arguments)
             queue.touch()
+            self.churn.queue_declared(created=False)
             return queue
         limit = reached(self.limits, "max-queues", len(self.queues))
         if limit is not None:
@@ -564,7 +569,15 @@ class VHost:
                     )
         queue = _QUEUE_CLASSES[kind](self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
-        self._apply(QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments))))
+        try:
+            self._apply(
+                QueueDeclared(QueueDef(name, durable, exclusive, auto_delete, dict(arguments)))
+            )
+        except AMQPError:  # not recorded (a full disk): not declared
+            del self.queues[name]
+            queue.deleted = True
+            raise
+        self.churn.queue_declared(created=True)
         if owner is not None:
             owner.exclusive_queues.add(queue)
         return queue
@@ -573,15 +586,17 @@ class VHost:
         """Remove ``queue``: cancel its consumers, drop its bindings and messages."""
         if queue.deleted:
             return 0
+        sources = {b.source for b in self.projection.bindings_to(DestKind.QUEUE, queue.name)}
+        # Recorded first: when it cannot be (a full disk) the queue stays as it was.
+        self._apply(QueueDeleted(queue.name))
         queue.deleted = True
+        self.churn.queue_deleted(queue)
         # A stream's delete-ok counts 0 messages (observed on 3.10.8).
         count = 0 if queue.stream else queue.message_count
         for consumer in list(queue.consumers):
             consumer.channel.cancel_by_server(consumer)
         queue.consumers.clear()
         self.queues.pop(queue.name, None)
-        sources = {b.source for b in self.projection.bindings_to(DestKind.QUEUE, queue.name)}
-        self._apply(QueueDeleted(queue.name))
         self._auto_delete_sources(sources)
         if queue.owner is not None:
             queue.owner.exclusive_queues.discard(queue)
@@ -621,7 +636,7 @@ class VHost:
     def publish(
         self,
         message: Message,
-        origin: Channel | None = None,
+        origin: Origin | None = None,
         source: str | None = None,
         counted: bool = True,
     ) -> tuple[bool, bool, int]:

@@ -550,3 +550,33 @@ def encode_table(table: Mapping[str, Any]) -> bytes:
     out = bytearray(4)
     _encode_into(out, table, True)
     return bytes(out)
+
+
+def decode_value(data: bytes) -> Any:
+    """The table (``F``) or array (``A``) value whose octets, type tag and length prefix
+    included, are ``data`` (inverse of :func:`encode_value` for tables and arrays). Raises
+    ValueError when ``data`` is not exactly one such value."""
+    if len(data) < 5 or data[0] not in (_TAG_TABLE, _TAG_ARRAY):
+        raise ValueError("not a field table or array value")
+    if 5 + _unpack_long(data, 1)[0] != len(data):
+        raise ValueError("field value length does not match its data")
+    return decode_fields(data, 5, len(data), table=data[0] == _TAG_TABLE)
+
+
+def nested_deeper_than(value: Any, levels: int) -> bool:
+    """Whether tables and arrays nest more than ``levels`` deep in ``value`` (a scalar is
+    0 deep, ``{}`` 1). Iterative, and it stops at the first branch that goes too deep: the
+    storage layer asks it before handing a value to code that recurses per level."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= levels:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

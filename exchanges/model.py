@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from leveret.exchanges.fields import nested_deeper_than
+
 
 class ExchangeType(StrEnum):
     """Exchange types Leveret implements (names as on the wire)."""
@@ -52,18 +54,50 @@ Arguments = Mapping[str, Any]
 EMPTY: frozenset[str] = frozenset()
 
 
+#: Nesting depth up to which :func:`freeze` builds nested tuples; a deeper value is frozen
+#: flat, since hashing and comparing nested tuples recurse in C, per level.
+FREEZE_NESTING_MAX = 100
+
+
 def freeze(value: Any) -> Any:
     """A hashable, type-preserving form of an AMQP field value (for identity checks)."""
     if type(value) is dict and not value:
         return ()  # the usual binding: no arguments (the fast path of replaying 100k)
+    if isinstance(value, Mapping | list | tuple) and nested_deeper_than(value, FREEZE_NESTING_MAX):
+        return ("deep", _freeze_flat(value))
+    return _freeze(value)
+
+
+def _freeze(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
+        return tuple(_freeze(v) for v in value)
     if isinstance(value, bytearray):  # pamqp decodes byte arrays ('x') as bytearray
         return ("bytes", bytes(value))
     # The type is part of the identity: 1, 1.0 and True are different AMQP values.
     return (type(value).__name__, value)
+
+
+def _freeze_flat(value: Any) -> tuple[Any, ...]:
+    """The same identity as :func:`_freeze` (keys sorted, types kept) as one flat tuple of
+    tokens in pre-order, built with an explicit stack."""
+    out: list[Any] = []
+    stack: list[tuple[bool, Any]] = [(False, value)]
+    while stack:
+        is_key, item = stack.pop()
+        if is_key:
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(("F", len(item)))
+            for key in sorted(item, reverse=True):  # popped in sorted order, key first
+                stack += ((False, item[key]), (True, key))
+        elif isinstance(item, list | tuple):
+            out.append(("A", len(item)))
+            stack.extend((False, v) for v in reversed(item))
+        else:
+            out.append(_freeze(item))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

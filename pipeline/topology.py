@@ -40,6 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from leveret.exchanges import fields
 from leveret.exchanges.chash import hash_on
 from leveret.exchanges.delayed import underlying_type
 from leveret.exchanges.model import (
@@ -188,7 +189,8 @@ def value_from_json(value: Any) -> Any:
     ``leveret.storage.records.value_to_json``).
 
     ``{"$bytes": b64}`` -> bytes, ``{"$decimal": s}`` -> Decimal, ``{"$datetime": iso}`` ->
-    datetime, ``{"$float": "nan"}`` -> float; other objects are tables, lists are arrays.
+    datetime, ``{"$float": "nan"}`` -> float, ``{"$amqp": b64}`` -> the deep table or array
+    whose AMQP octets it holds; other objects are tables, lists are arrays.
     """
     if isinstance(value, Mapping):
         if len(value) == 1:
@@ -201,17 +203,25 @@ def value_from_json(value: Any) -> Any:
                 return datetime.fromisoformat(payload)
             if tag == "$float":
                 return float(payload)
+            if tag == "$amqp":
+                return fields.decode_value(base64.b64decode(payload))
         return {str(k): value_from_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [value_from_json(v) for v in value]
     return value
 
 
-def _jsonable(value: Any) -> Any:
+#: Levels of tables and arrays :func:`arguments_json` writes out (json.dumps recurses).
+JSON_NESTING_SHOWN = 100
+
+
+def _jsonable(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, Mapping | list | tuple) and depth >= JSON_NESTING_SHOWN:
+        return f"(nested more than {JSON_NESTING_SHOWN} levels deep)"
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v, depth + 1) for v in value]
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, float) and not math.isfinite(value):

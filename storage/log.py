@@ -400,7 +400,10 @@ class DefinitionLog:
             raise StoreClosedError(f"{self.path}: {self._failed}")
 
     def _write(self, data: bytes) -> None:
-        self._check_open()
+        if self._fd < 0:
+            self._check_open()  # closed
+        if self._failed is not None:
+            self._rewrite_after_failure()
         try:
             write_all(self._fd, data)
         except OSError:
@@ -414,9 +417,25 @@ class DefinitionLog:
         try:
             datasync(self._fd)
         except OSError as exc:
-            self._failed = f"fsync failed, refusing further writes: {exc}"
+            self._failed = f"fsync failed: {exc}"
             raise
         self._size += len(data)
+
+    def _rewrite_after_failure(self) -> None:
+        """After a failed fsync (or a partial record that could not be cut off) what the
+        file holds is unknown: the kernel may have dropped the unwritten pages, so a later
+        fsync can succeed without them. Writing the live records anew (a compaction: temp
+        file, fsync, rename) makes it known again, so a full disk that gets room again needs
+        no restart. Raises :class:`StoreClosedError` while that fails too."""
+        failed, self._failed = self._failed, None
+        try:
+            self.compact()
+        except OSError as exc:
+            self._failed = self._failed or failed
+            raise StoreClosedError(f"{self.path}: {failed}; rewriting it failed: {exc}") from exc
+        log.warning(
+            "%s: rewritten after a failed write (%s); writes succeed again", self.path, failed
+        )
 
     # -- compaction ------------------------------------------------------------------------
 

@@ -72,12 +72,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from leveret.storage.bookkeeping import SegmentState, write_chunked
 from leveret.storage.errors import StoreClosedError
 from leveret.storage.files import datasync, fsync_dir, gc_paused, out_of_space, write_all
 from leveret.storage.segments import (
     ACKED,
     DELIVERED,
-    HEADER_LEN,
     MARKS_HEADER,
     SEGMENT_HEADER,
     SEGMENT_MAGIC,
@@ -106,61 +106,6 @@ log = logging.getLogger("leveret.storage")
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_REWRITE_RATIO = 0.5
 _LIVENESS_SLICE = 4096  # records checked per lock hold while rewriting
-# Bytes per write() call when a sync has more than this to write (a backlog kept for a
-# retry after a full disk): a retry that fails does not first join all of it.
-WRITE_CHUNK = 8 * 1024 * 1024
-
-
-def _write_chunked(fd: int, parts: list[bytes]) -> None:
-    """Write ``parts`` in order, at most about :data:`WRITE_CHUNK` bytes per call."""
-    start = 0
-    while start < len(parts):
-        end, size = start, 0
-        while end < len(parts) and (size == 0 or size + len(parts[end]) <= WRITE_CHUNK):
-            size += len(parts[end])
-            end += 1
-        write_all(fd, b"".join(parts[start:end]))
-        start = end
-
-
-class _Segment:
-    """Bookkeeping for one ``msgs.N`` / ``acks.N`` pair."""
-
-    __slots__ = (
-        "fd",
-        "live",
-        "marks",
-        "marks_fd",
-        "marks_size",
-        "marks_unsynced",
-        "number",
-        "on_disk",
-        "pending",
-        "records",
-        "size",
-        "version",
-        "written",
-    )
-
-    def __init__(self, number: int, *, on_disk: bool = False) -> None:
-        self.number = number
-        self.version = SEGMENT_VERSION  # of msgs.N's format (1: read only, never appended to)
-        self.records = 0  # message records, written or pending
-        self.live = 0  # of which not acked
-        self.size = HEADER_LEN  # bytes, written or pending
-        self.written = 0  # bytes in msgs.N: where a failed write is cut back to
-        self.on_disk = on_disk  # the file exists with its header
-        self.pending: list[bytes] = []  # records appended, not yet written
-        self.marks = bytearray()  # marks not yet written
-        self.fd = -1  # msgs.N, open while it has writes to come
-        self.marks_fd = -1
-        self.marks_size = 0  # bytes in acks.N while marks_fd is open
-        self.marks_unsynced = False  # marks written since the last fsync of acks.N
-
-    @property
-    def idle(self) -> bool:
-        """No write to msgs.N pending or in progress (it may be rewritten or deleted)."""
-        return not self.pending and self.fd < 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +137,8 @@ class MessageStore:
         self._lock = threading.Lock()  # in-memory state; held briefly, never across I/O
         self._io_lock = threading.Lock()  # file writes; taken before _lock, never after
         self._compact_lock = threading.Lock()
-        self._segments: dict[int, _Segment] = {}  # by number, ascending
-        self._head = _Segment(1)
+        self._segments: dict[int, SegmentState] = {}  # by number, ascending
+        self._head = SegmentState(1)
         self._live: dict[QueueKey, dict[int, int]] = {}
         self._prefixes: dict[QueueKey, tuple[int, int, bytes]] = {}
         self._recovered: dict[QueueKey, list[StoredMessage]] | None = {}
@@ -228,7 +173,7 @@ class MessageStore:
         if last is not None and last.size < segment_size and last.version == SEGMENT_VERSION:
             self._head = last
         else:
-            self._head = _Segment(numbers[-1] + 1 if numbers else 1)
+            self._head = SegmentState(numbers[-1] + 1 if numbers else 1)
             self._segments[self._head.number] = self._head
         return self
 
@@ -243,7 +188,7 @@ class MessageStore:
         acked, delivered, top = read_marks(marks_path(self.directory, number))
         assert self._recovered is not None
         loaded = load_segment(path, data, number, acked, delivered, self._recovered, self._live)
-        segment = self._segments[number] = _Segment(number, on_disk=True)
+        segment = self._segments[number] = SegmentState(number, on_disk=True)
         segment.records, segment.live, segment.size = loaded.records, loaded.live, loaded.end
         segment.written = loaded.end
         segment.version = layout_of(data).version
@@ -292,7 +237,7 @@ class MessageStore:
             self._next_id = msg_id + 1
             segment = self._head
             if segment.records and segment.size + len(record) > self.segment_size:
-                segment = _Segment(segment.number + 1)  # rotate
+                segment = SegmentState(segment.number + 1)  # rotate
                 self._head = self._segments[segment.number] = segment
             segment.pending.append(record)
             segment.size += len(record)
@@ -378,7 +323,7 @@ class MessageStore:
                 raise
         return watermark
 
-    def _write(self, work: list[tuple[_Segment, list[bytes], bytearray, int]]) -> None:
+    def _write(self, work: list[tuple[SegmentState, list[bytes], bytearray, int]]) -> None:
         if self._dir_unsynced:
             try:
                 fsync_dir(self.directory)
@@ -405,7 +350,7 @@ class MessageStore:
                 self._dir_unsynced = True  # the records are written: only this is retried
                 raise
 
-    def _write_records(self, segment: _Segment, records: list[bytes], size: int) -> bool:
+    def _write_records(self, segment: SegmentState, records: list[bytes], size: int) -> bool:
         """Append ``records`` (``size`` bytes, with the header of a new file) to msgs.N and
         fdatasync it; on failure cut the file back. Returns whether the file is new."""
         if segment.fd < 0:
@@ -414,10 +359,7 @@ class MessageStore:
         new = not segment.on_disk
         parts = [SEGMENT_HEADER, *records] if new else records
         try:
-            if size <= WRITE_CHUNK:
-                write_all(segment.fd, b"".join(parts))
-            else:
-                _write_chunked(segment.fd, parts)
+            write_chunked(segment.fd, parts, size, write_all)
             datasync(segment.fd)
         except BaseException:
             self._cut(segment.fd, segment.written, segment_path(self.directory, segment.number))
@@ -426,7 +368,7 @@ class MessageStore:
         segment.on_disk = True
         return new
 
-    def _write_marks(self, segment: _Segment, marks: bytearray) -> None:
+    def _write_marks(self, segment: SegmentState, marks: bytearray) -> None:
         """Append ``marks`` to acks.N (not fsynced); on failure cut the file back."""
         if segment.marks_fd < 0:
             path = marks_path(self.directory, segment.number)
@@ -454,7 +396,7 @@ class MessageStore:
             )
 
     def _put_back(
-        self, work: list[tuple[_Segment, list[bytes], bytearray, int]], first_written: bool
+        self, work: list[tuple[SegmentState, list[bytes], bytearray, int]], first_written: bool
     ) -> None:
         """A sync failed at ``work[0]`` (its records written already if ``first_written``):
         what was not written goes back in front of what was appended meanwhile."""
@@ -480,7 +422,7 @@ class MessageStore:
         with self._lock:
             return any(self._reclaimable(s) for s in self._segments.values())
 
-    def _reclaimable(self, segment: _Segment) -> bool:
+    def _reclaimable(self, segment: SegmentState) -> bool:
         return (
             segment is not self._head
             and segment.idle
@@ -525,7 +467,7 @@ class MessageStore:
                     os.close(segment.marks_fd)  # reopened on the next mark, if any
                     segment.marks_fd = -1
 
-    def _rewrite(self, segment: _Segment) -> int:
+    def _rewrite(self, segment: SegmentState) -> int:
         """Copy the live records of an idle segment to a new file (of the current format
         version) and swap it in."""
         path = segment_path(self.directory, segment.number)

@@ -3,7 +3,7 @@
 This module is the only place that knows the payload format; :mod:`leveret.storage.log` frames the
 payloads and never looks inside them.
 
-Payload layout (version 1)::
+Payload layout (versions 1 and 2)::
 
     u8 RECORD_VERSION | ASCII JSON array  [tag, vhost, fields...]
 
@@ -24,9 +24,19 @@ JSON alone cannot tell these apart, so every value carries its type:
     "b" bytes (base64)     "x" bytearray (base64)    "d" Decimal (str)
     "T" datetime (isoformat, keeps naive/aware and the offset)    "n" None (payload null)
     "F" table: object of tagged values    "A" array: list of tagged values
+    "W" a table or array nested more than JSON_NESTING_MAX levels deep: its AMQP octets
+        (type tag and length included, base64), as exchanges.fields encodes them
 
 Tuples are stored as arrays (and come back as lists). A value of any other type is refused
 with ``TypeError`` before anything is written.
+
+Why "W": the wire takes tables nested thousands of levels deep (RabbitMQ stores any term),
+but Python's JSON encoder and decoder recurse per level (two per AMQP level here) and stop
+near 1,000, so a deep argument would make its declare fail. AMQP octets are read and written
+with an explicit stack. Inside such a value, bytes come back as bytearray (the wire's byte
+array), the one type the octets do not keep apart. A record holding a "W" value is written
+as version 2, every other record as version 1, so a Leveret that predates "W" still reads
+logs without one and stops with "upgrade Leveret" on one that has.
 
 A payload whose version byte is above :data:`RECORD_VERSION` raises
 :class:`~storage.errors.LogFormatError`: an older broker must stop, not drop the record.
@@ -37,11 +47,13 @@ from __future__ import annotations
 import base64
 import json
 import math
+import struct
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from leveret.exchanges import fields as amqp_fields
 from leveret.exchanges.model import (
     Arguments,
     Binding,
@@ -59,7 +71,13 @@ from leveret.exchanges.model import (
 )
 from leveret.storage.errors import CorruptRecordError, LogFormatError
 
-RECORD_VERSION = 1
+#: The newest payload version this module writes and reads (2: values tagged "W" may occur).
+RECORD_VERSION = 2
+#: Version 1: the same layout without "W" values; still written when a record has none.
+_PLAIN_VERSION = 1
+#: Deeper tables and arrays are stored as AMQP octets ("W"): JSON recursion stays far from
+#: Python's limit, and ordinary arguments (a few levels at most) stay readable in the log.
+JSON_NESTING_MAX = 100
 #: What follows the version byte in every payload (the JSON array's bracket). The log looks for
 #: it to find the next record after a damaged one (:func:`leveret.storage.log.resync`); JSON
 #: escapes control characters, so the version byte (1) followed by it never occurs inside a
@@ -70,7 +88,8 @@ PAYLOAD_MARK = b"["
 # replaying 100k bindings is on the start-up path.
 _EXCHANGE_TYPES: dict[str, ExchangeType] = {t.value: t for t in ExchangeType}
 _DEST_KINDS: dict[str, DestKind] = {k.value: k for k in DestKind}
-_VERSION_BYTE = bytes([RECORD_VERSION])
+_VERSION_BYTES = {False: bytes([_PLAIN_VERSION]), True: bytes([RECORD_VERSION])}
+_READABLE = (_PLAIN_VERSION, RECORD_VERSION)
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 # raw_decode on a str skips json.loads' encoding detection: about 5x faster on small records.
 _raw_decode = json.JSONDecoder().raw_decode
@@ -108,13 +127,26 @@ def encode_value(value: Any) -> list[Any]:
 
 
 def encode_table(table: Mapping[str, Any]) -> dict[str, Any]:
-    """A field table as a JSON object of tagged values."""
+    """A field table as a JSON object of tagged values; a value nested more than
+    :data:`JSON_NESTING_MAX` levels deep is tagged "W" (its AMQP octets)."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         if not isinstance(key, str):  # json.dumps would silently turn 1 into "1"
             raise TypeError(f"field table key must be str, not {type(key).__name__}")
-        out[str(key)] = encode_value(value)
+        if isinstance(value, Mapping | list | tuple) and amqp_fields.nested_deeper_than(
+            value, JSON_NESTING_MAX
+        ):
+            out[str(key)] = ["W", base64.b64encode(_octets(value)).decode("ascii")]
+        else:
+            out[str(key)] = encode_value(value)
     return out
+
+
+def _octets(value: Any) -> bytes:
+    try:
+        return amqp_fields.encode_value(value)
+    except struct.error as exc:  # an integer beyond the wire's 64 bits
+        raise TypeError(f"cannot store {type(value).__name__} value: {exc}") from exc
 
 
 def _float(payload: Any) -> float:
@@ -139,6 +171,7 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "n": lambda p: None,
     "F": lambda p: decode_table(p),
     "A": lambda p: [decode_value(v) for v in p],
+    "W": lambda p: amqp_fields.decode_value(base64.b64decode(p, validate=True)),
 }
 
 
@@ -195,7 +228,9 @@ def encode(vhost: str, event: Event) -> bytes:
     """The payload of one log record. Raises ``TypeError`` for values it cannot store."""
     fields = _fields(event)
     fields.insert(1, vhost)
-    return _VERSION_BYTE + _dumps(fields).encode("ascii")
+    arguments = fields[-1] if type(fields[-1]) is dict else {}
+    deep = any(tagged[0] == "W" for tagged in arguments.values())
+    return _VERSION_BYTES[deep] + _dumps(fields).encode("ascii")
 
 
 def _arguments(obj: Any) -> dict[str, Any]:
@@ -233,7 +268,7 @@ def decode(payload: bytes) -> tuple[str, Event]:
             f"record format version {version} is newer than this Leveret supports "
             f"({RECORD_VERSION}); upgrade Leveret to read this log"
         )
-    if version != RECORD_VERSION:
+    if version not in _READABLE:
         raise CorruptRecordError(f"unknown record version {version}")
     try:
         text = payload[1:].decode("ascii")
@@ -255,7 +290,7 @@ def decode_many(payloads: list[bytes]) -> list[tuple[str, Event]] | None:
     parsing record by record costs a Python call each). None when any payload is not
     plainly decodable, so the caller falls back to :func:`decode` per record and reports
     exactly which one is bad."""
-    if not payloads or any(not p or p[0] != RECORD_VERSION for p in payloads):
+    if not payloads or any(not p or p[0] not in _READABLE for p in payloads):
         return None
     try:
         text = "[" + ",".join(p[1:].decode("ascii") for p in payloads) + "]"
@@ -281,12 +316,27 @@ def value_to_json(value: Any) -> Any:
 
     JSON-native values stay as they are; the others become one-key objects:
     ``{"$bytes": base64}`` (bytes and bytearray), ``{"$decimal": "1.5"}``,
-    ``{"$datetime": isoformat}`` and ``{"$float": "nan"|"inf"|"-inf"}``.
+    ``{"$datetime": isoformat}`` and ``{"$float": "nan"|"inf"|"-inf"}``; a table or array
+    nested more than :data:`JSON_NESTING_MAX` levels deep is ``{"$amqp": base64}``, its AMQP
+    octets (JSON readers recurse per level).
     """
+    if isinstance(value, Mapping | list | tuple) and amqp_fields.nested_deeper_than(
+        value, JSON_NESTING_MAX
+    ):
+        return {"$amqp": base64.b64encode(_octets(value)).decode("ascii")}
+    return _plain(value)
+
+
+def _arguments_json(arguments: Arguments) -> dict[str, Any]:
+    """Arguments argument by argument, so only a deep one is shown as octets."""
+    return {str(key): value_to_json(value) for key, value in arguments.items()}
+
+
+def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): value_to_json(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [value_to_json(v) for v in value]
+        return [_plain(v) for v in value]
     if isinstance(value, bytes | bytearray):
         return {"$bytes": base64.b64encode(value).decode("ascii")}
     if isinstance(value, Decimal):
@@ -312,20 +362,20 @@ def event_to_json(vhost: str, event: Event) -> dict[str, Any]:
         case ExchangeDeclared(x):
             head = {"event": "exchange.declared", "vhost": vhost, "name": x.name}
             head.update(type=x.type.value, durable=x.durable, auto_delete=x.auto_delete)
-            head.update(internal=x.internal, arguments=value_to_json(x.arguments))
+            head.update(internal=x.internal, arguments=_arguments_json(x.arguments))
         case ExchangeDeleted(name):
             head = {"event": "exchange.deleted", "vhost": vhost, "name": name}
         case QueueDeclared(q):
             head = {"event": "queue.declared", "vhost": vhost, "name": q.name}
             head.update(durable=q.durable, exclusive=q.exclusive, auto_delete=q.auto_delete)
-            head.update(arguments=value_to_json(q.arguments))
+            head.update(arguments=_arguments_json(q.arguments))
         case QueueDeleted(name):
             head = {"event": "queue.deleted", "vhost": vhost, "name": name}
         case BindingAdded(b) | BindingRemoved(b):
             kind = "binding.added" if isinstance(event, BindingAdded) else "binding.removed"
             head = {"event": kind, "vhost": vhost, "source": b.source}
             head.update(destination=b.destination, destination_type=b.kind.value)
-            head.update(routing_key=b.routing_key, arguments=value_to_json(b.arguments))
+            head.update(routing_key=b.routing_key, arguments=_arguments_json(b.arguments))
         case _:
             raise TypeError(f"not a topology event: {event!r}")
     return head

@@ -17,6 +17,11 @@ import pytest
 from leveret.config import Config
 from leveret.inspect import BrokerThread
 
+# `leveret serve` opens rabbitmq_prometheus's port, 15692, by default: the brokers this suite
+# starts as subprocesses (they inherit the environment) keep it off, so that parallel tests
+# never compete for it. Tests of the listener give --prometheus-port themselves.
+os.environ.setdefault("LEVERET_PROMETHEUS_PORT", "-1")
+
 # ``from tests.conftest import BrokerThread`` keeps working: the class now lives in
 # broker/inspect.py, shared with the pytest plugin (broker/testing.py).
 __all__ = ["BrokerThread"]

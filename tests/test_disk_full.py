@@ -46,6 +46,7 @@ import pytest
 
 from leveret.config import Config
 from leveret.inspect import BrokerThread
+from leveret.storage import log as log_module
 from leveret.storage import messages as messages_module
 from tests.test_cli import free_port, wait_listening
 
@@ -254,3 +255,93 @@ def test_a_commit_waits_for_room_and_a_purge_goes_through(
         connection.close()
     assert "message store writes succeed again" in caplog.text
     assert "the acks of a purged or deleted queue cannot be written now" in caplog.text
+
+
+def test_durable_declares_on_a_full_disk_are_refused_and_work_again_with_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A durable declare, bind or delete whose definitions-log record cannot be written
+    (or fsynced) is refused with 506 RESOURCE_ERROR, a hard error in AMQP 0-9-1 (so on the
+    connection, as 541 would be): no ``*-Ok`` for a change that is not on disk, nothing
+    changed in memory either, other connections go on, no traceback. (Before: 541
+    INTERNAL_ERROR with a logged traceback, and after a failed fsync every durable declare
+    failed until a restart.) With room again, declares work without a restart, and a restart
+    shows exactly what was answered ``*-Ok``.
+    """
+    full, sync_fails = threading.Event(), threading.Event()
+    real_write_all, real_datasync = log_module.write_all, log_module.datasync
+
+    def write_all(fd: int, data: Any) -> None:
+        if full.is_set():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data)
+
+    def datasync(fd: int) -> None:
+        if sync_fails.is_set():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_datasync(fd)
+
+    monkeypatch.setattr(log_module, "write_all", write_all)
+    monkeypatch.setattr(log_module, "datasync", datasync)
+    caplog.set_level(logging.WARNING, logger="leveret")
+    config = Config(host="127.0.0.1", port=0, data_dir=tmp_path / "data")
+    broker = BrokerThread(config).start()
+    parameters = pika.URLParameters(broker.url)
+    bystander = pika.BlockingConnection(parameters)
+    try:
+        channel = bystander.channel()
+        channel.exchange_declare("kept.x", "direct", durable=True)
+        channel.queue_declare("kept", durable=True)
+        channel.basic_publish("", "kept", b"one", PERSISTENT)
+        for trouble in (full, sync_fails):
+            trouble.set()
+            for declare in (
+                lambda c: c.queue_declare("refused", durable=True),
+                lambda c: c.exchange_declare("refused.x", "fanout", durable=True),
+                lambda c: c.queue_bind("kept", "kept.x", "refused.key"),
+                lambda c: c.queue_delete("kept"),
+            ):
+                doomed = pika.BlockingConnection(parameters)
+                with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+                    declare(doomed.channel())
+                assert closed.value.reply_code == 506
+                assert closed.value.reply_text.startswith(
+                    "RESOURCE_ERROR - cannot write the definitions log: [Errno 28]"
+                ), closed.value.reply_text
+            # The other connection goes on; transient declares need no disk.
+            assert bystander.is_open and channel.is_open
+            channel.queue_declare("", exclusive=True)
+            for name in ("refused", "refused.x"):
+                check = bystander.channel()
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+                    if name.endswith(".x"):
+                        check.exchange_declare(name, passive=True)
+                    else:
+                        check.queue_declare(name, passive=True)
+                assert missing.value.reply_code == 404
+            assert channel.queue_declare("kept", passive=True).method.message_count == 1
+            channel.basic_publish("kept.x", "refused.key", b"unbound", mandatory=True)
+            trouble.clear()
+            # Room again: durable declares work, no restart.
+            channel.queue_declare(f"after.{id(trouble)}", durable=True)
+            channel.queue_bind("kept", "kept.x", f"key.{id(trouble)}")
+        bystander.close()
+    finally:
+        full.clear()
+        sync_fails.clear()
+        if bystander.is_open:
+            bystander.close()
+        broker.stop()
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert "INTERNAL_ERROR" not in caplog.text
+    assert "writes succeed again" in caplog.text
+    with BrokerThread(config) as again:
+        connection = pika.BlockingConnection(pika.URLParameters(again.url))
+        channel = connection.channel()
+        assert channel.queue_declare("kept", passive=True).method.message_count == 1
+        for trouble in (full, sync_fails):
+            channel.queue_declare(f"after.{id(trouble)}", passive=True)
+        channel.exchange_declare("kept.x", passive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            channel.queue_declare("refused", passive=True)
+        connection.close()

@@ -42,14 +42,25 @@ def test_cmd_runs_leveret_serve_with_existing_flags() -> None:
 
 
 def test_ports_volume_user_and_healthcheck() -> None:
-    assert re.search(r"^EXPOSE 5672 15672$", DOCKERFILE, re.MULTILINE)
+    assert re.search(r"^EXPOSE 5672 15672 15692$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^VOLUME /data$", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^USER leveret$", DOCKERFILE, re.MULTILINE)
     health = exec_form("HEALTHCHECK")
-    assert health[0] == "python"
-    # The health probe is valid Python that targets the management API.
-    compile(health[2], "<healthcheck>", "exec")
-    assert "/api/overview" in health[2]
+    # `leveret diagnostics ping` on the data dir the CMD serves: no credentials involved.
+    assert health[:4] == ["leveret", "diagnostics", "-q", "ping"]
+    cmd = exec_form("CMD")
+    assert health[health.index("--data-dir") + 1] == cmd[cmd.index("--data-dir") + 1]
+    ping_help = subprocess.run(
+        [sys.executable, "-m", "leveret", "diagnostics", "ping", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    for flag in (arg for arg in health if arg.startswith("-")):
+        assert flag in ping_help, flag
+    compose = (ROOT / "docker" / "compose.yaml").read_text()
+    assert '"CMD", "leveret", "diagnostics", "-q", "ping", "--data-dir", "/data"' in compose
 
 
 def test_copy_sources_and_compose_build_context_exist() -> None:

@@ -203,3 +203,86 @@ def test_exchange_type_modules_import_neither_the_projection_nor_routing() -> No
                     if alias.name in above
                 ]
     assert offences == []
+
+
+# -- inside broker/: wire -> session -> node (issue 23) ---------------------------------------
+
+# The wire: frames, pamqp, sockets, and what serves them.
+WIRE = (
+    "leveret.codec",
+    "leveret.connection",
+    "leveret.channel",
+    "leveret.server",
+    "leveret.cli",
+    "leveret.management",
+    "leveret.testing",
+    "leveret.inspect",
+)
+# The node: vhosts, queues and messages and their rules.
+NODE = ("queue", "stream", "vhost", "deadletter", "delayed", "prioritydeque", "acktimeout")
+
+
+def imports_with_guard(path: Path) -> list[tuple[str, bool]]:
+    """Every module ``path`` imports, by its full name (``from leveret import x`` names
+    ``leveret.x``), and whether the import sits under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            guarded.update(id(inner) for child in node.body for inner in ast.walk(child))
+    found: list[tuple[str, bool]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in guarded) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "leveret":
+                found += [(f"leveret.{a.name}", id(node) in guarded) for a in node.names]
+            else:
+                found.append((node.module, id(node) in guarded))
+    return found
+
+
+def _within(name: str, modules: tuple[str, ...]) -> bool:
+    return any(name == module or name.startswith(module + ".") for module in modules)
+
+
+def test_the_session_imports_neither_asyncio_nor_pamqp_nor_the_wire() -> None:
+    """broker/session/ (its door says so) decides what rabbit_channel decides from plain
+    calls: no event loop, no frames, and no wire module, not even for a type name."""
+    forbidden = ("asyncio", "uvloop", "pamqp", "socket", "ssl", "selectors", *WIRE)
+    offences = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources("broker/session")
+        for name, _guarded in imports_with_guard(path)
+        if _within(name, forbidden)
+    ]
+    assert sources("broker/session")
+    assert offences == []
+
+
+@pytest.mark.parametrize("module", NODE)
+def test_the_node_imports_neither_the_session_nor_the_wire(module: str) -> None:
+    """A queue or a vhost never reaches up: a consumer holds a Subscriber, not a channel.
+    The connection is named only as a type (an exclusive queue's owner), under
+    TYPE_CHECKING."""
+    path = ROOT / "broker" / f"{module}.py"
+    offences = [
+        name
+        for name, guarded in imports_with_guard(path)
+        if _within(name, ("leveret.session", *WIRE))
+        and not (guarded and name == "leveret.connection")
+    ]
+    assert offences == []
+
+
+def test_the_guard_reader_tells_type_only_imports(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nfrom leveret import codec\n"
+        "if TYPE_CHECKING:\n    from leveret.connection import Connection\n"
+    )
+    assert imports_with_guard(probe) == [
+        ("typing", False),
+        ("leveret.codec", False),
+        ("leveret.connection", True),
+    ]

@@ -95,8 +95,9 @@ def test_the_wheel_holds_one_namespace_and_the_page(built: tuple[Path, str]) -> 
         "leveret/pipeline/job.py",
         "leveret/pipeline/fairscheduler.xml",
         *(
-            f"leveret/management/static/{f.name}"
-            for f in (ROOT / "broker/management/static").iterdir()
+            f"leveret/management/{f.relative_to(ROOT / 'broker/management').as_posix()}"
+            for f in (ROOT / "broker/management/static").rglob("*")
+            if f.is_file()
         ),
     ):
         assert packaged in names

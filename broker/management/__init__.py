@@ -3,8 +3,8 @@
 A subset of RabbitMQ's management plugin (deps/rabbitmq_management in rabbitmq-server,
 whose priv/www/api/index.html documents the API) with the same paths, JSON field names,
 status codes and error bodies, so ``rabbitmqadmin``, HTTP clients written for RabbitMQ
-and its ``definitions.json`` files work unchanged; ``/metrics`` uses rabbitmq_prometheus's
-names. Modules:
+and its ``definitions.json`` files work unchanged; the Prometheus listener serves
+rabbitmq_prometheus's endpoints and families. Modules:
 
 - :mod:`.app`: the aiohttp application, auth middleware, :func:`start_management`;
 - :mod:`.access`: basic auth, management tags, vhost visibility;
@@ -14,7 +14,9 @@ names. Modules:
 - :mod:`.actions`: vhost, user, permission changes and the definitions endpoints;
 - :mod:`.definitions`: definitions.json import and export (``--load-definitions``);
 - :mod:`.views`: JSON shapes; :mod:`.query`: sort, columns, pagination;
-- :mod:`.stats`: counters and rates; :mod:`.metrics`: ``/metrics``;
+- :mod:`.stats`: counters and rates; :mod:`.node`: ``/api/nodes``, the process's figures;
+- :mod:`.prometheus`: the Prometheus listener; :mod:`.metrics`, :mod:`.client_metrics`:
+  rabbitmq_prometheus's families; :mod:`.parameters`: ``/api/parameters``;
 - :mod:`.page`: the dashboard at ``/`` (``static/``).
 
 Usage, on the broker's event loop::

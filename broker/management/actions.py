@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from leveret.auth import Permission, invalid_regexp
+from leveret.management import ops
 from leveret.management.access import require_admin
 from leveret.management.api import server_of, vhost_of
 from leveret.management.definitions import (
@@ -73,11 +74,8 @@ async def delete_vhost(request: web.Request) -> web.Response:
     """DELETE /api/vhosts/name: its connections are closed, its queues deleted."""
     require_admin(request)
     server = server_of(request)
-    name = request.match_info["vhost"]
-    state_of(server).sampler.refresh()
-    if not server.delete_vhost(name):
+    if not ops.delete_vhost(server, request.match_info["vhost"]):
         raise not_found()
-    state_of(server).vhosts.pop(name, None)
     return web.Response(status=204)
 
 

@@ -139,7 +139,54 @@ def listeners(request: web.Request) -> list[dict[str, Any]]:
             "port": port,
         }
     )
+    prometheus = server.prometheus
+    if prometheus is not None:
+        found.append(
+            {
+                "node": views.NODE,
+                "protocol": "http/prometheus",
+                "ip_address": config.management_host,
+                "port": prometheus.port,
+            }
+        )
     return found
+
+
+def contexts(request: web.Request) -> list[dict[str, Any]]:
+    """The HTTP listeners' contexts: the management API's, and the Prometheus listener's
+    when it runs (as RabbitMQ lists rabbitmq_prometheus's)."""
+    found: list[dict[str, Any]] = [
+        {
+            "node": views.NODE,
+            "description": "RabbitMQ Management",
+            "path": "/",
+            "port": str(request.app[LISTENER_KEY].port),
+        }
+    ]
+    prometheus = server_of(request).prometheus
+    if prometheus is not None:
+        found.append(
+            {
+                "node": views.NODE,
+                "description": "RabbitMQ Prometheus",
+                "path": "/",
+                "port": str(prometheus.port),
+                "protocol": "'http/prometheus'",  # quoted, as RabbitMQ prints the atom
+            }
+        )
+    return found
+
+
+def exchange_types() -> list[dict[str, Any]]:
+    """The exchange types the node offers (``exchange_types`` of the overview and nodes)."""
+    return [
+        {
+            "name": t.value,
+            "description": EXCHANGE_DESCRIPTIONS.get(t.value, f"{t.value} exchange"),
+            "enabled": True,
+        }
+        for t in ExchangeType
+    ]
 
 
 @routes.get("/api/overview")
@@ -150,6 +197,10 @@ async def overview(request: web.Request) -> web.Response:
     rates = sampler.global_rates
     totals = sampler.totals()
     gauges = sampler.gauges()
+    stats = views.message_stats(totals, rates, tuple(totals))
+    queue_totals = views.message_counts(gauges, rates)
+    history = sampler.overview_history
+    sampler.add_samples(history, None, sampler.global_names, request.query, stats, queue_totals)
     return json_response(
         {
             "management_version": views.RABBITMQ_VERSION,
@@ -162,26 +213,12 @@ async def overview(request: web.Request) -> web.Response:
             "disable_stats": False,
             "enable_queue_totals": False,
             "statistics_db_event_queue": 0,
-            "exchange_types": [
-                {
-                    "name": t.value,
-                    "description": EXCHANGE_DESCRIPTIONS.get(t.value, f"{t.value} exchange"),
-                    "enabled": True,
-                }
-                for t in ExchangeType
-            ],
-            "message_stats": views.message_stats(totals, rates, tuple(totals)),
-            "queue_totals": views.message_counts(gauges, rates),
+            "exchange_types": exchange_types(),
+            "message_stats": stats,
+            "queue_totals": queue_totals,
             "object_totals": object_totals(server),
             "listeners": listeners(request),
-            "contexts": [
-                {
-                    "node": views.NODE,
-                    "description": "RabbitMQ Management",
-                    "path": "/",
-                    "port": str(request.app[LISTENER_KEY].port),
-                }
-            ],
+            "contexts": contexts(request),
         }
     )
 
@@ -197,27 +234,6 @@ async def whoami(request: web.Request) -> web.Response:
     """GET /api/whoami (rabbit_mgmt_wm_whoami)."""
     user = current_user(request)
     return json_response({"name": user.name, "tags": list(user.tags)})
-
-
-@routes.get("/api/nodes")
-async def nodes(request: web.Request) -> web.Response:
-    """GET /api/nodes: the one node, with its memory watermark and disk alarm
-    (``disk_free`` only when it is monitored: with a data directory)."""
-    server = server_of(request)
-    memory, disk = server.memory, server.disk
-    node: dict[str, Any] = {
-        "name": views.NODE,
-        "type": "disc",
-        "running": True,
-        "mem_used": memory.used,
-        "mem_limit": memory.limit,
-        "mem_alarm": memory.alarm,
-        "disk_free_limit": disk.limit,
-        "disk_free_alarm": disk.alarm,
-    }
-    if disk.free is not None:
-        node["disk_free"] = disk.free
-    return json_response([node])
 
 
 @routes.get("/api/health/checks/alarms")

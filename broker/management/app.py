@@ -23,8 +23,9 @@ from leveret.management import (
     health,
     limits,
     messages,
-    metrics,
+    node,
     page,
+    parameters,
     policies,
     topic_permissions,
     topology,
@@ -43,10 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Paths served without credentials: the page's static files (its script asks for them),
-# the Prometheus endpoint (rabbitmq_prometheus has no authentication by default) and the
-# login settings a login page reads before logging in (/api/auth, observed on 3.10.8).
-PUBLIC_PREFIXES = ("/static/", "/metrics")
+# Paths served without credentials: the page's static files (its script asks for them)
+# and the login settings a login page reads before logging in (/api/auth, observed on
+# 3.10.8). Metrics are not served here: they are on the Prometheus listener
+# (leveret.management.prometheus), as RabbitMQ's management port has no /metrics either.
+PUBLIC_PREFIXES = ("/static/",)
 PUBLIC_PATHS = ("/", "/api/auth")
 
 
@@ -112,7 +114,8 @@ def build_app(server: Server) -> web.Application:
         messages,
         actions,
         topic_permissions,
-        metrics,
+        node,
+        parameters,
         page,
         trace,
         health,

@@ -107,11 +107,17 @@ async def connection_channels(request: web.Request) -> web.Response:
 
 @routes.get("/api/channels/{channel}")
 async def get_channel(request: web.Request) -> web.Response:
-    """GET /api/channels/name."""
+    """GET /api/channels/name, with ``consumer_details``."""
     name = request.match_info["channel"]
     for conn, channel in visible_channels(request):
         if views.channel_name(conn, channel) == name:
-            return json_response(views.channel_view(conn, channel))
+            item = views.channel_view(conn, channel)
+            # The single channel lists its consumers, as rabbit_mgmt_db:get_channel does.
+            item["consumer_details"] = [
+                views.consumer_view(conn, consumer, channel.vhost.name)
+                for consumer in channel.consumers.values()
+            ]
+            return json_response(item)
     raise not_found()
 
 

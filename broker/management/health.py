@@ -36,10 +36,11 @@ from leveret.management import ops, views
 from leveret.management.access import permit, require_vhost
 from leveret.management.api import listeners, server_of
 from leveret.management.errors import amqp_errors, bad_request, not_authorised, not_found
-from leveret.management.messages import count_publish
+from leveret.management.messages import session_publisher
 from leveret.management.query import erlang_integer, json_response
 from leveret.management.state import state_of
 from leveret.message import Message
+from leveret.session.get import basic_get
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -119,25 +120,20 @@ async def aliveness_test(request: web.Request) -> web.Response:
         raise not_found()
     user = require_vhost(request, server, name).name
     open_direct(server, vhost, user)
+    publisher = session_publisher(request, vhost)
     with amqp_errors("channel"):
         permit(request, vhost.name, "configure", "queue", ALIVENESS_QUEUE)
         ops.declare_queue(vhost, ALIVENESS_QUEUE, False, False, {})
-        permit(request, vhost.name, "write", "exchange", "")
+        publisher.check_exchange("", ALIVENESS_QUEUE)
         properties = commands.Basic.Properties()
         header = marshal_content_header(len(ALIVENESS_PAYLOAD), properties)
         message = Message("", ALIVENESS_QUEUE, header, ALIVENESS_PAYLOAD)
-        routed, _rejected, _generation = vhost.publish(message)
-        count_publish(server, routed, mandatory=False)
-        permit(request, vhost.name, "read", "queue", ALIVENESS_QUEUE)
+        publisher.route(message, False, None)
         # No stream to refuse basic.get on: a stream is durable, so the declare failed.
-        queue = vhost.queue(ALIVENESS_QUEUE, None)
-    state_of(server).sampler.refresh()  # the queue may be new: follow its counters
-    entry = queue.get()
+        state_of(server).sampler.refresh()  # the queue may be new: follow its counters
+        _queue, entry = basic_get(server.access, user, vhost, ALIVENESS_QUEUE, True, None)
     if entry is None:
         return failure({"reason": "aliveness-test queue is empty"})
-    queue.count_get(entry[1], no_ack=True)
-    if entry[0].store_ids is not None:  # no_ack: taken for good
-        queue.forget(entry[0])
     return json_response({"status": "ok"})
 
 

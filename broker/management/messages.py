@@ -23,23 +23,21 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
-from leveret.errors import ACCESS_REFUSED, NOT_FOUND, PRECONDITION_FAILED, AMQPChannelError
 from leveret.fieldtable import marshal_content_header
 from leveret.management import ops, views
-from leveret.management.access import current_user, permit, permit_topic
+from leveret.management.access import current_user, permit
 from leveret.management.api import server_of, vhost_of
 from leveret.management.errors import access_refused, amqp_errors, bad_request
 from leveret.management.query import erlang_integer, json_response, read_json
-from leveret.management.state import state_of
-from leveret.management.stats import broker_counters
 from leveret.management.topology import exchange_name, queue_of
-from leveret.message import Message, expiration_error
-from leveret.stream import not_supported
+from leveret.message import Message
+from leveret.session.get import readable_queue
+from leveret.session.publish import Publisher
 
 if TYPE_CHECKING:
     from leveret.persistence import Persistence
-    from leveret.queue import Entry
-    from leveret.server import Server
+    from leveret.queue import Entry, Queue
+    from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
 
@@ -83,9 +81,7 @@ async def purge(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "read", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-        if queue.stream:
-            raise not_supported("queue.purge", vhost.rs("queue", queue.name))
-        queue.purge()
+        ops.purge_queue(vhost, queue)
     return web.Response(status=204)
 
 
@@ -139,40 +135,30 @@ async def get_messages(request: web.Request) -> web.Response:
     if ackmode not in ACKMODES:  # RabbitMQ's channel crashes later on (500)
         raise bad_request(f"invalid ackmode '{ackmode}'")
     name = request.match_info["name"]
-    with amqp_errors("channel"):
-        permit(request, vhost.name, "read", "queue", name)
-        queue = vhost.queue(name, None)
-        if queue.stream:
-            raise not_supported("basic.get", vhost.rs("queue", queue.name))
-    taken: list[tuple[Entry, int]] = []
+    user = current_user(request).name
+    with amqp_errors("channel"):  # basic.get's checks, once for the ``count`` gets
+        queue = readable_queue(server_of(request).access, user, vhost, name, None)
     no_ack = ackmode == "ack_requeue_false"  # the get is a no-ack basic.get then
+    taken: list[tuple[Entry, int]] = []
     while len(taken) < count:
-        entry = queue.get()
+        entry = queue.get(no_ack)  # an empty queue counts a get-empty (observed on 3.10.8)
         if entry is None:
-            queue.get_empty_total += 1  # as the channel's get-empty (observed on 3.10.8)
             break
-        queue.count_get(entry[1], no_ack)
         taken.append((entry, queue.message_count))
     items = [message_item(entry, left, encoding, truncate) for entry, left in taken]
     settle(queue, [entry for entry, _ in taken], ackmode)
     return json_response(items)
 
 
-def settle(queue: Any, entries: list[Entry], ackmode: str) -> None:
-    """Finish a get as the channel would: requeue, ack (no_ack get) or reject."""
+def settle(queue: Queue, entries: list[Entry], ackmode: str) -> None:
+    """Finish a get as the channel would: requeue, or reject (``ack_requeue_false`` was a
+    no-ack get: nothing to settle)."""
     if ackmode.endswith("requeue_true"):
-        for entry in entries:
-            if entry[0].store_ids is not None:
-                queue.delivered(entry[0])  # comes back redelivered after a restart too
         if entries:
-            queue.requeue(entries)
-        return
-    for entry in entries:
-        message = entry[0]
-        if ackmode == "reject_requeue_false":
-            queue.settle(message, True)
-        elif message.store_ids is not None:
-            queue.forget(message)
+            queue.requeue([(entry, None) for entry in entries])
+    elif ackmode == "reject_requeue_false":
+        for entry in entries:
+            queue.reject(entry[0], None)
 
 
 def basic_properties(value: Any) -> commands.Basic.Properties:
@@ -275,76 +261,28 @@ async def publish(request: web.Request) -> web.Response:
         raise bad_request("routing_key must be a string")
     properties = basic_properties(props)
     data = decode_payload(payload, encoding)
-    server = server_of(request)
-    user = current_user(request).name
-    with amqp_errors("publish"):
-        exchange = vhost.projection.exchanges.get(name)
-        if exchange is None:
-            raise AMQPChannelError(NOT_FOUND, f"no {vhost.rs('exchange', name)}")
-        permit(request, vhost.name, "write", "exchange", name)
-        message = build_message(
-            server.config.max_message_size, user, name, routing_key, properties, data
-        )
-        if exchange.internal:
-            raise AMQPChannelError(
-                ACCESS_REFUSED, f"cannot publish to internal {vhost.rs('exchange', name)}"
-            )
-        permit_topic(request, vhost, "write", name, routing_key)
-    routed, rejected, generation = vhost.publish(message)
-    count_publish(server, routed, mandatory=True)  # the API publishes as mandatory
+    publisher = session_publisher(request, vhost)
+    with amqp_errors("publish"):  # basic.publish's checks, in RabbitMQ's order
+        publisher.check_size(len(data))
+        publisher.check_exchange(name, routing_key)
+        header = marshal_content_header(len(data), properties)
+        message = publisher.check_message(Message(name, routing_key, header, data), None)
+    # The API publishes as mandatory: an unroutable message counts as returned.
+    routed, rejected, generation = publisher.route(message, True, None)
     if rejected:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     await wait_synced(vhost.persistence, generation)
     return json_response({"routed": routed})
 
 
-def count_publish(server: Server, routed: bool, mandatory: bool) -> None:
-    """Count a publish the API makes itself (a publish request, the aliveness test) where
-    the channels count theirs: in the broker's per-publish counters when it has them, else
-    in the sampler (the unroutable returned ones, all the metrics read from it)."""
-    counters = broker_counters(server)
-    if counters is None:
-        if not routed and mandatory:
-            state_of(server).sampler.unroutable_returned += 1
-        return
-    counters.received += 1
-    if routed:
-        counters.routed += 1
-    elif mandatory:
-        counters.unroutable_returned += 1
-    else:
-        counters.unroutable_dropped += 1
-
-
-def build_message(
-    max_size: int,
-    user: str,
-    exchange: str,
-    routing_key: str,
-    properties: commands.Basic.Properties,
-    body: bytes,
-) -> Message:
-    """A message as a channel would accept it: size limit, ``user_id`` and ``expiration``
-    checked (rabbit_channel:check_msg_size/3, check_user_id_header/2,
-    check_expiration_header/1)."""
-    if len(body) > max_size:
-        raise AMQPChannelError(
-            PRECONDITION_FAILED,
-            f"message size {len(body)} is larger than configured max size {max_size}",
-        )
-    if properties.user_id is not None and properties.user_id != user:
-        raise AMQPChannelError(
-            PRECONDITION_FAILED,
-            f"user_id property set to '{properties.user_id}' but authenticated user was '{user}'",
-        )
-    ttl = None
-    if properties.expiration is not None:
-        problem = expiration_error(properties.expiration)
-        if problem is not None:
-            raise AMQPChannelError(
-                PRECONDITION_FAILED, f"invalid expiration '{properties.expiration}': {problem}"
-            )
-        ttl = int(properties.expiration)
-    message = Message(exchange, routing_key, marshal_content_header(len(body), properties), body)
-    message.ttl = ttl
-    return message
+def session_publisher(request: web.Request, vhost: VHost) -> Publisher:
+    """The publish side of a session for the logged-in user on ``vhost``, as RabbitMQ's
+    management plugin publishes through a channel of its own."""
+    server = server_of(request)
+    return Publisher(
+        server.access,
+        vhost,
+        current_user(request).name,
+        server.counters,
+        server.config.max_message_size,
+    )

@@ -15,10 +15,12 @@ from leveret.codec import TypedTable
 from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
 from leveret.exchanges.model import DestKind
 from leveret.management.errors import bad_request
+from leveret.management.state import state_of
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
     from leveret.queue import Queue
+    from leveret.server import Server
     from leveret.vhost import VHost
 
 # What a JSON value may be as an AMQP argument (rabbit_misc:to_amqp_table/1).
@@ -120,3 +122,44 @@ def bind(
 ) -> None:
     """queue.bind/exchange.bind (or their unbind twins, ``add=False``)."""
     vhost.bind(source, kind, destination, routing_key, arguments, None, add)
+
+
+class QueueInUseError(Exception):
+    """queue.delete with if-unused of a queue that has consumers."""
+
+
+class QueueNotEmptyError(Exception):
+    """queue.delete with if-empty of a queue that has messages."""
+
+
+def delete_queue(
+    server: Server, vhost: VHost, queue: Queue, if_unused: bool = False, if_empty: bool = False
+) -> int:
+    """Delete ``queue`` without a channel (management API, ``leveret ctl``): the if-unused
+    and if-empty conditions first (rabbit_amqqueue:delete/4's ``in_use`` and
+    ``not_empty``, worded by each caller), and the statistics sampler sees the queue
+    before it goes, so its counters stay in the overview's totals. Returns the number
+    of messages it held."""
+    if if_unused and queue.consumers:
+        raise QueueInUseError(queue.name)
+    if if_empty and queue.message_count:
+        raise QueueNotEmptyError(queue.name)
+    state_of(server).sampler.refresh()
+    return vhost.delete_queue(queue)
+
+
+def purge_queue(vhost: VHost, queue: Queue) -> int:
+    """queue.purge without a channel: the queue's type may refuse it (a stream, with the
+    channel's 540), as on a channel."""
+    queue.check_purge()
+    return queue.purge()
+
+
+def delete_vhost(server: Server, name: str) -> bool:
+    """Delete vhost ``name`` (False: there is none) with its management metadata; the
+    sampler sees its queues first, as for a deleted queue."""
+    state_of(server).sampler.refresh()
+    if not server.delete_vhost(name):
+        return False
+    state_of(server).vhosts.pop(name, None)
+    return True

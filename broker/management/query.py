@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -22,6 +22,8 @@ from leveret.exchanges.fields import erlang_integer
 from leveret.management.errors import ApiError, bad_request
 
 __all__ = ["erlang_integer"]  # request integers are read as RabbitMQ reads them
+
+T = TypeVar("T")
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -33,8 +35,8 @@ def _dotted(item: Any, path: list[str]) -> Any:
     return item
 
 
-def _sort_key(value: Any) -> tuple[int, Any]:
-    # Numbers before strings, so a mixed column still sorts.
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers before strings, so a mixed column still sorts."""
     if isinstance(value, bool | int | float):
         return (0, value)
     return (1, str(value))
@@ -50,7 +52,7 @@ def sort_items(
     ordered = sorted(items, key=lambda i: (str(i.get("vhost", "")), str(i.get("name", ""))))
     if field:
         path = field.split(".")
-        return sorted(ordered, key=lambda i: _sort_key(_dotted(i, path)), reverse=reverse)
+        return sorted(ordered, key=lambda i: sort_key(_dotted(i, path)), reverse=reverse)
     return list(reversed(ordered)) if reverse else ordered
 
 
@@ -113,11 +115,29 @@ def reply_list(
     items = sort_items(items, query, default_sort)
     if not pages or "page" not in query:
         return json_response(items)  # columns: the middleware
+    page, size = page_window(query)
+    return page_reply(items, query, page, size, lambda i: str(i.get("name", "")), lambda i: i)
+
+
+def page_window(query: Mapping[str, str]) -> tuple[int, int]:
+    """(page, page size) of a paged request, 400 when invalid (pagination_params/1)."""
     page = _int_param(query, "page") or 0
     size = _int_param(query, "page_size")
     if page < 1 or (size is not None and not 0 < size <= MAX_PAGE_SIZE):
         raise _pagination_error(page, size)
-    size = size or DEFAULT_PAGE_SIZE
+    return page, size or DEFAULT_PAGE_SIZE
+
+
+def page_reply(
+    items: list[T],
+    query: Mapping[str, str],
+    page: int,
+    size: int,
+    name_of: Callable[[T], str],
+    build: Callable[[T], dict[str, Any]],
+) -> web.Response:
+    """One page of sorted ``items`` filtered by ``name`` (``use_regex``), in RabbitMQ's
+    paged envelope; only the page's items go through ``build`` into views."""
     total = len(items)
     name = query.get("name")
     if name:
@@ -126,9 +146,9 @@ def reply_list(
                 pattern = re.compile(name)
             except re.error:
                 raise bad_request("Pagination parameters are invalid") from None
-            items = [i for i in items if pattern.search(str(i.get("name", "")))]
+            items = [i for i in items if pattern.search(name_of(i))]
         else:
-            items = [i for i in items if name.lower() in str(i.get("name", "")).lower()]
+            items = [i for i in items if name.lower() in name_of(i).lower()]
     filtered = len(items)
     if (page - 1) * size > filtered:
         # range_filter/3: lists:sublist/3 takes a start up to one past the end, so the
@@ -138,7 +158,7 @@ def reply_list(
             "page_out_of_range",
             f"Page out of range, page: {page} page size: {size}, len: {filtered}",
         )
-    chunk = items[(page - 1) * size : page * size]
+    chunk = [build(i) for i in items[(page - 1) * size : page * size]]
     spec = query.get("columns")
     response = json_response(
         {

@@ -25,8 +25,11 @@ import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from leveret.management.history import History, ranges, with_samples
 
 if TYPE_CHECKING:
     from leveret.queue import Queue
@@ -47,6 +50,10 @@ GAUGES = ("messages", "messages_ready", "messages_unacknowledged")
 # An exchange's message_stats: messages published to it, and the deliveries to queues they
 # made (VHost.exchange_stats; rabbit_mgmt_format's exchange stats in 3.10.8).
 EXCHANGE_COUNTERS = ("publish_in", "publish_out")
+# The order of the values a queue's history records.
+QUEUE_FIELDS = COUNTERS + GAUGES
+# The rates of a queue whose counters and lengths did not change (shared: never mutated).
+IDLE_RATES: dict[str, float] = dict.fromkeys(QUEUE_FIELDS, 0.0)
 
 
 class BrokerCounters(Protocol):
@@ -116,6 +123,12 @@ class Sampler:
         self._last_queues: dict[int, Sample] = {}
         self._last_exchanges: dict[tuple[str, str], Sample] = {}
         self._task: asyncio.Task[None] | None = None
+        # What the samples were, for ranges (history.py): the overview's (key None),
+        # the queues' (by id, as above) and the exchanges' (by (vhost, name)).
+        self.overview_history = History()
+        self.queue_history = History()
+        self.exchange_history = History()
+        self.global_names: tuple[str, ...] = ()
 
     def live_queues(self) -> list[Queue]:
         """Every queue of every vhost."""
@@ -133,6 +146,7 @@ class Sampler:
                 for i, value in enumerate(queue_counters(queue)):
                     self.retired[i] += value
                 del self._seen[key]
+                self.queue_history.forget(key)
                 self._last_queues.pop(key, None)
                 self.queue_rates.pop(key, None)
         self._seen.update(current)
@@ -169,6 +183,7 @@ class Sampler:
     def sample(self, now: float | None = None) -> None:
         """Take a sample and compute the rates since the previous one."""
         now = time.monotonic() if now is None else now
+        at_ms = now_ms()
         totals = self.totals()
         gauges = self.gauges()
         values = (*totals.values(), *gauges.values())
@@ -176,15 +191,25 @@ class Sampler:
         if self._last is not None:
             self.global_rates = _rates(self._last, Sample(now, values), names)
         self._last = Sample(now, values)
+        self.global_names = names
+        self.overview_history.record(None, at_ms, values)
+        series = self.queue_history.series
         for key, queue in self._seen.items():
             current = Sample(now, (*queue_counters(queue), *queue_gauges(queue)))
             previous = self._last_queues.get(key)
             if previous is not None:
-                self.queue_rates[key] = _rates(previous, current, COUNTERS + GAUGES)
+                # An idle queue's rates are all zero: one shared dict, nothing computed.
+                same = previous.values == current.values
+                self.queue_rates[key] = (
+                    IDLE_RATES if same else _rates(previous, current, QUEUE_FIELDS)
+                )
             self._last_queues[key] = current
-        self._sample_exchanges(now)
+            kept = series.get(key)
+            if kept is None or kept.values[-1] != current.values:  # inlined: 3,000 a sample
+                self.queue_history.record(key, at_ms, current.values)
+        self._sample_exchanges(now, at_ms)
 
-    def _sample_exchanges(self, now: float) -> None:
+    def _sample_exchanges(self, now: float, at_ms: int) -> None:
         server = self._server()
         last: dict[tuple[str, str], Sample] = {}
         rates: dict[tuple[str, str], dict[str, float]] = {}
@@ -195,8 +220,32 @@ class Sampler:
                 previous = self._last_exchanges.get(key)
                 if previous is not None:
                     rates[key] = _rates(previous, current, EXCHANGE_COUNTERS)
+                self.exchange_history.record(key, at_ms, current.values)
         # Deleted exchanges drop out here: a new one of the same name starts afresh.
+        for key in self._last_exchanges.keys() - last.keys():
+            self.exchange_history.forget(key)
         self._last_exchanges, self.exchange_rates = last, rates
+
+    def add_samples(
+        self,
+        history: History,
+        key: Hashable,
+        names: tuple[str, ...],
+        query: Mapping[str, str],
+        stats: dict[str, Any] | None,
+        lengths: dict[str, Any] | None,
+    ) -> None:
+        """Give the ``*_details`` of ``stats`` (message counters) and ``lengths`` (the
+        :data:`GAUGES`) the samples of the ranges ``query`` asks for (400 for a bad one).
+        ``names`` is the order of the values recorded for ``key`` in ``history``."""
+        msg_range, length_range = ranges(query)
+        indices = {name: i for i, name in enumerate(names)}
+        now = now_ms()
+        if msg_range is not None and stats is not None:
+            counters = [name for name in names if name not in GAUGES]
+            with_samples(stats, counters, history.points(key, msg_range, now), indices)
+        if length_range is not None and lengths is not None:
+            with_samples(lengths, GAUGES, history.points(key, length_range, now), indices)
 
     def rates_of(self, queue: Queue) -> dict[str, float]:
         """The last computed rates of ``queue`` (zeros before two samples)."""
@@ -225,6 +274,11 @@ class Sampler:
                 self.sample()
             except Exception:  # a bad sample must not end sampling for good
                 log.exception("management statistics sample failed")
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, RabbitMQ's sample timestamps."""
+    return int(time.time() * 1000)
 
 
 def _rates(previous: Sample, current: Sample, names: tuple[str, ...]) -> dict[str, float]:

@@ -19,8 +19,10 @@ from leveret.management import ops, views
 from leveret.management.access import permit, permit_linked_exchange, permit_topic
 from leveret.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
 from leveret.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
+from leveret.management.paging import queue_page
 from leveret.management.query import json_response, read_json, reply_list
 from leveret.management.state import state_of
+from leveret.management.stats import EXCHANGE_COUNTERS, QUEUE_FIELDS
 
 if TYPE_CHECKING:
     from leveret.queue import Queue
@@ -70,7 +72,14 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.projection.exchanges.get(exchange_name(request))
     if exchange is None:
         raise not_found()
-    return json_response(exchange_item(server_of(request), vhost, exchange))
+    item = exchange_item(server_of(request), vhost, exchange)
+    key = (vhost.name, exchange.name)
+    sampler = state_of(server_of(request)).sampler
+    stats = item.get("message_stats")
+    sampler.add_samples(
+        sampler.exchange_history, key, EXCHANGE_COUNTERS, request.query, stats, None
+    )
+    return json_response(item)
 
 
 def exchange_item(server: Server, vhost: VHost, exchange: Exchange) -> Any:
@@ -167,13 +176,19 @@ def queue_item(server: Server, vhost: VHost, queue: Queue, sizes: dict[int, int]
 async def list_queues(request: web.Request) -> web.Response:
     """GET /api/queues[/vhost]."""
     server = server_of(request)
-    state_of(server).sampler.refresh()
+    sampler = state_of(server).sampler
+    sampler.refresh()
     sizes = unacked_bytes(server)
-    items = [
-        queue_item(server, vhost, queue, sizes)
-        for vhost in scoped_vhosts(request, objects=True)
-        for queue in vhost.queues.values()
-    ]
+    vhosts = scoped_vhosts(request, objects=True)
+    entries = [(vhost.name, queue) for vhost in vhosts for queue in vhost.queues.values()]
+    by_name = {vhost.name: vhost for vhost in vhosts}
+    # A page builds the views of its queues only (paging.py).
+    paged = queue_page(
+        entries, request, sampler, lambda e: queue_item(server, by_name[e[0]], e[1], sizes)
+    )
+    if paged is not None:
+        return paged
+    items = [queue_item(server, by_name[name], queue, sizes) for name, queue in entries]
     return reply_list(items, request, pages=True)
 
 
@@ -196,6 +211,10 @@ async def get_queue(request: web.Request) -> web.Response:
     item["consumer_details"] = [
         views.consumer_view(c.channel.conn, c, vhost.name) for c in queue.consumers
     ]
+    sampler = state_of(server).sampler
+    sampler.add_samples(
+        sampler.queue_history, id(queue), QUEUE_FIELDS, request.query, item["message_stats"], item
+    )
     return json_response(item)
 
 
@@ -229,12 +248,18 @@ async def delete_queue(request: web.Request) -> web.Response:
     with amqp_errors():
         permit(request, vhost.name, "configure", "queue", queue.name)
         vhost.check_exclusive(queue, None)
-    if request.query.get("if-unused") == "true" and queue.consumers:
-        raise bad_request(f"{what} in use")
-    if request.query.get("if-empty") == "true" and queue.message_count:
-        raise bad_request(f"{what} not empty")
-    state_of(server_of(request)).sampler.refresh()
-    vhost.delete_queue(queue)
+    try:
+        ops.delete_queue(
+            server_of(request),
+            vhost,
+            queue,
+            if_unused=request.query.get("if-unused") == "true",
+            if_empty=request.query.get("if-empty") == "true",
+        )
+    except ops.QueueInUseError:
+        raise bad_request(f"{what} in use") from None
+    except ops.QueueNotEmptyError:
+        raise bad_request(f"{what} not empty") from None
     return web.Response(status=204)
 
 

@@ -127,15 +127,31 @@ def amqp_equal(a: Any, b: Any) -> bool:
     the same UTF-8 content is equal. Decimals compare by digits and scale, as Erlang's
     ``{decimal, Scale, Value}`` does, so ``1.0`` and ``1.00`` differ.
     """
+    # Iterative (a stack of pairs still to compare): tables may nest thousands deep. Each
+    # step settles a pair of scalars or pushes the pairs of a container's members.
+    pairs: list[tuple[Any, Any]] = [(a, b)]
+    while pairs:
+        a, b = pairs.pop()
+        settled = _same_type(a, b, pairs) if type(a) is type(b) else _cross_type(a, b, pairs)
+        if not settled:
+            return False
+    return True
+
+
+def _same_type(a: Any, b: Any, pairs: list[tuple[Any, Any]]) -> bool:
     ta = type(a)
-    if ta is type(b):
-        if ta is list or ta is tuple:
-            return len(a) == len(b) and all(amqp_equal(x, y) for x, y in zip(a, b, strict=True))
-        if ta is dict:
-            return a.keys() == b.keys() and all(amqp_equal(v, b[k]) for k, v in a.items())
-        if ta is Decimal:
-            return bool(a.as_tuple() == b.as_tuple())
-        return bool(a == b)
+    if ta is list or ta is tuple:
+        pairs.extend(zip(a, b, strict=False))
+        return len(a) == len(b)
+    if ta is dict:
+        pairs.extend((v, b[k]) for k, v in a.items() if k in b)
+        return bool(a.keys() == b.keys())
+    if ta is Decimal:
+        return bool(a.as_tuple() == b.as_tuple())
+    return bool(a == b)
+
+
+def _cross_type(a: Any, b: Any, pairs: list[tuple[Any, Any]]) -> bool:
     if isinstance(a, _BINARY) and isinstance(b, _BINARY):
         return _as_bytes(a) == _as_bytes(b)
     if isinstance(a, bool) or isinstance(b, bool):
@@ -143,9 +159,11 @@ def amqp_equal(a: Any, b: Any) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return bool(a == b)  # int subclasses (IntEnum) are still integers
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return amqp_equal(list(a), list(b))
+        pairs.append((list(a), list(b)))
+        return True
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return amqp_equal(dict(a), dict(b))
+        pairs.append((dict(a), dict(b)))
+        return True
     return False
 
 

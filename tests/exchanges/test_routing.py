@@ -21,6 +21,7 @@ from leveret.exchanges.model import (
     Queue,
     QueueDeclared,
     QueueDeleted,
+    freeze,
 )
 from leveret.exchanges.patterns import TopicIndex
 from leveret.exchanges.projection import Projection
@@ -355,6 +356,34 @@ def test_amqp_equal_is_typed() -> None:
     assert not amqp_equal(0, False) and not amqp_equal(False, 0)
     assert not amqp_equal(1, 1.0)
     assert amqp_equal((1, "a"), [1, b"a"])
+
+
+def _nested(levels: int, leaf: Any) -> Any:
+    value = leaf
+    for level in range(levels):
+        value = {"k": value, "n": level} if level % 2 else [level, value]
+    return value
+
+
+def test_deep_values_compare_and_freeze_without_recursion() -> None:
+    """Tables nested 20,000 deep (the wire allows about 18,000 in a 128 KiB frame) are
+    compared (headers matching) and frozen into binding identities without RecursionError."""
+    a, b, c = _nested(20_000, "x"), _nested(20_000, "x"), _nested(20_000, "y")
+    assert amqp_equal(a, _nested(20_000, b"x")) and not amqp_equal(a, c)
+    assert freeze(a) != freeze(_nested(20_000, b"x"))  # the type is part of the identity
+    assert freeze(a) == freeze(b) and hash(freeze(a)) == hash(freeze(b))
+    assert freeze(a) != freeze(c)
+    # Keys are sorted at every level, as for shallow values.
+    assert freeze(_nested(300, {"p": 1, "q": 2})) == freeze(_nested(300, {"q": 2, "p": 1}))
+    # A 1 and a 1.0 at the bottom stay different identities.
+    assert freeze(_nested(300, 1)) != freeze(_nested(300, 1.0))
+    # Bindings with deep arguments are one binding when the arguments are equal.
+    projection = Projection()
+    projection.apply(ExchangeDeclared(Exchange("h", ExchangeType.HEADERS)))
+    projection.apply(QueueDeclared(Queue("q")))
+    for value in (a, b):
+        projection.apply(BindingAdded(Binding("h", "q", DestKind.QUEUE, "", {"d": value})))
+    assert len(projection.bindings_from("h")) == 1
 
 
 @pytest.mark.parametrize(

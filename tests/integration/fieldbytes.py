@@ -157,9 +157,11 @@ def queue_bind(channel: int, queue: str, exchange: str, key: str, arguments: byt
     return method(channel, (50, 20), fields + arguments)
 
 
-def exchange_declare(channel: int, exchange: str, kind: str, arguments: bytes) -> bytes:
-    """``exchange.declare`` (not durable) with a raw ``arguments`` table."""
-    fields = b"\x00\x00" + shortstr(exchange) + shortstr(kind) + b"\x00"
+def exchange_declare(
+    channel: int, exchange: str, kind: str, arguments: bytes, *, durable: bool = False
+) -> bytes:
+    """``exchange.declare`` with a raw ``arguments`` table."""
+    fields = b"\x00\x00" + shortstr(exchange) + shortstr(kind) + bytes([durable << 1])
     return method(channel, (40, 10), fields + arguments)
 
 

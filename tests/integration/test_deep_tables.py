@@ -78,8 +78,7 @@ def _declare(client: WireClient, queue: str, arguments: bytes = fb.table(), **bi
 
 def _get_raw(client: WireClient, queue: str) -> tuple[commands.Basic.GetOk, bytes, bytes]:
     """``basic.get`` (no ack): the get-ok, the content header payload as sent, the body."""
-    client.send(commands.Basic.Get(queue=queue, no_ack=True), 1)
-    get_ok = client.expect(commands.Basic.GetOk, channel=1)
+    get_ok = client.get_eventually(queue)
     kind, channel, header = client.read_raw_frame()
     assert (kind, channel) == (FRAME_HEADER, 1)
     (body_size,) = struct.unpack_from(">Q", header, 4)
@@ -133,9 +132,7 @@ def test_deep_headers_reach_pika_unchanged(amqp_url: str, client: WireClient) ->
     for nesting in NESTINGS:
         header = fb.content_header(4, fb.FLAG_HEADERS, headers=_deep_headers(depth, nesting))
         client.send_raw(fb.publish(1, header, b"pika", routing_key=queue))
-    # A round trip on the same channel: the publishes have been handled.
-    client.send(commands.Queue.Declare(queue=queue, passive=True), 1)
-    assert client.expect(commands.Queue.DeclareOk, channel=1).message_count == 2
+    client.message_count_eventually(queue, 2)
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
     try:
         channel = connection.channel()
@@ -195,8 +192,7 @@ def test_deep_headers_are_dead_lettered(client: WireClient, depth: int, nesting:
     _declare(client, source, dead_lettering, exclusive=True)
     header = fb.content_header(4, fb.FLAG_HEADERS, headers=_deep_headers(depth, nesting))
     client.send_raw(fb.publish(1, header, b"dead", routing_key=source))
-    client.send(commands.Basic.Get(queue=source), 1)
-    get_ok = client.expect(commands.Basic.GetOk, channel=1)
+    get_ok = client.get_eventually(source, no_ack=False)
     _skip_content(client)
     client.send(commands.Basic.Reject(delivery_tag=get_ok.delivery_tag, requeue=False), 1)
     _, dead, body = _get_raw(client, target)
@@ -269,16 +265,15 @@ def test_the_management_api_shows_deep_values(brokers: tuple[str, Http]) -> None
     JSON_DEPTH_MAX levels, then a text saying there are more (json.dumps recurses)."""
     url, api = brokers
     queue = unique("deep-api")
-    with WireClient(url, timeout=10) as client:
-        client.connect()
-        client.open_channel(1)
-        _declare(client, queue, fb.table(fb.entry("x-deep", fb.nested(15000))))
-        header = fb.content_header(4, fb.FLAG_HEADERS, headers=_deep_headers(15000))
-        client.send_raw(fb.publish(1, header, b"deep", routing_key=queue))
-        client.send(commands.Queue.Declare(queue=queue, passive=True), 1)
-        assert client.expect(commands.Queue.DeclareOk, channel=1).message_count == 1
-        client.close_connection()
     try:
+        with WireClient(url, timeout=10) as client:
+            client.connect()
+            client.open_channel(1)
+            _declare(client, queue, fb.table(fb.entry("x-deep", fb.nested(15000))))
+            header = fb.content_header(4, fb.FLAG_HEADERS, headers=_deep_headers(15000))
+            client.send_raw(fb.publish(1, header, b"deep", routing_key=queue))
+            client.message_count_eventually(queue, 1)
+            client.close_connection()
         for path in (f"/api/queues/%2F/{queue}", "/api/queues", "/api/queues/%2F"):
             status, text = _api_text(api, "GET", path)
             assert status == 200, text[:300]

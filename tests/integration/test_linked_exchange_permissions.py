@@ -51,31 +51,38 @@ def outcome(tenant: Tenant, action: Callable[[BlockingChannel], Any]) -> tuple[i
             connection.close()
 
 
-def refusal(tenant: Tenant, resource: str) -> tuple[int, str]:
+def refusal(tenant: Tenant, resource: str, broker_kind: str) -> tuple[int, str]:
+    """RabbitMQ 3.10.8 writes "access to ..." (observed; rabbit_access_control leaves the
+    permission out), 3.13 and Leveret, which presents itself as 3.13, "write access to"."""
+    kind = "" if broker_kind == "rabbitmq" else "write "
     return (
         403,
-        f"ACCESS_REFUSED - write access to {resource} in vhost '{tenant.vhost}' refused for "
+        f"ACCESS_REFUSED - {kind}access to {resource} in vhost '{tenant.vhost}' refused for "
         f"user '{tenant.user}'",
     )
 
 
-def test_an_alternate_exchange_the_user_may_not_write_to_is_refused(fenced: Tenant) -> None:
+def test_an_alternate_exchange_the_user_may_not_write_to_is_refused(
+    fenced: Tenant, broker_kind: str
+) -> None:
     name = unique("mine.x")
     declare = lambda ch: ch.exchange_declare(  # noqa: E731
         name, "direct", arguments={"alternate-exchange": "other.x"}
     )
-    assert outcome(fenced, declare) == refusal(fenced, "exchange 'other.x'")
+    assert outcome(fenced, declare) == refusal(fenced, "exchange 'other.x'", broker_kind)
     # Nothing was declared.
     passive = lambda ch: ch.exchange_declare(name, passive=True)  # noqa: E731
     assert outcome(fenced, passive)[0] == 404
 
 
-def test_a_dead_letter_exchange_the_user_may_not_write_to_is_refused(fenced: Tenant) -> None:
+def test_a_dead_letter_exchange_the_user_may_not_write_to_is_refused(
+    fenced: Tenant, broker_kind: str
+) -> None:
     name = unique("mine.q")
     declare = lambda ch: ch.queue_declare(  # noqa: E731
         name, arguments={"x-dead-letter-exchange": "other.x"}
     )
-    assert outcome(fenced, declare) == refusal(fenced, "exchange 'other.x'")
+    assert outcome(fenced, declare) == refusal(fenced, "exchange 'other.x'", broker_kind)
     assert outcome(fenced, lambda ch: ch.queue_declare(name, passive=True))[0] == 404
 
 

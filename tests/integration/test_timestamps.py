@@ -59,8 +59,7 @@ def _queue(client: WireClient, prefix: str, arguments: bytes = fb.table()) -> st
 
 def _get_raw(client: WireClient, queue: str, ack: bool = False) -> tuple[int, bytes, bytes]:
     """``basic.get``: the delivery tag, the content header payload as sent, the body."""
-    client.send(commands.Basic.Get(queue=queue, no_ack=not ack), 1)
-    get_ok = client.expect(commands.Basic.GetOk, channel=1)
+    get_ok = client.get_eventually(queue, no_ack=not ack)
     return (get_ok.delivery_tag, *_content(client))
 
 

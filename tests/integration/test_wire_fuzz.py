@@ -220,10 +220,6 @@ def _wire_tables(depths: list[int]) -> st.SearchStrategy[bytes]:
 
 
 WIRE_TABLES = _wire_tables([2, 100, 600, 1200, 5000, 15000])
-# Arguments that are stored (a durable queue's, in the definitions log) or frozen into a
-# binding key recurse outside this project's codec (storage/records.py, exchanges/model.py
-# freeze) and are nested at most 100 deep until those are iterative too.
-SHALLOW_WIRE_TABLES = _wire_tables([2, 100])
 _SHORT_TEXTS = st.sampled_from(["", "guest", "amq.rabbitmq.reply-to", "q1", "0", "100", "-1"])
 WIRE_SHORTSTRS = _SHORT_TEXTS | st.text(max_size=30).filter(lambda t: len(t.encode()) < 256)
 
@@ -375,12 +371,13 @@ def wire_argument_methods(draw: st.DrawFn) -> Step:
     (:data:`WIRE_TABLES`, deep nesting included)."""
     channel, name, other = draw(CHANNEL), draw(NAME), draw(NAME)
     kind = draw(st.sampled_from(["queue", "exchange", "bind", "consume"]))
-    durable = kind == "queue" and draw(FLAG)
-    arguments = draw(SHALLOW_WIRE_TABLES if durable or kind == "bind" else WIRE_TABLES)
+    durable = kind in ("queue", "exchange") and draw(FLAG)
+    arguments = draw(WIRE_TABLES)
     if kind == "queue":
         data = fb.queue_declare(channel, name, arguments, durable=durable, exclusive=draw(FLAG))
     elif kind == "exchange":
-        data = fb.exchange_declare(channel, name, draw(st.sampled_from(EXCHANGE_TYPES)), arguments)
+        kind_drawn = draw(st.sampled_from(EXCHANGE_TYPES))
+        data = fb.exchange_declare(channel, name, kind_drawn, arguments, durable=durable)
     elif kind == "bind":
         data = fb.queue_bind(channel, name, other, draw(KEY), arguments)
     else:

@@ -376,6 +376,37 @@ class WireClient:
     def heartbeat(self) -> None:
         self.send_raw(raw_frame(FRAME_HEARTBEAT, 0, b""))
 
+    def get_eventually(
+        self, queue: str, channel: int = 1, no_ack: bool = True, timeout: float = 10.0
+    ) -> commands.Basic.GetOk:
+        """``basic.get`` until a message is there. RabbitMQ moves a message between queues
+        (dead-lettering) or into a queue (a publish whose headers it parses) asynchronously,
+        so an immediate get may be empty there; Leveret answers the first time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send(commands.Basic.Get(queue=queue, no_ack=no_ack), channel)
+            got_channel, answer = self.read_frame()
+            assert got_channel == channel, f"{answer!r} on channel {got_channel}"
+            if isinstance(answer, commands.Basic.GetOk):
+                return answer
+            assert isinstance(answer, commands.Basic.GetEmpty), f"got {answer!r}"
+            assert time.monotonic() < deadline, f"no message in {queue!r} after {timeout} s"
+            time.sleep(0.05)
+
+    def message_count_eventually(
+        self, queue: str, count: int, channel: int = 1, timeout: float = 10.0
+    ) -> None:
+        """Passive ``queue.declare`` until the queue holds ``count`` messages (see
+        :meth:`get_eventually` for why RabbitMQ may need a moment)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send(commands.Queue.Declare(queue=queue, passive=True), channel)
+            got = self.expect(commands.Queue.DeclareOk, channel).message_count
+            if got == count:
+                return
+            assert time.monotonic() < deadline, f"{queue!r} holds {got}, not {count}"
+            time.sleep(0.05)
+
     def content(self, channel: int, timeout: float | None = None) -> tuple[Any, bytes]:
         """Read a content header and its body frames on ``channel``."""
         header = self.expect(ContentHeader, channel=channel, timeout=timeout)

@@ -14,6 +14,7 @@ import pytest
 
 from leveret.config import Config
 from leveret.management import start_management
+from leveret.management.prometheus import start_prometheus
 from leveret.server import Server
 
 from .helpers import Mgmt, basic
@@ -21,10 +22,13 @@ from .helpers import Mgmt, basic
 
 @pytest.fixture
 async def mgmt() -> AsyncIterator[Mgmt]:
-    """A fresh broker and management API for one test (stats sampled every 0.2 s)."""
+    """A fresh broker and management API for one test (stats sampled every 0.2 s), with
+    its Prometheus listener (``server.prometheus``, closed by ``stop``), each on a free
+    port."""
     server = Server(Config(host="127.0.0.1", port=0))
     await server.start()
     handle = await start_management(server, "127.0.0.1", 0, stats_interval=0.2)
+    server.prometheus = await start_prometheus(server, "127.0.0.1", 0)
     session = aiohttp.ClientSession(headers=basic("guest", "guest"))
     try:
         yield Mgmt(server, handle, session)

@@ -1,49 +1,33 @@
-"""GET /metrics (Prometheus text, rabbitmq_prometheus names) and the message rates of the
-API, after real AMQP traffic."""
+"""The Prometheus listener's samples (rabbitmq_prometheus names) and the message rates of
+the API, after real AMQP traffic."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 from types import SimpleNamespace
 
 import aio_pika
 import aiohttp
 
 from .helpers import Mgmt
+from .prometheus_families import families, samples
 
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-def parse(text: str) -> dict[str, dict[str, float]]:
-    """name -> {labels text: value}, checking every line is valid exposition format."""
-    metrics: dict[str, dict[str, float]] = {}
-    types: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ", 3)
-            assert kind in ("gauge", "counter", "untyped"), line
-            types[name] = kind
-            continue
-        if line.startswith("# HELP ") or not line:
-            continue
-        match = SAMPLE.match(line)
-        assert match, line
-        name, labels, value = match.groups()
-        assert name in types, f"{name} has no TYPE line"
-        metrics.setdefault(name, {})[labels or ""] = float(value)
-    return metrics
+PROTOCOL = '{protocol="amqp091"}'
+CLASSIC = '{protocol="amqp091",queue_type="rabbit_classic_queue"}'
 
 
-async def scrape(mgmt: Mgmt) -> dict[str, dict[str, float]]:
-    # No credentials, as rabbitmq_prometheus.
+async def scrape(mgmt: Mgmt, path: str = "/metrics/per-object") -> dict[str, dict[str, float]]:
+    """The samples of a Prometheus endpoint (no credentials, as rabbitmq_prometheus)."""
+    assert mgmt.server.prometheus is not None
     async with (
         aiohttp.ClientSession() as anonymous,
-        anonymous.get(mgmt.handle.url + "/metrics") as response,
+        anonymous.get(mgmt.server.prometheus.url + path) as response,
     ):
         assert response.status == 200
-        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        return parse(await response.text())
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4"
+        text = await response.text()
+    families(text)  # every sample belongs to a family with a TYPE line
+    return samples(text)
 
 
 async def test_metrics_after_traffic(mgmt: Mgmt) -> None:
@@ -58,7 +42,7 @@ async def test_metrics_after_traffic(mgmt: Mgmt) -> None:
             await message.ack()
         unacked = await queue.get(timeout=5)
         metrics = await scrape(mgmt)
-        labels = '{vhost="/",queue="m/q"}'
+        labels = '{queue="m/q",vhost="/"}'
         assert metrics["rabbitmq_connections"] == {"": 1}
         assert metrics["rabbitmq_channels"] == {"": 1}
         assert metrics["rabbitmq_queues"] == {"": 1}
@@ -66,10 +50,10 @@ async def test_metrics_after_traffic(mgmt: Mgmt) -> None:
         assert metrics["rabbitmq_queue_messages_unacked"][labels] == 1
         assert metrics["rabbitmq_queue_messages"][labels] == 2
         assert metrics["rabbitmq_queue_consumers"][labels] == 0
-        protocol = '{protocol="amqp091"}'
+        protocol = PROTOCOL
         assert metrics["rabbitmq_global_messages_received_total"][protocol] == 5
-        assert metrics["rabbitmq_global_messages_delivered_total"][protocol] == 4
-        assert metrics["rabbitmq_global_messages_acknowledged_total"][protocol] == 3
+        assert metrics["rabbitmq_global_messages_delivered_total"][CLASSIC] == 4
+        assert metrics["rabbitmq_global_messages_acknowledged_total"][CLASSIC] == 3
         assert protocol in metrics["rabbitmq_global_messages_unroutable_dropped_total"]
         assert metrics["rabbitmq_identity_info"]
         await unacked.ack()
@@ -77,7 +61,7 @@ async def test_metrics_after_traffic(mgmt: Mgmt) -> None:
     # Counters are totals since start: they survive the queue's deletion.
     after = await scrape(mgmt)
     assert after["rabbitmq_global_messages_received_total"][protocol] == 5
-    assert after["rabbitmq_global_messages_acknowledged_total"][protocol] == 4
+    assert after["rabbitmq_global_messages_acknowledged_total"][CLASSIC] == 4
     assert after["rabbitmq_queues"] == {"": 0}
     assert (
         "rabbitmq_queue_messages_ready" not in after or not after["rabbitmq_queue_messages_ready"]
@@ -100,7 +84,7 @@ async def test_label_values_are_escaped(mgmt: Mgmt) -> None:
     await mgmt.request("PUT", "permissions", 'odd"vhost\\', "guest", body=full)
     await mgmt.request("PUT", "queues", 'odd"vhost\\', "q", body={})
     metrics = await scrape(mgmt)
-    assert '{vhost="odd\\"vhost\\\\",queue="q"}' in metrics["rabbitmq_queue_messages_ready"]
+    assert '{queue="q",vhost="odd\\"vhost\\\\"}' in metrics["rabbitmq_queue_messages_ready"]
 
 
 async def test_rates_in_overview_and_queues(mgmt: Mgmt) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from leveret.pipeline import job
+from leveret.pipeline import session as pipeline_session
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +28,7 @@ def spark() -> Iterator[SparkSession]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    job.ship_packages(session.sparkContext)  # executors import pipeline/ and exchanges/
+    # Executors import pipeline/ and exchanges/ from the archive shipped here.
+    pipeline_session.ship_packages(session.sparkContext)
     yield session
     session.stop()

@@ -5,7 +5,7 @@ The cluster is Spark's own standalone one (``spark-class ...Master`` and ``...Wo
 the PySpark install), on 127.0.0.1. Its executors run Python from a virtual environment that
 has PySpark but not Leveret, as a cluster node would: when they route (many keys: forced
 here with ``--driver-keys 0``) they can only import ``pipeline`` and ``exchanges`` from the
-archive the driver ships (``job.ship_packages``).
+archive the driver ships (``leveret.pipeline.session.ship_packages``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
-from leveret.pipeline import inputs, job, local, report, transforms
+from leveret.pipeline import inputs, job, local, report, session, transforms
 from leveret.pipeline.progress import Progress
 from leveret.pipeline.schema import ROWS_SCHEMA, TRACE_SCHEMA
 from leveret.pipeline.topology import SourceError, Topology
@@ -167,19 +167,19 @@ def test_url_traces_are_listed_through_hadoop(spark: SparkSession, tmp_path: Pat
     write_segments(tmp_path, shop_records(), files=2)
     write_trace(tmp_path, shop_records()[:3], files=1)
     traces = inputs.find_traces([tmp_path.as_uri()])
-    job.list_urls(spark, traces)
+    session.list_urls(spark, traces)
     assert [f.rsplit("/", 1)[1] for f in traces.segments] == [
         "trace-20251122T000000-0001.parquet",
         "trace-20251122T000000-0002.parquet",
     ]
     assert [f.rsplit("/", 1)[1] for f in traces.jsonl] == ["trace-20251122T000000-0001.jsonl"]
-    keys, _ = job.read_dictionaries(spark, traces.segments)
+    keys, _ = session.read_dictionaries(spark, traces.segments)
     assert keys.num_rows == 15
     (tmp_path / "keys-20251122T000000-0002.parquet").unlink()
     with pytest.raises(SourceError, match="dictionary is missing"):
-        job.list_urls(spark, inputs.find_traces([tmp_path.as_uri()]))
+        session.list_urls(spark, inputs.find_traces([tmp_path.as_uri()]))
     with pytest.raises(SourceError, match="no trace files"):
-        job.list_urls(spark, inputs.find_traces([(tmp_path / "nothing").as_uri()]))
+        session.list_urls(spark, inputs.find_traces([(tmp_path / "nothing").as_uri()]))
 
 
 def test_key_pattern(spark: SparkSession) -> None:
@@ -210,14 +210,14 @@ def test_newer_trace_versions_are_refused(spark: SparkSession, tmp_path: Path) -
 
 
 def test_the_active_session_is_reused(spark: SparkSession) -> None:
-    assert job.spark_session("local[4]", {"spark.sql.shuffle.partitions": "1"}) is spark
+    assert session.spark_session("local[4]", {"spark.sql.shuffle.partitions": "1"}) is spark
 
 
 def test_local_cores() -> None:
-    assert job._local_cores("local") == 1
-    assert job._local_cores("local[3]") == 3
-    assert job._local_cores("local[4,2]") == 4
-    assert job._local_cores("local[*]") >= 1
+    assert session._local_cores("local") == 1
+    assert session._local_cores("local[3]") == 3
+    assert session._local_cores("local[4,2]") == 4
+    assert session._local_cores("local[*]") >= 1
 
 
 def test_rates_chart_for_short_and_long_traces() -> None:

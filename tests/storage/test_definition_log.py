@@ -33,7 +33,7 @@ from leveret.storage.log import (
     DefinitionLog,
 )
 from leveret.storage.logtools import check, read_log
-from leveret.storage.records import encode
+from leveret.storage.records import RECORD_VERSION, encode
 
 Record = tuple[str, Event]
 
@@ -267,7 +267,7 @@ def test_a_newer_format_version_is_refused_and_left_alone(path: Path) -> None:
 
 def test_a_newer_record_version_is_refused_and_left_alone(path: Path) -> None:
     write(path, RECORDS[:2])
-    payload = b"\x02" + encode("/", RECORDS[2][1])[1:]
+    payload = bytes([RECORD_VERSION + 1]) + encode("/", RECORDS[2][1])[1:]
     with path.open("ab") as f:
         f.write(struct.pack(">II", len(payload), __import__("zlib").crc32(payload)) + payload)
         f.write(b"torn tail")
@@ -357,19 +357,31 @@ def test_a_failed_write_is_rolled_back(path: Path, monkeypatch: pytest.MonkeyPat
     assert check(path).ok
 
 
-def test_a_failed_fsync_stops_the_log(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_fsync_rewrites_the_log_before_the_next_append(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed fsync the file's content is unknown (the kernel may have dropped the
+    pages), so the next append first writes the live records anew; while that fails too,
+    appends are refused. The record whose fsync failed was never acknowledged: it is gone."""
     log = DefinitionLog.open(path)
+    log.append(*RECORDS[0])
 
     def fail(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr("leveret.storage.log.datasync", fail)
     with pytest.raises(OSError):
-        log.append(*RECORDS[0])
-    monkeypatch.undo()
-    with pytest.raises(StoreClosedError, match="fsync failed"):
         log.append(*RECORDS[1])
+    monkeypatch.setattr("leveret.storage.log.write_all", lambda fd, data: fail(fd))
+    with pytest.raises(StoreClosedError, match=r"fsync failed.*rewriting it failed"):
+        log.append(*RECORDS[2])
+    monkeypatch.undo()
+    log.append(*RECORDS[2])
     log.close()
+    with pytest.raises(StoreClosedError, match="closed"):
+        log.append(*RECORDS[3])
+    assert read_log(path) == [RECORDS[0], RECORDS[2]]
+    assert check(path).ok
 
 
 def test_check_reports_counts_and_the_first_problem(path: Path) -> None:

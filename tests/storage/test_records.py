@@ -26,6 +26,7 @@ from leveret.exchanges.model import (
 )
 from leveret.storage.errors import CorruptRecordError, LogFormatError
 from leveret.storage.records import (
+    JSON_NESTING_MAX,
     RECORD_VERSION,
     decode,
     decode_value,
@@ -80,7 +81,7 @@ def test_values_that_compare_equal_keep_their_types(a: Any, b: Any) -> None:
 
 def test_payload_is_versioned_ascii_json() -> None:
     payload = encode("/", BindingAdded(Binding("x", "q", DestKind.QUEUE, "a.#")))
-    assert payload[0] == RECORD_VERSION
+    assert payload[0] == 1  # version 1: no value stored as AMQP octets, so older brokers read it
     assert json.loads(payload[1:]) == ["B", "/", "x", "q", "queue", "a.#", {}]
 
 
@@ -88,6 +89,52 @@ def test_a_newer_record_version_is_a_format_error() -> None:
     payload = encode("/", QueueDeclared(Queue("q", True)))
     with pytest.raises(LogFormatError, match="newer"):
         decode(bytes([RECORD_VERSION + 1]) + payload[1:])
+
+
+def _deep(levels: int, leaf: Any) -> Any:
+    value = leaf
+    for level in range(levels):
+        value = {"k": value} if level % 2 else [value, b"\x00"]
+    return value
+
+
+def _depth(value: Any) -> int:
+    levels = 0
+    while isinstance(value, dict | list):
+        value = value["k"] if isinstance(value, dict) else value[0]
+        levels += 1
+    return levels
+
+
+@pytest.mark.parametrize("levels", [JSON_NESTING_MAX, JSON_NESTING_MAX + 1, 20_000])
+def test_deep_arguments_round_trip(levels: int) -> None:
+    """Deeper than JSON_NESTING_MAX, an argument is stored as its AMQP octets ("W", record
+    version 2): json would recurse past Python's limit. The other arguments stay JSON."""
+    deep = _deep(levels, Decimal("1.50"))
+    args = {"deep": deep, "plain": {"n": 1, "f": 1.0, "t": True}}
+    payload = encode("/", QueueDeclared(Queue("q", True, arguments=args)))
+    assert payload[0] == (RECORD_VERSION if levels > JSON_NESTING_MAX else 1)
+    fields = json.loads(payload[1:])
+    assert fields[-1]["plain"] == encode_value(args["plain"])
+    _, event = decode(payload)
+    assert isinstance(event, QueueDeclared)
+    back = event.queue.arguments
+    assert _depth(back["deep"]) == levels
+    assert same(back["plain"], args["plain"])
+    if levels < 1000:  # same() recurses
+        assert back["deep"] == deep
+    # The log dump's plain JSON: per argument, the deep one as its octets.
+    shown = event_to_json("/", event)["arguments"]
+    assert ("$amqp" in shown["deep"]) == (levels > JSON_NESTING_MAX)
+    assert shown["plain"] == {"n": 1, "f": 1.0, "t": True}
+
+
+def test_a_damaged_deep_value_is_a_corrupt_record() -> None:
+    """Octets that are not base64 of one AMQP value make the record corrupt (the log then
+    resynchronises or refuses to start), never a wrong value."""
+    payload = encode("/", QueueDeclared(Queue("q", True, arguments={"d": _deep(200, 1)})))
+    with pytest.raises(CorruptRecordError):
+        decode(payload.replace(b'["W","', b'["W","!', 1))
 
 
 @pytest.mark.parametrize(

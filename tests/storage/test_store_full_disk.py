@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from leveret.storage import bookkeeping
 from leveret.storage import messages as messages_module
 from leveret.storage.errors import StoreClosedError
 from leveret.storage.messages import MessageStore
@@ -186,7 +187,7 @@ def test_a_failed_directory_fsync_is_retried_and_nothing_is_written_twice(
 def test_a_backlog_is_written_in_chunks_and_a_failure_in_one_cuts_all_back(
     directory: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(messages_module, "WRITE_CHUNK", 1000)
+    monkeypatch.setattr(bookkeeping, "WRITE_CHUNK", 1000)
     store = MessageStore.open(directory)
     store.recover()
     fill(store, 0, 100)  # about 6 KB

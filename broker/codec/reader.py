@@ -1,151 +1,44 @@
-"""Frame codec: bytes in, frames out; frames in, bytes out. Sans-IO (no asyncio).
-
-Theory of operation
--------------------
-An AMQP 0-9-1 frame is ``type:u8 channel:u16 size:u32 payload[size] 0xCE``.
-:class:`FrameReader` buffers what the socket gives it and returns every complete frame
-in order; a partial frame stays buffered. pamqp is the codec of record: every method
-frame is decoded by ``pamqp.frame`` except the two that dominate traffic,
-``Basic.Publish`` and ``Basic.Ack``, which a ``struct`` fast path decodes into small
-objects (:class:`Publish`, :class:`Ack`) because pamqp costs several microseconds per
-frame (see DESIGN.md, "The hot path"); ``tests/test_codec.py`` checks the fast path
-against pamqp byte for byte.
-
-Content headers are not decoded here: :class:`Header` keeps the raw payload so it can
-be re-sent to consumers as it is; properties are decoded lazily by
-:class:`leveret.message.Message` when a feature needs them.
-
-On the way out, :func:`method_frame` uses pamqp, while deliveries (the other hot path)
-are assembled with ``struct`` by :func:`deliver_frames`.
-"""
+"""Bytes in, frames out: :class:`FrameReader` and the method decoders (pamqp, and the
+``struct`` fast path for ``Basic.Publish`` and ``Basic.Ack``)."""
 
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from pamqp import body, commands, frame, heartbeat
+from pamqp import commands
 
+from leveret.codec.frames import (
+    _FRAME_HEAD,
+    _HEADER_FIXED,
+    _LONG,
+    _LONGLONG,
+    _METHOD_ID,
+    _SHORT,
+    ACK_INDEX,
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    FRAME_OVERHEAD,
+    HEARTBEAT,
+    PROTOCOL_HEADER,
+    PUBLISH_INDEX,
+    Ack,
+    Body,
+    DropConnectionError,
+    Frame,
+    FramesThenError,
+    FullPublish,
+    Header,
+    ProtocolHeaderError,
+    Publish,
+    _frame_error,
+    erl_binary,
+)
 from leveret.errors import FRAME_ERROR, AMQPConnectionError
 from leveret.exchanges.fields import FIELD_TYPES, decode_table, table_fields
-
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
-
-_FRAME_HEAD = struct.Struct(">BHI")
-_METHOD_ID = struct.Struct(">I")
-_HEADER_FIXED = struct.Struct(">HHQ")
-_LONGLONG = struct.Struct(">Q")
-# Size of a frame around its payload (7 header octets + the end octet), derived from
-# the codec as aiormq does instead of a magic 8.
-FRAME_OVERHEAD = len(frame.marshal(body.ContentBody(b""), 0))
-
-PUBLISH_INDEX = commands.Basic.Publish.index
-DELIVER_INDEX = commands.Basic.Deliver.index
-ACK_INDEX = commands.Basic.Ack.index
-HEARTBEAT_FRAME = frame.marshal(heartbeat.Heartbeat(), 0)
-
-
-class Publish:
-    """``Basic.Publish`` decoded by the fast path."""
-
-    __slots__ = ("exchange", "immediate", "mandatory", "routing_key")
-    index = PUBLISH_INDEX
-
-    def __init__(self, exchange: str, routing_key: str, mandatory: bool, immediate: bool) -> None:
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.mandatory = mandatory
-        self.immediate = immediate
-
-
-class Ack:
-    """``Basic.Ack`` decoded by the fast path."""
-
-    __slots__ = ("delivery_tag", "multiple")
-    index = ACK_INDEX
-
-    def __init__(self, delivery_tag: int, multiple: bool) -> None:
-        self.delivery_tag = delivery_tag
-        self.multiple = multiple
-
-
-class Header:
-    """A content header frame: ``body_size`` plus the raw payload (properties undecoded)."""
-
-    __slots__ = ("body_size", "class_id", "payload")
-
-    def __init__(self, class_id: int, body_size: int, payload: bytes) -> None:
-        self.class_id = class_id
-        self.body_size = body_size
-        self.payload = payload
-
-
-class Body:
-    """A content body frame."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-
-class FullPublish:
-    """``Basic.Publish`` with its content header and whole body, when all three arrived
-    in one read on one channel (the common case): one dispatch instead of three."""
-
-    __slots__ = ("body", "header", "publish")
-    index = PUBLISH_INDEX
-
-    def __init__(self, publish: Publish, header: Header, body: bytes) -> None:
-        self.publish = publish
-        self.header = header
-        self.body = body
-
-
-class Heartbeat:
-    """A heartbeat frame."""
-
-    __slots__ = ()
-
-
-HEARTBEAT = Heartbeat()
-
-Frame = Any  # pamqp method | Publish | Ack | Header | Body | Heartbeat
-
-
-def _frame_error(explanation: str) -> AMQPConnectionError:
-    return AMQPConnectionError(FRAME_ERROR, explanation)
-
-
-def erl_binary(data: bytes) -> str:
-    """A binary as Erlang's ``~p`` prints it in RabbitMQ's texts: ``<<"abc">>`` when
-    printable, else ``<<0,60,0,10>>``."""
-    if data and all(32 <= b < 127 for b in data):
-        return '<<"' + data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"') + '">>'
-    return "<<" + ",".join(str(b) for b in data) + ">>"
-
-
-class DropConnectionError(Exception):
-    """Input after which RabbitMQ closes the socket without a Connection.Close (an unknown
-    method id makes its reader exit: rabbit_framing_amqp_0_9_1:lookup_method_name/1)."""
-
-
-class FramesThenError(Exception):
-    """A malformed frame (``error``) and the frames decoded before it in the same read."""
-
-    def __init__(
-        self, frames: list[tuple[int, Frame]], error: AMQPConnectionError | DropConnectionError
-    ) -> None:
-        super().__init__(str(error))
-        self.frames = frames
-        self.error = error
 
 
 def decode_method(payload: bytes) -> Frame:
@@ -519,208 +412,3 @@ def _take_content(
     ):
         return None
     return header, data[pos + 7 : end], end + 1
-
-
-class ProtocolHeaderError(Exception):
-    """The client did not start with ``AMQP 0 0 9 1``."""
-
-
-def frame_octets(decoded: Frame) -> tuple[int, bytes]:
-    """The frame type and payload a decoded frame came from, for RabbitMQ's
-    ``type 1, all octets = <<...>>`` texts. A method with a field table kept its payload;
-    others are encoded again (the decoder keeps no copy of their bytes), which gives the
-    bytes a client sent for every well-formed method; only error paths call this."""
-    wire_payload = getattr(decoded, "wire_payload", None)
-    if isinstance(wire_payload, bytes):
-        return FRAME_METHOD, wire_payload
-    if isinstance(decoded, Header):
-        return FRAME_HEADER, decoded.payload
-    if isinstance(decoded, Body):
-        return FRAME_BODY, decoded.data
-    if isinstance(decoded, Heartbeat):
-        return FRAME_HEARTBEAT, b""
-    if isinstance(decoded, FullPublish):
-        decoded = decoded.publish
-    if isinstance(decoded, Publish):
-        decoded = commands.Basic.Publish(
-            0, decoded.exchange, decoded.routing_key, decoded.mandatory, decoded.immediate
-        )
-    elif isinstance(decoded, Ack):
-        decoded = commands.Basic.Ack(decoded.delivery_tag, decoded.multiple)
-    return FRAME_METHOD, _METHOD_ID.pack(decoded.index) + decoded.marshal()
-
-
-def method_frame(channel: int, method: Any) -> bytes:
-    """Encode a pamqp method on ``channel``."""
-    return frame.marshal(method, channel)
-
-
-def shortstr(value: str) -> bytes:
-    """A short string as on the wire: length octet + UTF-8."""
-    raw = value.encode("utf-8")
-    return bytes((len(raw),)) + raw
-
-
-def _wrap(frame_type: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + FRAME_END_BYTE
-
-
-def _content(
-    parts: list[bytes | memoryview], channel: int, header_payload: bytes, body: bytes, fmax: int
-) -> list[bytes | memoryview]:
-    """Append a content header frame and the body frames, the body split by ``fmax``."""
-    parts += (_FRAME_HEAD.pack(FRAME_HEADER, channel, len(header_payload)), header_payload)
-    parts.append(FRAME_END_BYTE)
-    length = len(body)
-    chunk = fmax - FRAME_OVERHEAD
-    if length <= chunk:
-        if length:
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, length), body, FRAME_END_BYTE)
-    else:
-        view = memoryview(body)
-        for start in range(0, length, chunk):
-            piece = view[start : start + chunk]
-            parts += (_FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END_BYTE)
-    return parts
-
-
-def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> bytes:
-    """Content header frame plus body frames, the body split by ``frame_max``."""
-    return b"".join(_content([], channel, header_payload, body, frame_max))
-
-
-_DELIVER_ID = _METHOD_ID.pack(commands.Basic.Deliver.index)
-_GET_OK_ID = _METHOD_ID.pack(commands.Basic.GetOk.index)
-_RETURN_ID = _METHOD_ID.pack(commands.Basic.Return.index)
-_SHORT = struct.Struct(">H")
-_LONG = struct.Struct(">I")
-
-
-_DELIVER_HEAD = struct.Struct(">BHII")
-_TAG_REDELIVERED = struct.Struct(">QB")
-_SHORTSTR_CACHE: dict[tuple[str, str], bytes] = {}
-
-
-def route_shortstrs(exchange: str, routing_key: str) -> bytes:
-    """Exchange and routing key as two encoded short strings (cached: traffic repeats
-    the same few pairs, and encoding them per delivery shows up in profiles)."""
-    key = (exchange, routing_key)
-    cached = _SHORTSTR_CACHE.get(key)
-    if cached is None:
-        if len(_SHORTSTR_CACHE) > 4096:
-            _SHORTSTR_CACHE.clear()
-        cached = _SHORTSTR_CACHE[key] = shortstr(exchange) + shortstr(routing_key)
-    return cached
-
-
-def deliver_frames(
-    channel: int,
-    consumer_tag: bytes,
-    delivery_tag: int,
-    redelivered: int,  # a bool, or 0/1
-    route: bytes,
-    header_payload: bytes,
-    body: bytes,
-    frame_max: int,
-) -> list[bytes | memoryview]:
-    """``Basic.Deliver`` + content header + body frames as a list of buffers (the
-    delivery hot path), the body frames views of ``body``: joined into one write for a
-    small body, handed to the transport's ``writelines`` as they are for a large one.
-    ``consumer_tag`` and ``route`` are pre-encoded short strings."""
-    size = 4 + len(consumer_tag) + 9 + len(route)
-    parts: list[bytes | memoryview] = [
-        _DELIVER_HEAD.pack(FRAME_METHOD, channel, size, DELIVER_INDEX),
-        consumer_tag,
-        _TAG_REDELIVERED.pack(delivery_tag, redelivered),
-        route,
-        FRAME_END_BYTE,
-    ]
-    return _content(parts, channel, header_payload, body, frame_max)
-
-
-def get_ok_method(
-    channel: int,
-    delivery_tag: int,
-    redelivered: int,  # a bool, or 0/1
-    exchange: str,
-    routing_key: str,
-    message_count: int,
-) -> bytes:
-    """``Basic.GetOk``."""
-    payload = b"".join(
-        (
-            _GET_OK_ID,
-            _LONGLONG.pack(delivery_tag),
-            b"\x01" if redelivered else b"\x00",
-            shortstr(exchange),
-            shortstr(routing_key),
-            _LONG.pack(message_count),
-        )
-    )
-    return _wrap(FRAME_METHOD, channel, payload)
-
-
-def return_method(
-    channel: int, reply_code: int, reply_text: str, exchange: str, routing_key: str
-) -> bytes:
-    """``Basic.Return``."""
-    payload = b"".join(
-        (
-            _RETURN_ID,
-            _SHORT.pack(reply_code),
-            shortstr(reply_text),
-            shortstr(exchange),
-            shortstr(routing_key),
-        )
-    )
-    return _wrap(FRAME_METHOD, channel, payload)
-
-
-def simple_method(channel: int, method_cls: Any, *fields: tuple[str, Any]) -> bytes:
-    """Encode a method whose fields must bypass pamqp's validation (queue and consumer
-    names are any UTF-8 in RabbitMQ, pamqp only accepts a subset; pamqp insists on the
-    ``"0"`` RabbitMQ does not send as ``Channel.OpenOk``'s reserved ``channel_id``).
-
-    ``fields`` are ``(amqp_type, value)`` pairs in wire order.
-    """
-    parts = [_METHOD_ID.pack(method_cls.index)]
-    for amqp_type, value in fields:
-        if amqp_type == "shortstr":
-            parts.append(shortstr(value))
-        elif amqp_type == "long":
-            parts.append(_LONG.pack(value))
-        elif amqp_type == "longstr":
-            data = value.encode("utf-8")
-            parts.append(_LONG.pack(len(data)) + data)
-        elif amqp_type == "bit":
-            parts.append(b"\x01" if value else b"\x00")
-        else:  # pragma: no cover - programming error
-            raise ValueError(amqp_type)
-    return _wrap(FRAME_METHOD, channel, b"".join(parts))
-
-
-__all__ = [
-    "HEARTBEAT_FRAME",
-    "PROTOCOL_HEADER",
-    "Ack",
-    "Body",
-    "DropConnectionError",
-    "FrameReader",
-    "FullPublish",
-    "Header",
-    "Heartbeat",
-    "ProtocolHeaderError",
-    "Publish",
-    "TypedTable",
-    "content_frames",
-    "decode_method",
-    "deliver_frames",
-    "erl_binary",
-    "get_ok_method",
-    "method_frame",
-    "return_method",
-    "route_shortstrs",
-    "shortstr",
-    "simple_method",
-    "table_types",
-]

@@ -1,0 +1,15 @@
+"""The control channel: ``leveret ctl`` and ``leveret diagnostics`` (rabbitmqctl and
+rabbitmq-diagnostics) talking to a running node without management credentials.
+
+RabbitMQ's CLI tools reach the node over Erlang distribution, authenticated by the
+Erlang cookie, a file only the user running the node may read. Leveret's equivalent is a
+unix socket (:mod:`.endpoint`): mode 0600 in the data directory (or a private runtime
+directory), and the node serves only peers whose uid (``SO_PEERCRED``) is its own or
+root's. Modules:
+
+- :mod:`.endpoint`: where the socket is, the wire format both ends share;
+- :mod:`.node`: the listener in the broker (started by :class:`leveret.server.Server`);
+- :mod:`.commands`, :mod:`.listing`: what each command does on the node, through the
+  management API's own functions (users, permissions, policies, definitions, queues);
+- :mod:`.cli`, :mod:`.output`: the command line and its formatters.
+"""

@@ -1,0 +1,454 @@
+"""``leveret ctl`` and ``leveret diagnostics``: rabbitmqctl and rabbitmq-diagnostics for a
+Leveret node, over its control socket (no management credentials; see
+:mod:`leveret.control.node` for who may use it).
+
+Command names, positional arguments, ``-p VHOST``, info-key columns, ``--formatter
+json|table``, ``-q``/``--quiet``, ``-s``/``--silent``, ``--no-table-headers`` and
+``-t``/``--timeout`` are rabbitmqctl's (rabbitmq_cli's ``*_command.ex``), as are the banners
+and exit statuses (sysexits: 64 usage, 65 data, 67 no such user, 69 node unavailable).
+Errors are one ``leveret: error: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leveret.config import NODE_NAME
+from leveret.control.endpoint import (
+    EX_DATAERR,
+    EX_SOFTWARE,
+    EX_UNAVAILABLE,
+    address,
+    default_socket,
+)
+from leveret.control.listing import KINDS
+from leveret.control.output import Listing, status_text
+
+EX_TEMPFAIL = 75  # a timed-out operation, as rabbitmqctl's
+
+
+class CommandError(Exception):
+    """One ``leveret: error:`` line and an exit status."""
+
+    def __init__(self, text: str, status: int) -> None:
+        super().__init__(text)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A command: its positionals and flags, its banner, and what it sends the node."""
+
+    help: str
+    positionals: tuple[str, ...] = ()
+    banner: str = ""
+    vhost: bool = False
+    diagnostics: bool = False
+    options: Callable[[argparse.ArgumentParser], None] | None = None
+    extra: Callable[[argparse.Namespace], dict[str, Any]] = field(default=lambda args: {})
+
+
+def _delete_queue_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-e", "--if-empty", action="store_true", help="only if it is empty")
+    parser.add_argument(
+        "-u", "--if-unused", action="store_true", help="only if it has no consumers"
+    )
+
+
+def _vhost_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--description", help="a description for the vhost")
+    parser.add_argument("--tags", help="comma-separated tags")
+    parser.add_argument("--default-queue-type", help="classic, quorum or stream")
+
+
+def _policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--priority", type=int, default=None, help="policy priority (0)")
+    parser.add_argument("--apply-to", default=None, help="queues, exchanges or all (the default)")
+
+
+SPECS: dict[str, Spec] = {
+    "ping": Spec(
+        "check that the node answers (no credentials needed)",
+        banner="Will ping {node}. This only checks if the node answers on its control socket.",
+        diagnostics=True,
+    ),
+    "status": Spec("node status", banner="Status of node {node} ...", diagnostics=True),
+    "check_local_alarms": Spec(
+        "exit 0 when the node has no memory or disk alarm",
+        banner="Asking node {node} to report any local resource alarms ...",
+        diagnostics=True,
+    ),
+    "close_connection": Spec(
+        "close a connection (its name, as list_connections pid shows it) with 320",
+        ("name", "explanation"),
+        banner="Closing connection {name}, reason: {explanation}...",
+    ),
+    "add_user": Spec(
+        "add a user (password from stdin when not given)",
+        ("name", "password?"),
+        banner='Adding user "{name}" ...',
+    ),
+    "delete_user": Spec("delete a user", ("name",), banner='Deleting user "{name}" ...'),
+    "change_password": Spec(
+        "change a user's password (from stdin when not given)",
+        ("name", "password?"),
+        banner='Changing password for user "{name}" ...',
+    ),
+    "set_user_tags": Spec(
+        "replace a user's tags",
+        ("name", "tags*"),
+        banner='Setting tags for user "{name}" to [{tags_text}] ...',
+    ),
+    "add_vhost": Spec(
+        "add a vhost", ("name",), banner='Adding vhost "{name}" ...', options=_vhost_options
+    ),
+    "delete_vhost": Spec("delete a vhost", ("name",), banner='Deleting vhost "{name}" ...'),
+    "set_permissions": Spec(
+        "set a user's permissions in a vhost",
+        ("user", "configure", "write", "read"),
+        banner='Setting permissions for user "{user}" in vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "clear_permissions": Spec(
+        "clear a user's permissions in a vhost",
+        ("user",),
+        banner='Clearing permissions for user "{user}" in vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "set_policy": Spec(
+        "set a policy",
+        ("name", "pattern", "definition"),
+        banner='Setting policy "{name}" for pattern "{pattern}" to "{definition}" '
+        'with priority "{priority_text}" for vhost "{vhost}" ...',
+        vhost=True,
+        options=_policy_options,
+    ),
+    "clear_policy": Spec(
+        "clear a policy",
+        ("name",),
+        banner='Clearing policy "{name}" on vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "export_definitions": Spec(
+        "write the definitions (users, vhosts, permissions, policies, topology) to a file or -",
+        ("path",),
+        banner='Exporting definitions in JSON to a file at "{path}" ...',
+    ),
+    "import_definitions": Spec(
+        "import definitions from a file or - (stdin)",
+        ("path",),
+        banner='Importing definitions in JSON from a file at "{path}" ...',
+    ),
+    "purge_queue": Spec(
+        "purge a queue",
+        ("name",),
+        banner="Purging queue '{name}' in vhost '{vhost}' ...",
+        vhost=True,
+    ),
+    "delete_queue": Spec(
+        "delete a queue",
+        ("name",),
+        banner="Deleting queue '{name}' on vhost '{vhost}' ...",
+        vhost=True,
+        options=_delete_queue_options,
+    ),
+}
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes, before or after its name (rabbitmqctl accepts
+    both): on a sub-command they default to nothing, so the earlier ones stay."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=default(False), help="no banners"
+    )
+    parser.add_argument(
+        "-s", "--silent", action="store_true", default=default(False), help="no banners or headers"
+    )
+    parser.add_argument("--formatter", choices=("table", "json"), default=default("table"))
+    parser.add_argument(
+        "--no-table-headers", action="store_true", default=default(False), help="no header line"
+    )
+    parser.add_argument(
+        "-t", "--timeout", type=float, default=default(60.0), help="seconds (default 60)"
+    )
+    parser.add_argument(
+        "--control-socket",
+        type=Path,
+        default=default(None),
+        help="the node's control socket (default: DATA_DIR/control.sock)",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=default(None), help="the node's --data-dir"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=default(None),
+        help="the node's AMQP port, to find its socket when it has no data dir (5672)",
+    )
+
+
+def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """Add ``ctl`` and ``diagnostics`` to the ``leveret`` sub-commands."""
+    for tool, text in (
+        ("ctl", "control a running node (rabbitmqctl)"),
+        ("diagnostics", "check a running node (rabbitmq-diagnostics)"),
+    ):
+        parser = commands.add_parser(tool, help=text, description=text)
+        _common(parser, suppress=False)
+        sub = parser.add_subparsers(dest="ctl_command", required=True, parser_class=parser_class)
+        for name, kind in KINDS.items():
+            listing = sub.add_parser(name, help=f"list {kind.what} (info keys as columns)")
+            _common(listing, suppress=True)
+            if kind.per_vhost:
+                listing.add_argument("-p", "--vhost", default="/", help="vhost (/)")
+            listing.add_argument(
+                "columns", nargs="*", metavar="infoitem", help=", ".join(kind.keys)
+            )
+        for name, spec in SPECS.items():
+            if tool == "diagnostics" and not spec.diagnostics:
+                continue
+            command = sub.add_parser(name, help=spec.help, description=spec.help)
+            _common(command, suppress=True)
+            if spec.vhost:
+                command.add_argument("-p", "--vhost", default="/", help="vhost (/)")
+            for positional in spec.positionals:
+                nargs = {"?": "?", "*": "*"}.get(positional[-1])
+                command.add_argument(positional.rstrip("?*"), nargs=nargs)
+            if spec.options is not None:
+                spec.options(command)
+
+
+def socket_path(args: argparse.Namespace) -> Path:
+    """The control socket: ``--control-socket``, else ``LEVERET_CONTROL_SOCKET``, else the
+    default of ``--data-dir`` / ``LEVERET_DATA_DIR`` and ``--port`` / ``LEVERET_PORT``."""
+    if args.control_socket is not None:
+        return Path(args.control_socket)
+    env = os.environ
+    if env.get("LEVERET_CONTROL_SOCKET"):
+        return Path(env["LEVERET_CONTROL_SOCKET"])
+    data_dir = args.data_dir or (
+        Path(env["LEVERET_DATA_DIR"]) if env.get("LEVERET_DATA_DIR") else None
+    )
+    port = args.port
+    if port is None:
+        try:
+            port = int(env.get("LEVERET_PORT") or 5672)
+        except ValueError:
+            raise CommandError(f"LEVERET_PORT: invalid value {env['LEVERET_PORT']!r}", 2) from None
+    return default_socket(data_dir, port)
+
+
+def _secret(args: argparse.Namespace) -> str:
+    """A password from the command line, else the first line of stdin."""
+    if args.password is not None:
+        return str(args.password)
+    line = sys.stdin.readline()
+    if not line:
+        # add_user_command.ex's text.
+        raise CommandError("Password is not provided via argument or stdin", EX_DATAERR)
+    return line.rstrip("\r\n")
+
+
+def request_args(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What the command sends the node."""
+    values = {
+        key: value
+        for key, value in vars(args).items()
+        if key
+        in (
+            "vhost",
+            "name",
+            "explanation",
+            "user",
+            "configure",
+            "write",
+            "read",
+            "pattern",
+            "definition",
+            "priority",
+            "apply_to",
+            "if_empty",
+            "if_unused",
+            "description",
+            "tags",
+            "default_queue_type",
+            "columns",
+        )
+    }
+    if name in ("add_user", "change_password"):
+        values["password"] = _secret(args)
+    if name == "import_definitions":
+        values["definitions"] = _read_definitions(args.path)
+    return values
+
+
+def _read_definitions(path: str) -> Any:
+    try:
+        raw = sys.stdin.read() if path == "-" else Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise CommandError(
+            f"import_definitions: {path}: {exc.strerror or exc}", EX_DATAERR
+        ) from None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CommandError(
+            f"import_definitions: {path}: not valid JSON ({exc})", EX_DATAERR
+        ) from None
+
+
+class Connection:
+    """One request to the node and its reply lines."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.timeout = timeout
+        try:
+            with address(path) as name:
+                self.sock.connect(name)
+        except OSError as exc:
+            self.sock.close()
+            reason = exc.strerror or str(exc)
+            raise CommandError(
+                f"unable to connect to node {NODE_NAME}: control socket {path}: {reason} "
+                "(is the node running? the socket is in its --data-dir, or give "
+                "--control-socket)",
+                EX_UNAVAILABLE,
+            ) from None
+        self.lines = self.sock.makefile("rb")
+
+    def send(self, command: str, args: dict[str, Any]) -> None:
+        request = {"command": command, "args": args}
+        try:
+            self.sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
+        except OSError:
+            pass  # the node refused us and closed: its reason is waiting to be read
+
+    def replies(self, command: str) -> Any:
+        """The node's reply lines, as dicts; an error line raises."""
+        while True:
+            try:
+                line = self.lines.readline()
+            except TimeoutError:
+                raise CommandError(
+                    f"operation {command} on node {NODE_NAME} timed out. "
+                    f"Timeout value used: {self.timeout:g} s",
+                    EX_TEMPFAIL,
+                ) from None
+            except OSError as exc:
+                raise CommandError(
+                    f"node {NODE_NAME}: {exc.strerror or exc}", EX_SOFTWARE
+                ) from None
+            if not line:
+                raise CommandError(
+                    f"node {NODE_NAME} closed the control connection without an answer",
+                    EX_SOFTWARE,
+                )
+            reply = json.loads(line)
+            if "error" in reply:
+                raise CommandError(str(reply["error"]), int(reply.get("status", EX_SOFTWARE)))
+            yield reply
+            if reply.get("done"):
+                return
+
+    def close(self) -> None:
+        self.lines.close()
+        self.sock.close()
+
+
+def banner(name: str, args: argparse.Namespace) -> str | None:
+    """The line rabbitmqctl prints before it runs ``name`` (None: none)."""
+    kind = KINDS.get(name)
+    if kind is not None:
+        where = f" for vhost {args.vhost}" if kind.per_vhost else ""
+        return f"Timeout: {args.timeout:g} seconds ...\nListing {kind.what}{where} ..."
+    template = SPECS[name].banner
+    values = {key: value for key, value in vars(args).items() if value is not None}
+    values.update(
+        node=NODE_NAME,
+        tags_text=", ".join(getattr(args, "tags", None) or []),
+        priority_text=getattr(args, "priority", None) or 0,
+    )
+    return template.format_map(_Blank(values)) if template else None
+
+
+class _Blank(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``leveret ctl`` / ``leveret diagnostics`` command; the exit status."""
+    try:
+        return _run(args)
+    except CommandError as exc:
+        print(f"leveret: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.status
+    except BrokenPipeError:  # `leveret ctl list_queues | head`
+        sys.stderr.close()
+        return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    name = args.ctl_command
+    machine = args.formatter == "json" or (name == "export_definitions" and args.path == "-")
+    payload = request_args(name, args)
+    text = None if (args.quiet or args.silent or machine) else banner(name, args)
+    connection = Connection(socket_path(args), args.timeout)
+    try:
+        if text:
+            print(text, flush=True)
+        connection.send(name, payload)
+        listing = Listing(args.formatter, not (args.no_table_headers or args.silent))
+        for reply in connection.replies(name):
+            if "columns" in reply:
+                listing.start(reply["columns"])
+            elif "rows" in reply:
+                listing.rows(reply["rows"])
+            elif name in KINDS:
+                listing.finish()
+            else:
+                _print_result(name, args, reply)
+    finally:
+        connection.close()
+    return 0
+
+
+def _print_result(name: str, args: argparse.Namespace, reply: dict[str, Any]) -> None:
+    message, result = reply.get("message"), reply.get("result")
+    if name == "export_definitions":
+        document = json.dumps(result, ensure_ascii=False)
+        if args.path == "-":
+            print(document)
+            return
+        try:
+            Path(args.path).write_text(document + "\n", "utf-8")
+        except OSError as exc:
+            raise CommandError(
+                f"export_definitions: {args.path}: {exc.strerror or exc}", EX_DATAERR
+            ) from None
+        return
+    if args.formatter == "json":
+        shown = (
+            result if name == "status" else {"result": "ok", "node": NODE_NAME, "message": message}
+        )
+        print(json.dumps(shown, ensure_ascii=False))
+    elif name == "status":
+        print(status_text(dict(result or {})))
+    elif message and not args.silent:
+        print(message)

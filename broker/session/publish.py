@@ -1,0 +1,230 @@
+"""basic.publish as rabbit_channel decides it: the checks in RabbitMQ's order, the routing
+and the publish counters, written once for every entry point (the wire channel, the
+management API's publish, its aliveness test).
+
+The order is rabbit_channel:handle_method/3 for ``basic.publish`` (3.10/3.13):
+check_msg_size, check_write_permitted, rabbit_exchange:lookup_or_die,
+check_internal_exchange, check_write_permitted_on_topic, ensure_content_decoded,
+check_user_id_header, check_expiration_header, then the direct reply-to rewrite of
+``reply_to`` (docs/direct-reply-to.md). :data:`CHECKS` names them in that order.
+
+The wire channel's fast path (a publish, its header and body in one read) skips them all
+when a guard per check shows it would pass; it names its guards after :data:`CHECKS`
+(``leveret.channel.FAST_PATH_GUARDS``) and a test holds the two lists together, so a check
+added here without a guard there fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.errors import (
+    ACCESS_REFUSED,
+    INTERNAL_ERROR,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    AMQPChannelError,
+    AMQPConnectionError,
+)
+from leveret.message import (
+    FLAG_EXPIRATION,
+    FLAG_REPLY_TO,
+    FLAG_USER_ID,
+    Message,
+    expiration_error,
+    properties_decode,
+)
+
+if TYPE_CHECKING:
+    from leveret.auth import AccessControl
+    from leveret.exchanges.model import Exchange
+    from leveret.firehose import Origin
+    from leveret.vhost import VHost
+
+BASIC_PUBLISH = (60, 40)
+# Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_PREFIX = REPLY_TO + "."
+# Properties that need a look before routing: user_id, expiration, reply_to.
+CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+# The checks, in RabbitMQ's order (see the module's docstring).
+CHECKS = (
+    "size",
+    "write",
+    "exchange",
+    "internal",
+    "topic",
+    "properties",
+    "user_id",
+    "expiration",
+    "reply_to",
+)
+
+
+class Counters(Protocol):
+    """The broker's publish counters (leveret.server.PublishCounters)."""
+
+    confirmed: int
+    received: int
+    routed: int
+    unroutable_dropped: int
+    unroutable_returned: int
+
+
+def size_error(body_size: int, limit: int) -> AMQPChannelError | None:
+    """rabbit_channel:check_msg_size/3: 406 for a body over the configured maximum."""
+    if body_size <= limit:
+        return None
+    return AMQPChannelError(
+        PRECONDITION_FAILED,
+        f"message size {body_size} is larger than configured max size {limit}",
+        BASIC_PUBLISH,
+    )
+
+
+class Publisher:
+    """The publish side of a session: one user on one vhost (a channel, or a management
+    request). Exchanges the user may write to are remembered (the hot path), until the
+    broker's permissions change (:attr:`AccessControl.version`)."""
+
+    def __init__(
+        self,
+        access: AccessControl,
+        vhost: VHost,
+        user: str,
+        counters: Counters,
+        max_message_size: int,
+    ) -> None:
+        self.access = access
+        self.vhost = vhost
+        self.user = user
+        self.counters = counters
+        self.max_message_size = max_message_size
+        # Exchanges this session may publish to without a topic permission, checked once.
+        self._writable: set[str] = set()
+        self._writable_version = -1
+
+    def check_size(self, body_size: int) -> None:
+        """The first check, made as soon as the content header announces the size."""
+        problem = size_error(body_size, self.max_message_size)
+        if problem is not None:
+            raise problem
+
+    def check_exchange(self, name: str, routing_key: str) -> Exchange:
+        """Write permission, the exchange, not internal, the topic permission: the
+        exchange to route through."""
+        access, vhost = self.access, self.vhost
+        if self._writable_version != access.version:
+            self._writable.clear()
+            self._writable_version = access.version
+        # An exchange the user has a topic permission for is never cached: each publish
+        # to it has its routing key checked (below).
+        check_key = name not in self._writable
+        if check_key:
+            with _on_publish():
+                access.check(self.user, vhost.name, "write", "exchange", name)
+            if access.topic_permission(self.user, vhost.name, name) is None:
+                self._writable.add(name)
+                check_key = False
+        exchange = vhost.projection.exchanges.get(name)
+        if exchange is None:
+            raise AMQPChannelError(NOT_FOUND, f"no {vhost.rs('exchange', name)}", BASIC_PUBLISH)
+        if exchange.internal:
+            raise AMQPChannelError(
+                ACCESS_REFUSED,
+                f"cannot publish to internal {vhost.rs('exchange', name)}",
+                BASIC_PUBLISH,
+            )
+        if check_key:
+            with _on_publish():
+                access.check_topic(self.user, vhost.name, "write", exchange, routing_key)
+        return exchange
+
+    def may_skip(self, name: str) -> bool:
+        """Whether the permission checks of a publish to ``name`` are known to pass
+        (the fast path's guard for ``write`` and ``topic``)."""
+        return name in self._writable and self._writable_version == self.access.version
+
+    def check_message(self, message: Message, reply_key: str | None) -> Message:
+        """The message's properties: they decode, ``user_id`` is the user's, ``expiration``
+        is valid (it sets the message's TTL), and a ``reply_to`` of the direct reply-to
+        pseudo-queue becomes this session's reply name (``reply_key``: None when it has
+        no reply consumer)."""
+        if not properties_decode(message.header):
+            # rabbit_channel decodes every publish's properties (ensure_content_decoded);
+            # when they do not decode the channel process crashes and the reader closes
+            # the connection with the bare constant (observed on 3.10.8).
+            raise AMQPConnectionError(INTERNAL_ERROR, "", (0, 0))
+        flags = message.flags
+        if not flags & CHECKED_FLAGS:
+            return message
+        if flags & FLAG_USER_ID:
+            user_id = message.properties.user_id
+            if user_id != self.user:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"user_id property set to '{user_id}' but authenticated user was '{self.user}'",
+                    BASIC_PUBLISH,
+                )
+        if flags & FLAG_EXPIRATION:
+            expiration = str(message.properties.expiration)
+            problem = expiration_error(expiration)
+            if problem is not None:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED,
+                    f"invalid expiration '{expiration}': {problem}",
+                    BASIC_PUBLISH,
+                )
+            message.ttl = int(expiration)
+        if flags & FLAG_REPLY_TO and message.properties.reply_to == REPLY_TO:
+            if reply_key is None:
+                raise AMQPChannelError(
+                    PRECONDITION_FAILED, "fast reply consumer does not exist", BASIC_PUBLISH
+                )
+            props = message.copy_properties()
+            props.reply_to = REPLY_PREFIX + reply_key
+            message = message.with_properties(props)
+        return message
+
+    def route(
+        self, message: Message, mandatory: bool, origin: Origin | None
+    ) -> tuple[bool, bool, int]:
+        """Route a checked message into its queues and count the publish (the broker's
+        received, routed, unroutable returned or dropped). Returns whether a queue took
+        it, whether a queue refused it (overflow) and the group-commit generation that
+        makes it durable (0: nothing to wait for); an unroutable mandatory message is the
+        caller's to return. A reply to a direct reply-to requester goes straight to its
+        consumer, uncounted."""
+        if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
+            return self._reply(message), False, 0
+        routed, rejected, sync_gen = self.vhost.publish(message, origin)
+        counters = self.counters
+        counters.received += 1
+        if routed:
+            counters.routed += 1
+        elif mandatory:
+            counters.unroutable_returned += 1
+        else:
+            counters.unroutable_dropped += 1
+        return routed, rejected, sync_gen
+
+    def _reply(self, message: Message) -> bool:
+        """Deliver a reply to its requester's consumer, at most once: False (dropped, or
+        returned when mandatory) when the requester has gone (docs/direct-reply-to.md)."""
+        consumer = self.vhost.reply_consumers.get(message.routing_key[len(REPLY_PREFIX) :])
+        if consumer is None or not consumer.channel.open:
+            return False
+        consumer.queue.deliver(consumer, (message, False, 0.0, 0))
+        return True
+
+
+@contextmanager
+def _on_publish() -> Iterator[None]:
+    """Refusals raised inside name basic.publish as the failing method."""
+    try:
+        yield
+    except AMQPChannelError as exc:
+        exc.method = BASIC_PUBLISH
+        raise
