@@ -63,7 +63,7 @@ def test_many_rows_in_several_batches_come_back_in_order(tmp_path: Path) -> None
         writer.record("v", "x", key, raw_header(size, **properties), size, names)
         want.append(expected(key, size, mode, headers, list(queues)))
     after = time.time()
-    writer.close()
+    writer.close(timeout=None)  # the whole trace written, however loaded the machine
     got = dumped(tmp_path)
     times = [float(m.pop("ts")) for m in got]  # type: ignore[arg-type]
     assert got == want
@@ -80,7 +80,7 @@ def test_combo_lists_start_over_without_mixing_rows(tmp_path: Path) -> None:
     keys = [f"key.{n % 23}" for n in range(500)]
     for n, key in enumerate(keys):
         writer.record("/", "ex", key, raw_header(n, delivery_mode=1 + n % 2), n, ("q",))
-    writer.close()
+    writer.close(timeout=None)  # the whole trace written, however loaded the machine
     got = dumped(tmp_path)
     assert [(m["key"], m["size"], m["mode"]) for m in got] == [
         (key, n, 1 + n % 2) for n, key in enumerate(keys)
@@ -96,7 +96,7 @@ def test_segments_roll_inside_a_batch(tmp_path: Path) -> None:
     keys = [f"k{rng.randrange(60) if n > 10_000 else n % 4}" for n in range(20_000)]
     for key in keys:
         writer.record("/", "x", key, raw_header(1), 1, ("q",))
-    writer.close()
+    writer.close(timeout=None)  # the whole trace written, however loaded the machine
     # The model: a segment takes rows while it holds fewer than 25 entries (keys and the
     # one queue set) and fewer than 3,000 rows.
     model: list[list[str]] = [[]]
@@ -127,7 +127,7 @@ def test_the_writer_catches_up_after_drops(tmp_path: Path) -> None:
     writer.flush()  # the writer takes the 100 waiting rows
     for n in range(250, 260):
         writer.record("/", "x", "k", raw_header(n), n, ())
-    writer.close()
+    writer.close(timeout=None)  # the whole trace written, however loaded the machine
     assert [m["size"] for m in dumped(tmp_path)] == [*range(100), *range(250, 260)]
     assert (writer.written, writer.dropped) == (110, 150)
 
@@ -135,6 +135,6 @@ def test_the_writer_catches_up_after_drops(tmp_path: Path) -> None:
 def test_dump_of_a_recorded_trace_is_json(tmp_path: Path) -> None:
     writer = TraceWriter(tmp_path)
     writer.record("/", "x", "k", raw_header(2, headers={"a": [1, "b"]}), 2, frozenset({"q"}))
-    writer.close()
+    writer.close(timeout=None)  # the whole trace written, however loaded the machine
     (line,) = dumped(tmp_path)
     assert json.loads(json.dumps(line))["headers"] == {"a": [1, "b"]}
