@@ -1,23 +1,24 @@
-"""What the trace recorder costs per message: the columnar writer against the JSON-lines one.
+"""What the trace recorder costs: per message in process, and end to end at full publish speed.
 
     .venv/bin/python bench/trace_bench.py                # every case, 500,000 records each
     .venv/bin/python bench/trace_bench.py -n 200000 --reps 5 --cases same-properties
+    .venv/bin/python bench/trace_bench.py --end-to-end --reps 5    # pubsub no-ack, A/B
 
-The writer thread shares the interpreter with the broker's event loop, so its cost per
-message is CPU the broker does not have for publishing while tracing is on. Each case turns
-``-n`` publish records (1,000 routing keys, one queue each) into files in a temporary
-directory, end to end:
+**In process** (the default): each case makes ``-n`` publish records (1,000 routing keys, one
+queue each, content headers shared as the broker's codec shares them) and records them, end
+to end into files in a temporary directory, with:
 
-* ``parquet`` (schema version 3, today's recorder): ``leveret.trace.Segment.take``, the
-  writer thread's own function (headers and delivery mode read from the raw content header,
-  dictionary look-ups, Arrow columns, zstd Parquet row groups), then ``close`` (the
-  dictionary file);
-* ``json`` (schema version 2, the recorder before it, kept below as it was): one JSON line
-  per message with its key index, written as the writer thread wrote them.
+* ``columnar`` (schema version 3, today's recorder): ``TraceWriter.record`` for every
+  message on this thread, its writer thread meanwhile, then ``close``;
+* ``json`` (schema version 2, the recorder before version 3, kept below as it was): the
+  publish path appended a tuple to a deque, the writer thread made one JSON line per message
+  with its key index.
 
-The figures are microseconds per message: wall clock, and CPU time of the whole process
-(Arrow may use threads of its own), best of ``--reps``. The content headers are built with
-pamqp as a client would send them:
+Figures in microseconds per message, best of ``--reps`` (interleaved): ``publish_us``, the
+CPU time of the recording thread (what the event loop pays per publish); ``cpu_us``, the CPU
+time of the whole process from the first record to the files closed (publish path, writer
+thread, Arrow's threads); and wall clock. Cases, content headers built with pamqp as a
+client sends them:
 
 * ``same-properties``: every message the same properties (delivery mode 2 only);
 * ``message-id``: a fresh ``message_id`` per message, as aio-pika sets by default;
@@ -25,7 +26,15 @@ pamqp as a client would send them:
 * ``unique-headers``: a headers table whose values differ on every message (every message
   a new key: the worst case for both formats).
 
-Prints a JSON object per case and format, and a summary line.
+**End to end** (``--end-to-end``): ``bench/loadgen/pubsub.py --ack none`` (``-n`` messages,
+default 200,000 there) against a fresh ``leveret serve`` without and with ``--trace-dir``,
+interleaved (round 1: without then with, round 2: with then without, ...); prints each run,
+then the median and range of msgs/s and of the broker's CPU µs per message (all, the event
+loop's thread, the other threads) for both, and the ratio of the medians. ``--compare
+PYTHON`` adds the same two runs per round with another checkout's broker (its venv's
+interpreter), for before / after.
+
+Prints a JSON object per case and format (per run end to end), and a summary line.
 """
 
 from __future__ import annotations
@@ -33,21 +42,34 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pamqp import commands, header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workloads import PUBSUB, REPO_ROOT, accepts_tcp, default_python, free_port, run_script
 
 from leveret.fieldtable import amqp_json
 from leveret.message import decoded_table, headers_and_mode
-from leveret.trace import Record, Segment
+from leveret.trace import TraceWriter
+
+# What the broker's publish path gives the recorder: vhost, exchange, routing key, the raw
+# content header, the body size and the routed queue names.
+Record = tuple[str, str, str, bytes, int, frozenset[str]]
 
 KEYS = [f"orders.{i % 37}.created.{i}" for i in range(1000)]
 
@@ -74,20 +96,19 @@ CASES: dict[str, Callable[[int], commands.Basic.Properties]] = {
 
 
 def records(case: str, count: int) -> list[Record]:
-    """``count`` publish records of one case (built before the clock starts)."""
+    """``count`` publish records of one case (built before the clock starts). Content headers
+    of up to 128 bytes are shared, and each queue's name set is one object, as in the broker
+    (``leveret.codec`` shares repeated headers; routing returns a binding index's own set)."""
     make = CASES[case]
-    return [
-        (
-            1_763_779_980.0 + i / 1000,
-            "/",
-            "orders",
-            KEYS[i % len(KEYS)],
-            content_header(make(i)),
-            100,
-            (f"q{i % 10}",),
-        )
-        for i in range(count)
-    ]
+    shared: dict[bytes, bytes] = {}
+    queues = [frozenset({f"q{i}"}) for i in range(10)]
+    out: list[Record] = []
+    for i in range(count):
+        raw = content_header(make(i))
+        if len(raw) <= 128:
+            raw = shared.setdefault(raw, raw)
+        out.append(("/", "orders", KEYS[i % len(KEYS)], raw, 100, queues[i % 10]))
+    return out
 
 
 # -- schema version 2: the JSON-lines recorder as it was (broker/trace.py before version 3) ----
@@ -127,7 +148,12 @@ class _V2KeyIndex:
         return known
 
 
-def _v2_line(record: Record, index: _V2KeyIndex) -> str:
+# What the version 2 publish path queued: (ts, vhost, exchange, routing key, raw content
+# header, body size, queue names).
+_V2Record = tuple[float, str, str, str, bytes, int, tuple[str, ...]]
+
+
+def _v2_line(record: _V2Record, index: _V2KeyIndex) -> str:
     ts, vhost, exchange, routing_key, raw_header, body_size, queues = record
     table, mode = headers_and_mode(raw_header)
     headers_json = _v2_headers_json(table) if table is not None else None
@@ -138,80 +164,211 @@ def _v2_line(record: Record, index: _V2KeyIndex) -> str:
     return f'{{"v":2,"ts":{ts:.6f},"id":{ident},"size":{body_size}{mode_part},{fragment}}}'
 
 
-def json_lines(batch: list[Record], directory: Path) -> int:
-    """The version 2 writer: lines in batches of 10,000 (a 0.2 s drain at 50k messages/s),
-    the index before the lines, both flushed."""
-    index = _V2KeyIndex()
-    with (directory / "trace.jsonl").open("ab") as out, (directory / "keys.jsonl").open("ab") as k:
-        for start in range(0, len(batch), 10_000):
-            lines = [_v2_line(record, index) for record in batch[start : start + 10_000]]
-            if index.pending:
-                k.write(("\n".join(index.pending) + "\n").encode())
-                k.flush()
-                index.pending.clear()
-            out.write(("\n".join(lines) + "\n").encode())
-            out.flush()
-    return sum(f.stat().st_size for f in directory.iterdir())
+def json_lines(batch: list[Record], directory: Path) -> float:
+    """The version 2 recorder: the publish path queued a tuple per message (timed here, as
+    the publish path's cost), a writer thread wrote lines in batches of 10,000 (a 0.2 s drain
+    at 50k messages/s), the index before the lines, both flushed. Returns the publish path's
+    CPU seconds."""
+    buffer: deque[_V2Record] = deque()
+    done = threading.Event()
+
+    def write() -> None:
+        index = _V2KeyIndex()
+        with (
+            (directory / "trace.jsonl").open("ab") as out,
+            (directory / "keys.jsonl").open("ab") as keys,
+        ):
+            while buffer or not done.is_set():
+                if not buffer:
+                    time.sleep(0.2)
+                    continue
+                count = min(len(buffer), 10_000)
+                lines = [_v2_line(buffer.popleft(), index) for _ in range(count)]
+                if index.pending:
+                    keys.write(("\n".join(index.pending) + "\n").encode())
+                    keys.flush()
+                    index.pending.clear()
+                out.write(("\n".join(lines) + "\n").encode())
+                out.flush()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    started = time.thread_time()
+    append, now = buffer.append, time.time
+    for vhost, exchange, routing_key, raw, size, queues in batch:
+        append((now(), vhost, exchange, routing_key, raw, size, tuple(queues)))
+    publish = time.thread_time() - started
+    done.set()
+    writer.join()
+    return publish
 
 
-def parquet(batch: list[Record], directory: Path) -> int:
-    """The version 3 writer: ``Segment.take`` in drains of 10,000, then ``close``."""
-    segment = Segment(directory / "trace-20251122T000000-0001.parquet")
-    buffer = deque(batch)
-    while buffer:
-        segment.take(buffer, 10_000, 1 << 30)
-    segment.close()
-    return sum(f.stat().st_size for f in directory.iterdir())
+def columnar(batch: list[Record], directory: Path) -> float:
+    """The version 3 recorder: ``TraceWriter.record`` per message (timed here, as the publish
+    path's cost) while its writer thread writes, then ``close``. Returns the publish path's
+    CPU seconds."""
+    writer = TraceWriter(directory)
+    record = writer.record
+    started = time.thread_time()
+    for vhost, exchange, routing_key, raw, size, queues in batch:
+        record(vhost, exchange, routing_key, raw, size, queues)
+    publish = time.thread_time() - started
+    writer.close(timeout=None)  # every row in the files before the clock stops
+    if writer.dropped:
+        raise RuntimeError(f"the recorder dropped {writer.dropped} records")
+    return publish
 
 
-FORMATS: dict[str, Callable[[list[Record], Path], int]] = {"parquet": parquet, "json": json_lines}
+FORMATS: dict[str, Callable[[list[Record], Path], float]] = {
+    "columnar": columnar,
+    "json": json_lines,
+}
 
 
-def measure(
-    write: Callable[[list[Record], Path], int], batch: list[Record]
-) -> tuple[float, float, int]:
-    """(wall µs, CPU µs) per message and bytes written."""
+def measure(record: Callable[[list[Record], Path], float], batch: list[Record]) -> dict[str, float]:
+    """Per message: publish path CPU µs, whole process CPU µs, wall µs; bytes written."""
     with tempfile.TemporaryDirectory(prefix="leveret-trace-bench-") as directory:
         wall, cpu = time.perf_counter(), time.process_time()
-        size = write(batch, Path(directory))
+        publish = record(batch, Path(directory))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return wall * 1e6 / len(batch), cpu * 1e6 / len(batch), size
+        size = sum(f.stat().st_size for f in Path(directory).iterdir())
+    n = len(batch)
+    return {
+        "publish_us": publish * 1e6 / n,
+        "cpu_us": cpu * 1e6 / n,
+        "wall_us": wall * 1e6 / n,
+        "bytes_per_message": size / n,
+    }
+
+
+def in_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Every case and format, interleaved; the best of ``--reps`` of each figure."""
+    summary: dict[str, Any] = {}
+    for case in args.cases:
+        batch = records(case, args.n)
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.formats}
+        for _ in range(args.reps):  # interleaved: every rep runs both formats
+            for name in args.formats:
+                runs[name].append(measure(FORMATS[name], batch))
+        summary[case] = {}
+        for name, results in runs.items():
+            best = {k: round(min(r[k] for r in results), 3) for k in results[0]}
+            summary[case][name] = {k: best[k] for k in ("publish_us", "cpu_us")}
+            line = {"case": case, "format": name, "records": args.n, **best}
+            print(json.dumps({**line, "runs": results}), flush=True)
+    return {"best_us_per_message": summary}
+
+
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process's main thread (the event loop) and of its other threads
+    (the trace writer, Arrow's pools), from ``/proc/PID/task``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread has ended
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if task.name == str(pid):
+            main += seconds
+        else:
+            other += seconds
+    return main, other
+
+
+def pubsub(python: str, traced: bool, messages: int | None) -> dict[str, Any]:
+    """One pubsub no-ack run against a fresh broker (with ``--trace-dir`` if ``traced``)."""
+    port = free_port()
+    scratch = Path(tempfile.mkdtemp(prefix="leveret-trace-e2e-"))
+    serve = [python, "-m", "leveret", "serve", "--port", str(port), "--management-port", "-1"]
+    serve += ["--log-level", "warning"]
+    if traced:
+        serve += ["--trace-dir", str(scratch / "trace")]
+    log = scratch / "broker.log"
+    # Another checkout's broker (--compare) must not get bytecode files written into it.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    with log.open("w") as out:
+        broker = subprocess.Popen(
+            serve, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not accepts_tcp("127.0.0.1", port):
+            if broker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the broker did not start: {log.read_text()[-500:]}")
+            time.sleep(0.05)
+        load = [python, PUBSUB, "--url", f"amqp://guest:guest@127.0.0.1:{port}/"]
+        load += ["--broker-pid", str(broker.pid), "--ack", "none"]
+        cpu_before = thread_cpu(broker.pid)
+        result = run_script(load + (["-n", str(messages)] if messages else []), timeout=300)
+        cpu_after = thread_cpu(broker.pid)
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        text = log.read_text()
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not result.get("msgs_per_s"):
+        raise RuntimeError(f"pubsub failed: {result.get('error')}")
+    if "dropped" in text:  # the writer logs dropped records
+        raise RuntimeError(f"the recorder dropped records: {text[-300:]}")
+    per_message = 1e6 / result["messages"]
+    return {
+        "traced": traced,
+        "msgs_per_s": result["msgs_per_s"],
+        "broker_cpu_us_per_message": round(result["broker_cpu_s"] * per_message, 3),
+        # From before the load generator starts to after it ends (connections included).
+        "loop_cpu_us_per_message": round((cpu_after[0] - cpu_before[0]) * per_message, 3),
+        "other_threads_cpu_us_per_message": round((cpu_after[1] - cpu_before[1]) * per_message, 3),
+    }
+
+
+def end_to_end(args: argparse.Namespace) -> dict[str, Any]:
+    """pubsub no-ack without and with the trace, interleaved (and the same for the broker of
+    ``--compare``, another checkout's venv); medians and ranges."""
+    pythons = {"this": default_python()}
+    if args.compare:
+        pythons["compare"] = args.compare
+    configurations = [(name, traced) for name in pythons for traced in (False, True)]
+    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {c: [] for c in configurations}
+    for rep in range(args.reps):
+        for name, traced in configurations if rep % 2 == 0 else configurations[::-1]:
+            run = pubsub(pythons[name], traced, args.n if args.n_given else None)
+            runs[name, traced].append(run)
+            print(json.dumps({"round": rep + 1, "broker": name, **run}), flush=True)
+    summary: dict[str, Any] = {}
+    fields = ("msgs_per_s", "broker_cpu_us_per_message", "loop_cpu_us_per_message")
+    for name in pythons:
+        prefix = "" if name == "this" else f"{name}_"
+        for field in (*fields, "other_threads_cpu_us_per_message"):
+            medians = []
+            for traced in (False, True):
+                values = [run[field] for run in runs[name, traced]]
+                medians.append(round(statistics.median(values), 3))
+                summary[f"{prefix}{field}_{'with' if traced else 'without'}_trace"] = {
+                    "median": medians[-1],
+                    "range": [min(values), max(values)],
+                }
+            if field in fields:  # the untraced broker's other threads do next to nothing
+                summary[f"{prefix}{field}_ratio"] = round(medians[1] / medians[0], 3)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", type=int, default=500_000, help="records per case")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("-n", type=int, help="records per case (500,000); messages end to end")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions, interleaved")
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--formats", nargs="+", choices=list(FORMATS), default=list(FORMATS))
+    parser.add_argument("--end-to-end", action="store_true", help="pubsub no-ack, A/B")
+    parser.add_argument(
+        "--compare", metavar="PYTHON", help="end to end: also the broker of this interpreter"
+    )
     args = parser.parse_args(argv)
-    summary: dict[str, dict[str, float]] = {}
-    for case in args.cases:
-        batch = records(case, args.n)
-        summary[case] = {}
-        runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in args.formats}
-        for _ in range(args.reps):  # interleaved: every rep runs both formats
-            for name in args.formats:
-                runs[name].append(measure(FORMATS[name], batch))
-        for name, results in runs.items():
-            best_wall = min(r[0] for r in results)
-            best_cpu = min(r[1] for r in results)
-            summary[case][name] = round(best_cpu, 3)
-            print(
-                json.dumps(
-                    {
-                        "case": case,
-                        "format": name,
-                        "records": args.n,
-                        "wall_us_per_message": [round(r[0], 3) for r in results],
-                        "cpu_us_per_message": [round(r[1], 3) for r in results],
-                        "bytes_per_message": round(results[0][2] / args.n, 2),
-                        "best_wall_us": round(best_wall, 3),
-                        "best_cpu_us": round(best_cpu, 3),
-                    }
-                )
-            )
-    print(json.dumps({"best_cpu_us_per_message": summary}))
+    args.n_given = args.n is not None
+    if args.n is None:
+        args.n = 500_000
+    print(json.dumps(end_to_end(args) if args.end_to_end else in_process(args)))
     return 0
 
 

@@ -702,7 +702,8 @@ class VHost:
                 message.routing_key,
                 payload,
                 message.body_size,
-                tuple(n for n in names if n in self.queues),
+                # The routed set itself (its hash is cached) when every queue exists.
+                names if reached == len(names) else [n for n in names if n in self.queues],
             )
         generation = max(message.sync_gen, held) if held else message.sync_gen
         return reached > 0, rejected, generation

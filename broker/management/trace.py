@@ -2,7 +2,7 @@
 
 ``GET /api/leveret/trace`` reports the state; ``PUT /api/leveret/trace`` with
 ``{"enabled": true, "directory": "/path"}`` starts recording (one JSON line per publish,
-schema in ``broker/trace.py``) and ``{"enabled": false}`` stops it. Administrators only.
+schema in ``broker/trace/schema.py``) and ``{"enabled": false}`` stops it. Administrators only.
 """
 
 from __future__ import annotations
