@@ -3,7 +3,7 @@
 Modules, in the order the data flows:
 
 * :mod:`leveret.pipeline.schema`: the trace's ``StructType`` s (version 3 segments of
-  ``broker/trace.py``: rows and counts; versions 1 and 2: JSON lines read whole);
+  ``broker/trace/``: rows and counts; versions 1 and 2: JSON lines read whole);
 * :mod:`leveret.pipeline.inputs`: the inputs checked and the segments' dictionaries read before
   Spark starts (PyArrow, no Spark);
 * :mod:`leveret.pipeline.topology`: topology sources (``leveret log dump`` lines, RabbitMQ

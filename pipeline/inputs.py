@@ -1,7 +1,7 @@
 """The job's inputs, checked and read before Spark starts. No Spark here.
 
 * :func:`find_traces`: ``--trace`` arguments to trace files: version 3 segments
-  (``trace-*.parquet`` with their ``keys-*.parquet`` dictionary, ``broker/trace.py``) and the
+  (``trace-*.parquet`` with their ``keys-*.parquet`` dictionary, ``broker/trace/``) and the
   JSON-lines traces of versions 1 and 2 (``trace-*.jsonl``, optionally ``.gz``), each checked
   to be what its name says (a file that is not a trace is an error, not one unroutable
   message). URLs (``hdfs://``, ``s3a://``) are listed through Spark later.

@@ -1,6 +1,6 @@
 """Explicit schemas: the traces the broker writes, and the pipeline's own row shapes.
 
-Version 3 traces are Parquet segments (``broker/trace.py``): the pass reads their rows with
+Version 3 traces are Parquet segments (``broker/trace/``): the pass reads their rows with
 :data:`ROWS_SCHEMA` (five numeric columns) and the strings come from the segments'
 dictionaries, read on the driver (:mod:`leveret.pipeline.inputs`). JSON-lines traces of
 versions 1 and 2 are read whole with :data:`TRACE_SCHEMA`, never with schema inference
@@ -9,7 +9,7 @@ versions 1 and 2 are read whole with :data:`TRACE_SCHEMA`, never with schema inf
 ``headers`` is a *string* everywhere: the JSON text of the table, which
 :func:`leveret.pipeline.router.parse_headers` turns back into a table with JSON's types (ints
 stay ints, floats floats, booleans booleans), so headers-exchange matching sees the values the
-broker saw, as far as the trace keeps them (``broker/trace.py`` writes them as the management
+broker saw, as far as the trace keeps them (``broker/trace/`` writes them as the management
 API shows them, ``leveret.fieldtable.amqp_json``: bytes as text, decimals as numbers,
 timestamps as epoch seconds).
 """
@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-# Trace versions this pipeline reads (broker/trace.py SCHEMA_VERSION): version 3 segments, and
+# Trace versions this pipeline reads (broker/trace/schema.py SCHEMA_VERSION): version 3 segments, and
 # the JSON-lines traces of versions 1 and 2 (read whole). A new version needs its own reader
 # and a test.
 SEGMENT_VERSION = 3

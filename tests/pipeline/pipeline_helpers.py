@@ -181,7 +181,7 @@ def trace_record(
     body_size: int = 100,
     delivery_mode: int | None = 1,
 ) -> dict[str, Any]:
-    """One trace line as ``broker/trace.py`` wrote it in schema version 1 (the pipeline
+    """One trace line as ``broker/trace/`` wrote it in schema version 1 (the pipeline
     still reads it; the broker now writes version 2)."""
     return {
         "schema_version": 1,
