@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-# Trace versions this pipeline reads (broker/trace/schema.py SCHEMA_VERSION): version 3 segments, and
+# Trace versions this pipeline reads (broker/trace/ SCHEMA_VERSION): version 3 segments, and
 # the JSON-lines traces of versions 1 and 2 (read whole). A new version needs its own reader
 # and a test.
 SEGMENT_VERSION = 3
