@@ -37,6 +37,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
+from leveret.consumeruse import capacity
 from leveret.management import node, views
 from leveret.storage.iostats import IoStats
 
@@ -86,10 +87,6 @@ LEFT_OUT: dict[str, str] = {
             "rabbitmq_raft_entry_commit_latency_seconds",
         ),
         "Raft: Leveret's quorum queues are not replicated",
-    ),
-    **dict.fromkeys(
-        ("rabbitmq_queue_consumer_capacity", "rabbitmq_queue_consumer_utilisation"),
-        "Leveret does not measure the share of time a queue's consumers could take messages",
     ),
     "rabbitmq_global_publishers": "channels keep no 'has published' flag (3.10.8's own value "
     "goes negative: observed -10 with no publisher)",
@@ -496,6 +493,19 @@ QUEUE_FAMILIES = (
     QueueFamily("queue_messages_paged_out", "gauge", "Messages paged out to disk"),
     QueueFamily(
         "queue_messages_paged_out_bytes", "gauge", "Size in bytes of messages paged out to disk"
+    ),
+    QueueFamily(
+        "queue_consumer_capacity",
+        "gauge",
+        "Consumer capacity",
+        lambda q, _b: capacity(q.use, len(q.consumers)),
+    ),
+    # 3.10.8 serves the same value under both names (rabbit_queue_consumers:utilisation/1).
+    QueueFamily(
+        "queue_consumer_utilisation",
+        "gauge",
+        "Same as consumer capacity",
+        lambda q, _b: capacity(q.use, len(q.consumers)),
     ),
     QueueFamily(
         "queue_messages_persistent", "gauge", "Persistent messages", persistent, stored=True
