@@ -7,8 +7,8 @@ As RabbitMQ 3.10.8's rabbit_queue_consumers (deps/rabbit/src/rabbit_queue_consum
 is at its prefetch limit), and *active* again when a consumer is added or can take a
 message again. Capacity is a moving average, with a half-life of one second
 (``USE_AVG_HALF_LIFE``), of the share of time spent active (rabbit_misc:moving_average);
-a new queue starts active with an average of 1.0. rabbit_amqqueue_process reports 0 for a
-queue without consumers (:func:`capacity`).
+a new queue starts active with an average of 1.0. (rabbit_amqqueue_process reports 0 for a
+queue without consumers: leveret.management.metrics.consumer_capacity.)
 
 The queue (leveret.queue) owns one :class:`ConsumerUse` and calls :meth:`~ConsumerUse.active`
 or :meth:`~ConsumerUse.inactive` where it delivers or cannot; both return at once when
@@ -66,9 +66,3 @@ class ConsumerUse:
         if self.inactive_since:
             return use_avg(self.was_active, now - self.inactive_since, self.average)
         return use_avg(now - self.since, 0.0, self.average)
-
-
-def capacity(use: ConsumerUse, consumers: int) -> float:
-    """A queue's consumer_capacity as rabbit_amqqueue_process reports it: 0 without
-    consumers, else the moving average."""
-    return use.capacity() if consumers else 0.0

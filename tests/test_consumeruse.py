@@ -8,7 +8,7 @@ import math
 import pytest
 
 from leveret import consumeruse
-from leveret.consumeruse import ConsumerUse, capacity, use_avg
+from leveret.consumeruse import ConsumerUse, use_avg
 
 
 class Clock:
@@ -36,17 +36,16 @@ def test_use_avg_is_rabbit_misc_moving_average() -> None:
 
 def test_active_inactive_spells(clock: Clock) -> None:
     use = ConsumerUse()
-    assert capacity(use, 0) == 0.0
-    assert capacity(use, 1) == 1.0
+    assert use.capacity() == 1.0
     clock.now += 1.0
     use.inactive()
     use.inactive()  # no change: the spell began at the first call
     clock.now += 1.0
     # one second active, one inactive, from 1.0
-    assert capacity(use, 1) == pytest.approx(use_avg(1.0, 1.0, 1.0))
+    assert use.capacity() == pytest.approx(use_avg(1.0, 1.0, 1.0))
     use.active()
     settled = use.average
     assert settled == pytest.approx(use_avg(1.0, 1.0, 1.0))
     use.active()  # no change
     clock.now += 2.0
-    assert capacity(use, 3) == pytest.approx(use_avg(2.0, 0.0, settled))
+    assert use.capacity() == pytest.approx(use_avg(2.0, 0.0, settled))

@@ -37,7 +37,6 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from leveret.consumeruse import capacity
 from leveret.management import node, views
 from leveret.storage.iostats import IoStats
 
@@ -409,6 +408,12 @@ def disk_writes(queue: Queue, _unacked_bytes: int) -> float:
     return 0 if store is None else store.disk_counts((queue.vhost.name, queue.name))[1]
 
 
+def consumer_capacity(queue: Queue, _unacked_bytes: int) -> float:
+    """rabbit_amqqueue_process's consumer_capacity (and consumer_utilisation): 0 for a queue
+    without consumers, else its consumers' use (leveret.consumeruse)."""
+    return queue.use.capacity() if queue.consumers else 0.0
+
+
 COARSE = ("queue_coarse_metrics",)
 QUEUE_FAMILIES = (
     QueueFamily(
@@ -498,14 +503,14 @@ QUEUE_FAMILIES = (
         "queue_consumer_capacity",
         "gauge",
         "Consumer capacity",
-        lambda q, _b: capacity(q.use, len(q.consumers)),
+        consumer_capacity,
     ),
     # 3.10.8 serves the same value under both names (rabbit_queue_consumers:utilisation/1).
     QueueFamily(
         "queue_consumer_utilisation",
         "gauge",
         "Same as consumer capacity",
-        lambda q, _b: capacity(q.use, len(q.consumers)),
+        consumer_capacity,
     ),
     QueueFamily(
         "queue_messages_persistent", "gauge", "Persistent messages", persistent, stored=True
