@@ -8,7 +8,8 @@ by one thread at a time under the store's I/O lock, so a reader on another threa
 value that was true a moment ago). What each counter means here:
 
 - *read*: one read of a file (a segment ``msgs.N`` or a mark file ``acks.N``, read whole at
-  start-up, when a segment is rewritten, or when messages are read back for a queue);
+  start-up, when a segment is rewritten, or when messages are read back for a queue; and
+  each file's header, checked at start-up before anything is repaired);
 - *write*: one ``write()`` call to either file; *sync*: one fsync or fdatasync of either;
 - *seek*: the store never seeks (it appends with ``O_APPEND`` and reads files whole), so
   this stays 0, as it is;
@@ -54,14 +55,14 @@ class IoStats:
         self.msg_reads = self.msg_writes = 0
         self.index_read_ops = self.index_write_ops = 0
 
-    def read(self, size: int, started: float, *, index: bool = False) -> None:
-        """One read of ``size`` bytes begun at ``started`` (``time.perf_counter()``);
-        ``index``: of a mark file."""
-        self.read_ops += 1
+    def read(self, size: int, started: float, *, index: bool = False, count: int = 1) -> None:
+        """One read (or ``count``) of ``size`` bytes begun at ``started``
+        (``time.perf_counter()``); ``index``: of a mark file."""
+        self.read_ops += count
         self.read_bytes += size
         self.read_seconds += time.perf_counter() - started
         if index:
-            self.index_read_ops += 1
+            self.index_read_ops += count
 
     def wrote(self, size: int, started: float, *, index: bool = False) -> None:
         """One write of ``size`` bytes begun at ``started``; ``index``: to a mark file."""

@@ -172,7 +172,9 @@ class MessageStore:
         self = cls(Path(directory), segment_size, rewrite_ratio)
         self.directory.mkdir(parents=True, exist_ok=True)
         numbers = sorted(iter_numbers(self.directory, "msgs."))
-        check_headers(self.directory)  # refuse a newer format before repairing anything
+        started = time.perf_counter()
+        reads, size = check_headers(self.directory)  # refuse a newer format before repairing
+        self.io.read(size, started, count=reads)
         for stale in self.directory.glob("msgs.*.tmp"):
             log.warning("%s: removing %s left by an interrupted rewrite", directory, stale.name)
             stale.unlink()

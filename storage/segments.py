@@ -242,13 +242,18 @@ def read_header(path: Path, data: bytes, magic: bytes) -> bool:
     return True
 
 
-def check_headers(directory: Path) -> None:
-    """Raise :class:`LogFormatError` if any segment or mark file is not ours or is newer."""
+def check_headers(directory: Path) -> tuple[int, int]:
+    """Raise :class:`LogFormatError` if any segment or mark file is not ours or is newer;
+    returns the reads made and the bytes they read (the store counts them)."""
+    reads = size = 0
     for prefix, magic in (("msgs.", SEGMENT_MAGIC), ("acks.", MARKS_MAGIC)):
         for number in iter_numbers(directory, prefix):
             path = directory / f"{prefix}{number:08d}"
             with path.open("rb") as f:
-                read_header(path, f.read(HEADER_LEN), magic)
+                header = f.read(HEADER_LEN)
+            reads, size = reads + 1, size + len(header)
+            read_header(path, header, magic)
+    return reads, size
 
 
 def read_marks(path: Path) -> tuple[set[int], set[int], int, int]:
