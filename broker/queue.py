@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.arguments import arg_text, queue_type
+from leveret.consumeruse import ConsumerUse
 from leveret.deadletter import dead_letter
 from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
@@ -203,6 +204,7 @@ class Queue:
         "single_active",
         "store",
         "unacked",
+        "use",
         "vhost",
     )
 
@@ -246,6 +248,7 @@ class Queue:
         self.get_empty_total: int = 0  # basic.get-empty answers
         self.redeliver_total: int = 0  # deliveries and gets of redelivered messages
         self.acked_total: int = 0
+        self.use: ConsumerUse = ConsumerUse()  # consumer capacity (leveret.consumeruse)
         self.max_priority = int_arg(arguments, "x-max-priority")
         self.single_active = arguments.get("x-single-active-consumer") is True
         # A quorum queue (x-queue-type) keeps every message on disk, counts deliveries
@@ -345,7 +348,9 @@ class Queue:
                         consumer.unacked += 1
                         self.unacked += 1
                     consumer.channel.deliver(consumer, (message, False, 0.0, self.seq))
+                    self.use.active()
                     return True
+            self.use.inactive()  # no consumer could take it at once
             # _push, inlined for the hot path.
             self.seq += 1
             self.messages.append((message, False, 0.0, self.seq))
@@ -379,7 +384,9 @@ class Queue:
                     self._persist(message, ttl)
                 self.seq += 1
                 self.deliver(consumer, (message, False, expires, self.seq))
+                self.use.active()
                 return True
+        self.use.inactive()  # no consumer could take it at once
         if ttl == 0:
             # TTL 0: delivered only to a consumer ready now, else expired at once
             # (the documented replacement for ``immediate``).
@@ -445,7 +452,9 @@ class Queue:
         while messages and self.consumers:
             consumer = self._next_consumer()
             if consumer is None:
+                self.use.inactive()  # every consumer at its prefetch limit
                 return
+            self.use.active()
             entry = self._pop()
             if entry[2] and entry[2] <= now:
                 self._drop(entry[0], "expired")
@@ -778,6 +787,7 @@ class Queue:
             # Stable sort: equal priorities keep subscription order.
             self.consumers.sort(key=lambda c: -c.priority)
         self.had_consumers = True
+        self.use.active()
         if consumer.exclusive:
             self.exclusive_consumer = True
         if self.expires is not None:

@@ -3,10 +3,13 @@
 Theory of operation
 -------------------
 The file format is in :mod:`leveret.storage.segments`. The store keeps in memory only what it needs
-to account for liveness: for each queue, ``msg_id -> segment number << 1 | delivered bit``
-of its unacked messages, and per segment the counts of records and live messages. The
-messages themselves live in the broker's queues; the store hands them back once, at start-up
-(:meth:`MessageStore.recover`).
+to account for liveness: for each queue, ``msg_id -> body size << SIZE_SHIFT | segment
+number << 1 | delivered bit`` of its unacked messages (and their count and body bytes, what
+``rabbitmq_queue_messages_persistent`` and ``..._persistent_bytes`` report), and per
+segment the counts of records and live messages. The messages themselves live in the
+broker's queues; the store hands them back once, at start-up (:meth:`MessageStore.recover`).
+What it does with its files is counted in :attr:`MessageStore.io`
+(:mod:`leveret.storage.iostats`).
 
 Durability contract:
 
@@ -68,6 +71,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -75,13 +79,16 @@ from types import TracebackType
 from leveret.storage.bookkeeping import SegmentState, write_chunked
 from leveret.storage.errors import StoreClosedError
 from leveret.storage.files import datasync, fsync_dir, gc_paused, out_of_space, write_all
+from leveret.storage.iostats import IoStats
 from leveret.storage.segments import (
     ACKED,
     DELIVERED,
     MARKS_HEADER,
+    NUMBER_MASK,
     SEGMENT_HEADER,
     SEGMENT_MAGIC,
     SEGMENT_VERSION,
+    SIZE_SHIFT,
     QueueKey,
     StoredMessage,
     check_headers,
@@ -145,6 +152,11 @@ class MessageStore:
         self._next_id = 1
         self._failed: str | None = None
         self._dir_unsynced = False  # a new segment's name is not durable yet (a failed fsync)
+        self._bytes: dict[QueueKey, int] = {}  # body bytes of each queue's live messages
+        # Per queue, messages written for it and read back for it (rabbitmq_queue_disk_*).
+        self._disk_writes: dict[QueueKey, int] = {}
+        self._disk_reads: dict[QueueKey, int] = {}
+        self.io = IoStats()
 
     @classmethod
     def open(
@@ -160,7 +172,9 @@ class MessageStore:
         self = cls(Path(directory), segment_size, rewrite_ratio)
         self.directory.mkdir(parents=True, exist_ok=True)
         numbers = sorted(iter_numbers(self.directory, "msgs."))
-        check_headers(self.directory)  # refuse a newer format before repairing anything
+        started = time.perf_counter()
+        reads, size = check_headers(self.directory)  # refuse a newer format before repairing
+        self.io.read(size, started, count=reads)
         for stale in self.directory.glob("msgs.*.tmp"):
             log.warning("%s: removing %s left by an interrupted rewrite", directory, stale.name)
             stale.unlink()
@@ -169,6 +183,9 @@ class MessageStore:
         with gc_paused():
             for number in numbers:
                 self._load(number)
+        for queue, ids in self._live.items():
+            self._bytes[queue] = sum(tag >> SIZE_SHIFT for tag in ids.values())
+            self._disk_reads[queue] = len(ids)
         last = self._segments[max(self._segments)] if self._segments else None
         if last is not None and last.size < segment_size and last.version == SEGMENT_VERSION:
             self._head = last
@@ -179,15 +196,19 @@ class MessageStore:
 
     def _load(self, number: int) -> None:
         path = segment_path(self.directory, number)
-        data = path.read_bytes()
+        data = self._read(path)
         if not read_header(path, data, SEGMENT_MAGIC):
             log.warning("%s: partial header (crash while creating it); removed", path)
             path.unlink()
             marks_path(self.directory, number).unlink(missing_ok=True)
             return
-        acked, delivered, top = read_marks(marks_path(self.directory, number))
+        started = time.perf_counter()
+        acked, delivered, top, size = read_marks(marks_path(self.directory, number))
+        if size:
+            self.io.read(size, started, index=True)
         assert self._recovered is not None
         loaded = load_segment(path, data, number, acked, delivered, self._recovered, self._live)
+        self.io.msg_reads += loaded.live
         segment = self._segments[number] = SegmentState(number, on_disk=True)
         segment.records, segment.live, segment.size = loaded.records, loaded.live, loaded.end
         segment.written = loaded.end
@@ -246,7 +267,9 @@ class MessageStore:
             ids = self._live.get(queue)
             if ids is None:
                 ids = self._live[queue] = {}
-            ids[msg_id] = segment.number << 1
+            ids[msg_id] = len(body) << SIZE_SHIFT | segment.number << 1
+            self._bytes[queue] = self._bytes.get(queue, 0) + len(body)
+            self._disk_writes[queue] = self._disk_writes.get(queue, 0) + 1
         return msg_id
 
     def ack(self, queue: QueueKey, msg_id: int) -> bool:
@@ -256,7 +279,8 @@ class MessageStore:
             tag = ids.pop(msg_id, None) if ids is not None else None
             if tag is None:
                 return False
-            segment = self._segments[tag >> 1]
+            self._bytes[queue] -= tag >> SIZE_SHIFT
+            segment = self._segments[tag >> 1 & NUMBER_MASK]
             segment.live -= 1
             segment.marks += mark_record(ACKED, msg_id)
         return True
@@ -270,7 +294,7 @@ class MessageStore:
             if ids is None or tag is None or tag & 1:
                 return
             ids[msg_id] = tag | 1
-            self._segments[tag >> 1].marks += mark_record(DELIVERED, msg_id)
+            self._segments[tag >> 1 & NUMBER_MASK].marks += mark_record(DELIVERED, msg_id)
 
     def drop_queue(self, queue: QueueKey) -> int:
         """Ack every message of ``queue`` (deleted or purged); returns how many.
@@ -281,9 +305,11 @@ class MessageStore:
         with self._lock:
             ids = self._live.pop(queue, None) or {}
             self._prefixes.pop(queue, None)
+            for figures in (self._bytes, self._disk_writes, self._disk_reads):
+                figures.pop(queue, None)  # a queue declared again later starts from 0
             segments = self._segments
             for msg_id, tag in ids.items():
-                segment = segments[tag >> 1]
+                segment = segments[tag >> 1 & NUMBER_MASK]
                 segment.live -= 1
                 segment.marks += mark_record(ACKED, msg_id)
         return len(ids)
@@ -359,14 +385,30 @@ class MessageStore:
         new = not segment.on_disk
         parts = [SEGMENT_HEADER, *records] if new else records
         try:
-            write_chunked(segment.fd, parts, size, write_all)
+            write_chunked(segment.fd, parts, size, self._counted_write)
+            started = time.perf_counter()
             datasync(segment.fd)
+            self.io.synced(started)
         except BaseException:
             self._cut(segment.fd, segment.written, segment_path(self.directory, segment.number))
             raise
         segment.written += size
         segment.on_disk = True
+        self.io.msg_writes += len(records)
         return new
+
+    def _counted_write(self, fd: int, data: bytes | bytearray, index: bool = False) -> None:
+        """``write_all`` (the seam tests replace), counted in :attr:`io`."""
+        started = time.perf_counter()
+        write_all(fd, data)
+        self.io.wrote(len(data), started, index=index)
+
+    def _read(self, path: Path) -> bytes:
+        """A whole segment file, its read counted in :attr:`io`."""
+        started = time.perf_counter()
+        data = path.read_bytes()
+        self.io.read(len(data), started)
+        return data
 
     def _write_marks(self, segment: SegmentState, marks: bytearray) -> None:
         """Append ``marks`` to acks.N (not fsynced); on failure cut the file back."""
@@ -374,9 +416,11 @@ class MessageStore:
             path = marks_path(self.directory, segment.number)
             segment.marks_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             segment.marks_size = os.fstat(segment.marks_fd).st_size
+            if segment.marks_size:
+                self.io.reopen_ops += 1  # closed by compact() or a restart, opened again
         data = marks if segment.marks_size else MARKS_HEADER + marks
         try:
-            write_all(segment.marks_fd, data)
+            self._counted_write(segment.marks_fd, data, index=True)
         except BaseException:
             path = marks_path(self.directory, segment.number)
             self._cut(segment.marks_fd, segment.marks_size, path)
@@ -461,7 +505,9 @@ class MessageStore:
                 segments = list(self._segments.values())
             for segment in segments:
                 if segment.marks_unsynced:
+                    started = time.perf_counter()
                     os.fsync(segment.marks_fd)
+                    self.io.synced(started)
                     segment.marks_unsynced = False
                 if segment.marks_fd >= 0 and segment is not self._head:
                     os.close(segment.marks_fd)  # reopened on the next mark, if any
@@ -471,7 +517,7 @@ class MessageStore:
         """Copy the live records of an idle segment to a new file (of the current format
         version) and swap it in."""
         path = segment_path(self.directory, segment.number)
-        data = path.read_bytes()  # idle: nothing writes to this file any more
+        data = self._read(path)  # idle: nothing writes to this file any more
         version = layout_of(data).version
         records = list(iter_records(data))
         keep: list[memoryview | bytes] = []
@@ -503,16 +549,19 @@ class MessageStore:
         with self._lock:
             self._check_usable()
             ids = dict(self._live.get(queue) or {})
-            numbers = sorted({tag >> 1 for tag in ids.values()})
+            numbers = sorted({tag >> 1 & NUMBER_MASK for tag in ids.values()})
         found: list[StoredMessage] = []
         for number in numbers:
             # Orphaned messages are in segments written before this run (never pending ones);
             # a rewrite meanwhile swaps in a file that still holds them (they are live).
-            data = segment_path(self.directory, number).read_bytes()
+            data = self._read(segment_path(self.directory, number))
             for key, msg_id, start, _ in iter_records(data):
                 tag = ids.get(msg_id) if key == queue else None
                 if tag is not None:
                     found.append(read_message(data, start, bool(tag & 1)))
+        self.io.msg_reads += len(found)
+        with self._lock:
+            self._disk_reads[queue] = self._disk_reads.get(queue, 0) + len(found)
         if len(found) != len(ids):
             log.error(
                 "%s: %d of the %d messages of queue %r could not be read back",
@@ -524,6 +573,17 @@ class MessageStore:
         return found
 
     # -- inspection and lifecycle -----------------------------------------------------------
+
+    def held(self, queue: QueueKey) -> tuple[int, int]:
+        """``(messages, body bytes)`` the store holds for ``queue`` (not acked): a durable
+        queue's persistent messages, ready or unacknowledged. No lock: two dict reads."""
+        ids = self._live.get(queue)
+        return (len(ids), self._bytes.get(queue, 0)) if ids else (0, 0)
+
+    def disk_counts(self, queue: QueueKey) -> tuple[int, int]:
+        """``(reads, writes)``: messages of ``queue`` read back from the segments (at
+        start-up, or when the queue came back) and written for it, since it was declared."""
+        return self._disk_reads.get(queue, 0), self._disk_writes.get(queue, 0)
 
     def stats(self) -> StoreStats:
         """Segments, bytes, records and live messages, counted now."""

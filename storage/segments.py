@@ -102,6 +102,11 @@ MSG_HEAD_V1 = struct.Struct(">IIBQQBBIBB")
 MARK_BODY = struct.Struct(">BQ")
 MARK = struct.Struct(">BQI")
 MARK_LEN = 13
+# A live message's tag in the store (``live[queue][msg_id]``): its body size shifted left by
+# SIZE_SHIFT, then its segment number (NUMBER_MASK once shifted right by one), then the
+# delivered bit.
+SIZE_SHIFT = 41
+NUMBER_MASK = (1 << 40) - 1
 assert HEADER.size == HEADER_LEN
 assert FRAME.size == FRAME_LEN and FRAME_V1.size == FRAME_V1_LEN
 assert MSG_FIXED.size == MSG_FIXED_LEN
@@ -237,25 +242,31 @@ def read_header(path: Path, data: bytes, magic: bytes) -> bool:
     return True
 
 
-def check_headers(directory: Path) -> None:
-    """Raise :class:`LogFormatError` if any segment or mark file is not ours or is newer."""
+def check_headers(directory: Path) -> tuple[int, int]:
+    """Raise :class:`LogFormatError` if any segment or mark file is not ours or is newer;
+    returns the reads made and the bytes they read (the store counts them)."""
+    reads = size = 0
     for prefix, magic in (("msgs.", SEGMENT_MAGIC), ("acks.", MARKS_MAGIC)):
         for number in iter_numbers(directory, prefix):
             path = directory / f"{prefix}{number:08d}"
             with path.open("rb") as f:
-                read_header(path, f.read(HEADER_LEN), magic)
+                header = f.read(HEADER_LEN)
+            reads, size = reads + 1, size + len(header)
+            read_header(path, header, magic)
+    return reads, size
 
 
-def read_marks(path: Path) -> tuple[set[int], set[int], int]:
-    """``(acked ids, delivered ids, largest id)`` of a mark file, its tail repaired."""
+def read_marks(path: Path) -> tuple[set[int], set[int], int, int]:
+    """``(acked ids, delivered ids, largest id, bytes read)`` of a mark file, its tail
+    repaired."""
     acked: set[int] = set()
     delivered: set[int] = set()
     if not path.exists():
-        return acked, delivered, 0
+        return acked, delivered, 0, 0
     data = path.read_bytes()
     if not read_header(path, data, MARKS_MAGIC):
         path.unlink()  # created but never written to: nothing to lose
-        return acked, delivered, 0
+        return acked, delivered, 0, len(data)
     end = HEADER_LEN + (len(data) - HEADER_LEN) // MARK_LEN * MARK_LEN
     if end != len(data):
         truncate_tail(path, end, data[end:], "incomplete mark", torn=True)
@@ -272,7 +283,7 @@ def read_marks(path: Path) -> tuple[set[int], set[int], int]:
         pos += MARK_LEN
     if bad:
         log.error("%s: %d bad marks skipped (their messages may be redelivered)", path, bad)
-    return acked, delivered, top
+    return acked, delivered, top, len(data)
 
 
 def check_record(data: bytes, pos: int, layout: Layout) -> tuple[str | None, bool]:
@@ -376,7 +387,8 @@ def load_segment(
     live: dict[QueueKey, dict[int, int]],
 ) -> Loaded:
     """Recovery of one segment: for each unacked message, append a :class:`StoredMessage` to
-    ``recovered[queue]`` and set ``live[queue][msg_id] = number << 1 | delivered``.
+    ``recovered[queue]`` and set ``live[queue][msg_id] = body size << SIZE_SHIFT | number
+    << 1 | delivered``.
 
     The loop is the start-up cost of a store with a million messages, so the sound record is
     handled inline with one struct call; anything odd goes to :func:`skip_or_truncate`.
@@ -434,7 +446,8 @@ def load_segment(
                             ),
                         )
                     )
-                    slot[1][msg_id] = seg_tag | was_delivered
+                    body_size = end - h - hlen
+                    slot[1][msg_id] = body_size << SIZE_SHIFT | seg_tag | was_delivered
                     n_live += 1
                 pos = end
                 continue

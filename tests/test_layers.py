@@ -219,7 +219,16 @@ WIRE = (
     "leveret.inspect",
 )
 # The node: vhosts, queues and messages and their rules.
-NODE = ("queue", "stream", "vhost", "deadletter", "delayed", "prioritydeque", "acktimeout")
+NODE = (
+    "queue",
+    "stream",
+    "vhost",
+    "deadletter",
+    "delayed",
+    "prioritydeque",
+    "acktimeout",
+    "consumeruse",
+)
 
 
 def imports_with_guard(path: Path) -> list[tuple[str, bool]]:

@@ -38,6 +38,7 @@ from prometheus_client.core import (
 )
 
 from leveret.management import node, views
+from leveret.storage.iostats import IoStats
 
 if TYPE_CHECKING:
     from leveret.queue import Queue
@@ -86,39 +87,12 @@ LEFT_OUT: dict[str, str] = {
         ),
         "Raft: Leveret's quorum queues are not replicated",
     ),
-    **dict.fromkeys(
-        (
-            "rabbitmq_io_read_ops_total",
-            "rabbitmq_io_read_bytes_total",
-            "rabbitmq_io_write_ops_total",
-            "rabbitmq_io_write_bytes_total",
-            "rabbitmq_io_sync_ops_total",
-            "rabbitmq_io_seek_ops_total",
-            "rabbitmq_io_reopen_ops_total",
-            "rabbitmq_io_read_time_seconds_total",
-            "rabbitmq_io_write_time_seconds_total",
-            "rabbitmq_io_sync_time_seconds_total",
-            "rabbitmq_io_seek_time_seconds_total",
-            "rabbitmq_msg_store_read_total",
-            "rabbitmq_msg_store_write_total",
-            "rabbitmq_queue_index_read_ops_total",
-            "rabbitmq_queue_index_write_ops_total",
-            "rabbitmq_queue_disk_reads_total",
-            "rabbitmq_queue_disk_writes_total",
-        ),
-        "file_handle_cache, message store and queue index I/O: Leveret's store (storage/) "
-        "keeps no such counters yet",
-    ),
-    **dict.fromkeys(
-        ("rabbitmq_queue_messages_persistent", "rabbitmq_queue_messages_persistent_bytes"),
-        "queues keep no count of their persistent messages; a scrape would walk every message",
-    ),
-    **dict.fromkeys(
-        ("rabbitmq_queue_consumer_capacity", "rabbitmq_queue_consumer_utilisation"),
-        "Leveret does not measure the share of time a queue's consumers could take messages",
-    ),
-    "rabbitmq_global_publishers": "channels keep no 'has published' flag (3.10.8's own value "
-    "goes negative: observed -10 with no publisher)",
+    # rabbit_channel:terminate/2 in 3.10.8 decrements the publisher count only when the
+    # channel's publishing_mode is false, so the figure drifts below 0 (observed: -10 with
+    # no publisher; fixed after 3.10.8 by rabbitmq-server pull request 6244).
+    "rabbitmq_global_publishers": "3.10.8's own figure is wrong (it goes negative), and the "
+    "fixed meaning, open channels that have published, needs a per-channel flag on the "
+    "publish path that Leveret's channels do not keep (only their connection's)",
     **dict.fromkeys(
         (
             "rabbitmq_auth_attempts_detailed_total",
@@ -276,6 +250,80 @@ def totals_families(server: Server) -> Iterator[Metric]:
         yield single(family, value)
 
 
+@dataclass(frozen=True)
+class IoFamily(Family):
+    """A family of the node's storage I/O: the :class:`~leveret.storage.iostats.IoStats`
+    attribute it reads, and whether it counts the delayed-message store too (file I/O of
+    the node) or the queues' message store only (what rabbit_msg_store and
+    rabbit_queue_index count in RabbitMQ)."""
+
+    attribute: str = ""
+    all_stores: bool = True
+
+
+# deps/rabbitmq_prometheus/src/collectors/prometheus_rabbitmq_core_metrics_collector.erl
+# (file_handle_cache_stats), counted as storage/iostats.py says.
+IO = (
+    IoFamily("io_read_ops_total", "counter", "Total number of I/O read operations", "read_ops"),
+    IoFamily("io_read_bytes_total", "counter", "Total number of I/O bytes read", "read_bytes"),
+    IoFamily("io_write_ops_total", "counter", "Total number of I/O write operations", "write_ops"),
+    IoFamily("io_write_bytes_total", "counter", "Total number of I/O bytes written", "write_bytes"),
+    IoFamily("io_sync_ops_total", "counter", "Total number of I/O sync operations", "sync_ops"),
+    IoFamily("io_seek_ops_total", "counter", "Total number of I/O seek operations", "seek_ops"),
+    IoFamily(
+        "io_reopen_ops_total",
+        "counter",
+        "Total number of times files have been reopened",
+        "reopen_ops",
+    ),
+    IoFamily("io_read_time_seconds_total", "counter", "Total I/O read time", "read_seconds"),
+    IoFamily("io_write_time_seconds_total", "counter", "Total I/O write time", "write_seconds"),
+    IoFamily("io_sync_time_seconds_total", "counter", "Total I/O sync time", "sync_seconds"),
+    IoFamily("io_seek_time_seconds_total", "counter", "Total I/O seek time", "seek_seconds"),
+    IoFamily(
+        "msg_store_read_total",
+        "counter",
+        "Total number of Message Store read operations",
+        "msg_reads",
+        all_stores=False,
+    ),
+    IoFamily(
+        "msg_store_write_total",
+        "counter",
+        "Total number of Message Store write operations",
+        "msg_writes",
+        all_stores=False,
+    ),
+    IoFamily(
+        "queue_index_read_ops_total",
+        "counter",
+        "Total number of Queue Index read operations",
+        "index_read_ops",
+        all_stores=False,
+    ),
+    IoFamily(
+        "queue_index_write_ops_total",
+        "counter",
+        "Total number of Queue Index write operations",
+        "index_write_ops",
+        all_stores=False,
+    ),
+)
+
+
+def io_families(server: Server) -> Iterator[Metric]:
+    """rabbitmq_io_*, rabbitmq_msg_store_* and rabbitmq_queue_index_*: what the node's
+    message stores did with their files (all 0 without a data directory: no file I/O)."""
+    queues, both = IoStats(), IoStats()
+    persistence = server.persistence
+    if persistence is not None:
+        queues.add(persistence.store.io)
+        both.add(persistence.store.io)
+        both.add(persistence.delayed.io)
+    for family in IO:
+        yield single(family, getattr(both if family.all_stores else queues, family.attribute))
+
+
 def node_families(server: Server, *, alarms: bool) -> Iterator[Metric]:
     """The node's own families (``alarms``: the alarm families, which 3.10.8 serves on
     /metrics but not on /metrics/per-object)."""
@@ -304,6 +352,7 @@ def node_families(server: Server, *, alarms: bool) -> Iterator[Metric]:
     attempts = (churn.auth_succeeded + churn.auth_failed, churn.auth_succeeded, churn.auth_failed)
     for family, value in zip(AUTH, attempts, strict=True):
         yield single(family, value, {"protocol": PROTOCOL})
+    yield from io_families(server)
 
 
 # -- queues -----------------------------------------------------------------------------
@@ -317,6 +366,9 @@ class QueueFamily(Family):
 
     value: Callable[[Queue, int], float] = lambda _q, _b: 0
     summed: bool = True
+    # Read from the queue's message store: 0, without a call, for a queue that has none
+    # (non-durable, or no data directory), which keeps a scrape of many such queues cheap.
+    stored: bool = False
     groups: tuple[str, ...] = ("queue_metrics",)
 
 
@@ -328,6 +380,42 @@ def head_timestamp(queue: Queue, _unacked_bytes: int) -> float:
         return math.nan
     stamp = head[0].properties.timestamp
     return stamp.timestamp() if stamp is not None else math.nan
+
+
+def persistent(queue: Queue, _unacked_bytes: int) -> float:
+    """The queue's persistent messages, ready or unacknowledged: those its message store
+    holds. As rabbit_variable_queue's persistent_count, a message counts when it is
+    persistent and its queue durable (a non-durable queue has none). A Leveret quorum
+    queue stores every message whatever its delivery mode (broker/queue.py), as a
+    RabbitMQ quorum queue keeps each in its log: all of them count."""
+    store = queue.store
+    return 0 if store is None else store.held((queue.vhost.name, queue.name))[0]
+
+
+def persistent_bytes(queue: Queue, _unacked_bytes: int) -> float:
+    """The body bytes of :func:`persistent`'s messages."""
+    store = queue.store
+    return 0 if store is None else store.held((queue.vhost.name, queue.name))[1]
+
+
+def disk_reads(queue: Queue, _unacked_bytes: int) -> float:
+    """Messages of the queue read back from disk since it was declared (at start-up, or
+    when a durable queue left in the store came back), as rabbit_variable_queue's
+    disk_read_count."""
+    store = queue.store
+    return 0 if store is None else store.disk_counts((queue.vhost.name, queue.name))[0]
+
+
+def disk_writes(queue: Queue, _unacked_bytes: int) -> float:
+    """Messages of the queue written to disk since it was declared (disk_write_count)."""
+    store = queue.store
+    return 0 if store is None else store.disk_counts((queue.vhost.name, queue.name))[1]
+
+
+def consumer_capacity(queue: Queue, _unacked_bytes: int) -> float:
+    """rabbit_amqqueue_process's consumer_capacity (and consumer_utilisation): 0 for a queue
+    without consumers, else its consumers' use (leveret.consumeruse)."""
+    return queue.use.capacity() if queue.consumers else 0.0
 
 
 COARSE = ("queue_coarse_metrics",)
@@ -414,6 +502,43 @@ QUEUE_FAMILIES = (
     QueueFamily("queue_messages_paged_out", "gauge", "Messages paged out to disk"),
     QueueFamily(
         "queue_messages_paged_out_bytes", "gauge", "Size in bytes of messages paged out to disk"
+    ),
+    QueueFamily(
+        "queue_consumer_capacity",
+        "gauge",
+        "Consumer capacity",
+        consumer_capacity,
+    ),
+    # 3.10.8 serves the same value under both names (rabbit_queue_consumers:utilisation/1).
+    QueueFamily(
+        "queue_consumer_utilisation",
+        "gauge",
+        "Same as consumer capacity",
+        consumer_capacity,
+    ),
+    QueueFamily(
+        "queue_messages_persistent", "gauge", "Persistent messages", persistent, stored=True
+    ),
+    QueueFamily(
+        "queue_messages_persistent_bytes",
+        "gauge",
+        "Size in bytes of persistent messages",
+        persistent_bytes,
+        stored=True,
+    ),
+    QueueFamily(
+        "queue_disk_reads_total",
+        "counter",
+        "Total number of times queue read messages from disk",
+        disk_reads,
+        stored=True,
+    ),
+    QueueFamily(
+        "queue_disk_writes_total",
+        "counter",
+        "Total number of times queue wrote messages to disk",
+        disk_writes,
+        stored=True,
     ),
     QueueFamily(
         "queue_head_message_timestamp",

@@ -141,7 +141,9 @@ class Table:
 
 async def read_queues(server: Server, view: View) -> Table:
     """The queue families of ``view``, read from every queue it covers."""
-    wanted = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups)]
+    wanted = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups) and not f.stored]
+    stored = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups) and f.stored]
+    wanted += stored  # last: a queue without a store gets their zeros in one go
     table = Table(list(wanted), ("vhost", "queue"))
     if not wanted:
         return table
@@ -152,11 +154,18 @@ async def read_queues(server: Server, view: View) -> Table:
         if view.vhost(vhost.name)
         for queue in vhost.queues.values()
     ]
-    reads = [f.value for f in wanted]
+    reads = [f.value for f in wanted[: len(wanted) - len(stored)]]
+    stored_reads = [f.value for f in stored]
+    zeros = [0.0] * len(stored)
     rows = table.rows
     for index, (vhost, queue) in enumerate(queues):
         unacked = sizes.get(id(queue), 0)
-        rows.append(([vhost, queue.name], [read(queue, unacked) for read in reads]))
+        values = [read(queue, unacked) for read in reads]
+        if queue.store is None:
+            values += zeros
+        else:
+            values += [read(queue, unacked) for read in stored_reads]
+        rows.append(([vhost, queue.name], values))
         if index % CHUNK == CHUNK - 1:
             await asyncio.sleep(0)
     return table
