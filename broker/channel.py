@@ -34,6 +34,7 @@ from pamqp import commands
 from leveret import codec, firehose
 from leveret.acktimeout import DeliveryClock
 from leveret.arguments import consume_error, queue_type
+from leveret.consumer import Consumer
 from leveret.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -50,7 +51,7 @@ from leveret.errors import (
 from leveret.exchanges.model import DestKind, Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
-from leveret.queue import Consumer, Entry, Queue
+from leveret.queue import Entry, Queue
 from leveret.session.get import basic_get, delivery_header
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (

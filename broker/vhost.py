@@ -23,6 +23,7 @@ from leveret.arguments import (
 )
 from leveret.arguments import type_name as arg_type
 from leveret.churn import NodeCounters
+from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
 from leveret.equivalence import assert_args, delayed_problem, unknown_type
 from leveret.errors import (
@@ -58,7 +59,7 @@ from leveret.exchanges.types import validate_binding, validate_exchange
 from leveret.limits import reached
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
-from leveret.queue import Consumer, Queue
+from leveret.queue import Queue
 from leveret.stream import StreamQueue
 from leveret.vhost_policies import VHostPolicies
 
