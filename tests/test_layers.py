@@ -211,7 +211,12 @@ def test_exchange_type_modules_import_neither_the_projection_nor_routing() -> No
 WIRE = (
     "leveret.codec",
     "leveret.connection",
+    "leveret.handshake",
+    "leveret.flow",
     "leveret.channel",
+    "leveret.channel_consume",
+    "leveret.channel_topology",
+    "leveret.channel_tx",
     "leveret.server",
     "leveret.cli",
     "leveret.management",
@@ -219,7 +224,21 @@ WIRE = (
     "leveret.inspect",
 )
 # The node: vhosts, queues and messages and their rules.
-NODE = ("queue", "stream", "vhost", "deadletter", "delayed", "prioritydeque", "acktimeout")
+NODE = (
+    "queue",
+    "queue_config",
+    "queue_expiry",
+    "queue_store",
+    "consumer",
+    "stream",
+    "vhost",
+    "vhost_policies",
+    "equivalence",
+    "deadletter",
+    "delayed",
+    "prioritydeque",
+    "acktimeout",
+)
 
 
 def imports_with_guard(path: Path) -> list[tuple[str, bool]]:
