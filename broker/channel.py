@@ -1,4 +1,4 @@
-"""An AMQP channel: method dispatch, content assembly, consumers, acks, confirms, tx.
+"""An AMQP channel: method dispatch, content assembly, publish, delivery, acks, confirms.
 
 Theory of operation
 -------------------
@@ -19,6 +19,8 @@ assembled.
 Handlers raise :class:`leveret.errors.AMQPError`; the connection converts it (the one
 place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
+Methods off that path are functions bound as its handlers: :mod:`leveret.channel_consume`,
+:mod:`leveret.channel_tx` and :mod:`leveret.channel_topology`.
 """
 
 from __future__ import annotations
@@ -31,37 +33,29 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec, firehose
+from leveret import channel_consume, channel_topology, channel_tx, codec, firehose
 from leveret.acktimeout import DeliveryClock
-from leveret.arguments import consume_error, queue_type
+from leveret.consumer import Consumer
 from leveret.errors import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     NO_ROUTE,
-    NOT_ALLOWED,
-    NOT_FOUND,
     NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
-    AMQPChannelError,
     AMQPConnectionError,
 )
-from leveret.exchanges.model import DestKind, Exchange
+from leveret.exchanges.model import Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
-from leveret.queue import Consumer, Entry, Queue
+from leveret.queue import Entry, Queue
 from leveret.session.get import basic_get, delivery_header
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
-    REPLY_PREFIX,
-    REPLY_TO,
     Publisher,
     size_error,
 )
-from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -357,26 +351,14 @@ class Channel(Ledger[Record], Publisher):
             self._wait_for_sync(self.publish_seq, sync_gen)
         self.conn.confirm_pending(self)
 
-    def _wait_for_sync(self, seq: int, generation: int) -> None:
-        persistence = self.vhost.persistence
-        assert persistence is not None
-        if generation <= persistence.synced:
-            return
-        if not self.waiting and not self.pending_commits:
-            persistence.subscribe(self._on_synced)
-        self.waiting.append((seq, generation))
-
-    def _on_synced(self, generation: int) -> None:
-        """An fsync finished: confirm what it covered, send due ``tx.commit-ok``s."""
-        waiting = self.waiting
-        while waiting and waiting[0][1] <= generation:
-            waiting.popleft()
-        self.flush_confirms()
-        while self.pending_commits and self.pending_commits[0] <= generation:
-            self.pending_commits.popleft()
-            self.send(commands.Tx.CommitOk())
-        if not waiting and not self.pending_commits and self.vhost.persistence is not None:
-            self.vhost.persistence.unsubscribe(self._on_synced)
+    # confirms and transactions (leveret.channel_tx)
+    _wait_for_sync = channel_tx.wait_for_sync
+    _on_synced = channel_tx.on_synced
+    flush_confirms = channel_tx.flush_confirms
+    _on_confirm_select = channel_tx.confirm_select
+    _on_tx_select = channel_tx.tx_select
+    _on_tx_commit = channel_tx.tx_commit
+    _on_tx_rollback = channel_tx.tx_rollback
 
     def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
         """Route and enqueue ``message``; return it when mandatory and unroutable.
@@ -394,26 +376,6 @@ class Channel(Ledger[Record], Publisher):
             )
             + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
         )
-
-    def flush_confirms(self) -> None:
-        """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
-        if not self.open:
-            return
-        start = self.confirmed_upto
-        # Persistent publishes not yet on disk hold back every later confirm.
-        upto = self.waiting[0][0] - 1 if self.waiting else self.publish_seq
-        nacks = self.nacks
-        while nacks and nacks[0] <= upto:
-            nack = nacks.pop(0)
-            if nack - 1 > start:
-                self.send(B.Ack(nack - 1, nack - 1 - start > 1))
-                self.counters.confirmed += nack - 1 - start
-            self.send(B.Nack(nack, False, False))
-            start = nack
-        if upto > start:
-            self.send(B.Ack(upto, upto - start > 1))
-            self.counters.confirmed += upto - start
-        self.confirmed_upto = max(upto, start)
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -471,98 +433,17 @@ class Channel(Ledger[Record], Publisher):
             return None
         return int(timeout)
 
-    def cancel_by_server(self, consumer: Consumer) -> None:
-        """The queue went away: forget the consumer and tell the client if it can hear
-        it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
-        if self.consumers.get(consumer.tag) is consumer:
-            del self.consumers[consumer.tag]
-            if self.conn.client_capability("consumer_cancel_notify"):
-                self.conn.write(
-                    codec.simple_method(
-                        self.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True)
-                    )
-                )
-
     # -- basic ------------------------------------------------------------------------
 
-    def _queue_name(self, name: str) -> str:
-        # The "last declared queue" shortcut (rabbit_channel:expand_queue_name_shortcut).
-        if name:
-            return name
-        if self.last_queue is None:
-            raise AMQPChannelError(NOT_FOUND, "no previously declared queue")
-        return self.last_queue
+    _queue_name = channel_topology.queue_name
 
-    def _on_basic_consume(self, m: commands.Basic.Consume) -> None:
-        if m.consumer_tag and m.consumer_tag in self.consumers:
-            raise AMQPConnectionError(
-                NOT_ALLOWED, f"attempt to reuse consumer tag '{m.consumer_tag}'"
-            )
-        if m.queue == REPLY_TO:
-            self._consume_replies(m)
-            return
-        queue_name = self._queue_name(m.queue)
-        self._permit("read", "queue", queue_name)
-        queue = self.vhost.queue(queue_name, self.conn)
-        invalid = consume_error(queue_type(queue.arguments), m.arguments or {})
-        if invalid is not None:
-            key, why = invalid
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"invalid arg '{key}' for {self.vhost.rs('queue', queue.name)}{why}",
-            )
-        queue.check_consume(m.no_ack, self.prefetch_count, self.global_prefetch, m.arguments or {})
-        if queue.exclusive_consumer or (m.exclusive and queue.consumers):
-            raise AMQPChannelError(
-                ACCESS_REFUSED, f"{self.vhost.rs('queue', queue.name)} in exclusive use"
-            )
-        tag = m.consumer_tag or generated_name("amq.ctag")
-        consumer = Consumer(
-            self,
-            queue,
-            tag,
-            m.no_ack,
-            m.exclusive,
-            self.prefetch_count,
-            dict(m.arguments or {}),
-            codec.shortstr(tag),
-        )
-        self.consumers[tag] = consumer
-        if not m.nowait:
-            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
-        queue.subscribe(consumer)
-
-    def _consume_replies(self, m: commands.Basic.Consume) -> None:
-        """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
-        if not m.no_ack:
-            raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer cannot acknowledge")
-        if self.reply_consumer is not None:
-            raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer already set")
-        tag = m.consumer_tag or generated_name("amq.ctag")
-        # A queue object that is never registered in the vhost: it only carries the
-        # consumer; replies are delivered to the consumer directly.
-        pseudo = Queue(self.vhost, REPLY_TO, False, None, False, {})
-        consumer = Consumer(self, pseudo, tag, True, False, 0, {}, codec.shortstr(tag))
-        self.consumers[tag] = consumer
-        self.reply_consumer = consumer
-        self.reply_key = generated_name("amq.gen")[len("amq.gen-") :]
-        self.vhost.reply_consumers[self.reply_key] = consumer
-        if not m.nowait:
-            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
-
-    def _drop_reply_consumer(self) -> None:
-        if self.reply_consumer is not None:
-            self.vhost.reply_consumers.pop(self.reply_key, None)
-            self.reply_consumer = None
-
-    def _on_basic_cancel(self, m: commands.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(m.consumer_tag or "", None)
-        if consumer is not None and consumer is self.reply_consumer:
-            self._drop_reply_consumer()
-        if not m.nowait:
-            self.conn.write(codec.simple_method(self.id, B.CancelOk, ("shortstr", m.consumer_tag)))
-        if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
+    # consumers (leveret.channel_consume)
+    cancel_by_server = channel_consume.cancel_by_server
+    _on_basic_consume = channel_consume.basic_consume
+    _drop_reply_consumer = channel_consume.drop_reply_consumer
+    _on_basic_cancel = channel_consume.basic_cancel
+    _on_basic_qos = channel_consume.basic_qos
+    _on_basic_recover = channel_consume.basic_recover
 
     def _on_basic_get(self, m: commands.Basic.Get) -> None:
         queue, entry = basic_get(
@@ -661,22 +542,6 @@ class Channel(Ledger[Record], Publisher):
     def _on_basic_reject(self, m: commands.Basic.Reject) -> None:
         self._settle(m.delivery_tag or 0, False, m.requeue)
 
-    def _on_basic_qos(self, m: commands.Basic.Qos) -> None:
-        if m.prefetch_size != 0:
-            raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
-        self.qos(m.prefetch_count, m.global_)
-        if m.global_:
-            for consumer in self.consumers.values():
-                consumer.queue.drain()
-        self.send(B.QosOk())
-
-    def _on_basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
-        if not m.requeue:
-            raise AMQPConnectionError(NOT_IMPLEMENTED, "requeue=false")
-        self.requeue_all()
-        if isinstance(m, B.Recover):
-            self.send(B.RecoverOk())
-
     def requeue_all(self) -> None:
         """Give every unacked delivery back to its queue, in delivery order."""
         self._apply_settle(self.take_all(), True)
@@ -720,210 +585,14 @@ class Channel(Ledger[Record], Publisher):
         for queue in {consumer.queue for consumer in consumers}:
             queue.maybe_auto_delete()
 
-    # -- confirm and tx ---------------------------------------------------------------
+    # -- exchanges and queues (leveret.channel_topology) -------------------------------
 
-    def _on_confirm_select(self, m: commands.Confirm.Select) -> None:
-        if self.tx is not None:
-            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
-        self.confirm = True
-        if not m.nowait:
-            self.send(commands.Confirm.SelectOk())
-
-    def _on_tx_select(self, _m: commands.Tx.Select) -> None:
-        if self.confirm:
-            raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
-        if self.tx is None:
-            self.tx = []
-        self.send(commands.Tx.SelectOk())
-
-    def _on_tx_commit(self, _m: commands.Tx.Commit) -> None:
-        if self.tx is None:
-            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
-        actions, self.tx = self.tx, []
-        self.commit()
-        self.tx_publishes = 0
-        # The committed messages count in their queues from here.
-        self._release_held()
-        generation = 0
-        for action in actions:
-            result = action()
-            if isinstance(result, tuple):
-                generation = max(generation, result[1])
-        persistence = self.vhost.persistence
-        if self.pending_commits or (persistence is not None and generation > persistence.synced):
-            # Committed persistent messages must be on disk before commit-ok.
-            if persistence is not None and not self.waiting and not self.pending_commits:
-                persistence.subscribe(self._on_synced)
-            self.pending_commits.append(generation)
-            return
-        self.send(commands.Tx.CommitOk())
-
-    def _on_tx_rollback(self, _m: commands.Tx.Rollback) -> None:
-        if self.tx is None:
-            raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
-        self.tx = []
-        self.tx_publishes = 0
-        self._release_held()
-        self.rollback()  # the deliveries whose acks are undone are unacked again
-        self.send(commands.Tx.RollbackOk())
-
-    # -- exchanges and queues ---------------------------------------------------------
-
-    def _on_exchange_declare(self, m: commands.Exchange.Declare) -> None:
-        if not m.passive and m.exchange:
-            self._permit("configure", "exchange", m.exchange)
-            if m.exchange not in self.vhost.projection.exchanges:
-                self.access.check_linked_exchange(
-                    self.conn.user, self.vhost.name, "exchange", m.exchange, m.arguments or {}
-                )
-        self.vhost.declare_exchange(
-            m.exchange,
-            m.exchange_type,
-            m.passive,
-            m.durable,
-            m.auto_delete,
-            m.internal,
-            m.arguments or {},
-        )
-        if not m.nowait:
-            self.send(commands.Exchange.DeclareOk())
-
-    def _on_exchange_delete(self, m: commands.Exchange.Delete) -> None:
-        if m.exchange and not m.exchange.startswith("amq."):
-            self._permit("configure", "exchange", m.exchange)
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
-        if not m.nowait:
-            self.send(commands.Exchange.DeleteOk())
-
-    def _on_exchange_bind(self, m: commands.Exchange.Bind) -> None:
-        self._permit_binding("exchange", m.destination, m.source, m.routing_key)
-        self.vhost.bind(
-            m.source,
-            DestKind.EXCHANGE,
-            m.destination,
-            m.routing_key,
-            m.arguments or {},
-            self.conn,
-            add=True,
-        )
-        if not m.nowait:
-            self.send(commands.Exchange.BindOk())
-
-    def _on_exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
-        self._permit_binding("exchange", m.destination, m.source, m.routing_key)
-        self.vhost.bind(
-            m.source,
-            DestKind.EXCHANGE,
-            m.destination,
-            m.routing_key,
-            m.arguments or {},
-            self.conn,
-            add=False,
-        )
-        if not m.nowait:
-            self.send(commands.Exchange.UnbindOk())
-
-    def _on_queue_declare(self, m: commands.Queue.Declare) -> None:
-        name = m.queue
-        server_named = not name and not m.passive
-        if server_named:
-            name = generated_name("amq.gen")
-        elif not name:
-            name = self._queue_name(name)
-        if name == REPLY_TO or name.startswith(REPLY_PREFIX):
-            # The pseudo-queue and a live reply name declare (passive or not) as
-            # (0 messages, 1 consumer), before any name check (rabbit_channel).
-            if name != REPLY_TO and name[len(REPLY_PREFIX) :] not in self.vhost.reply_consumers:
-                raise AMQPChannelError(NOT_FOUND, f"no {self.vhost.rs('queue', name)}")
-            if not m.nowait:
-                self.conn.write(
-                    codec.simple_method(
-                        self.id,
-                        commands.Queue.DeclareOk,
-                        ("shortstr", name),
-                        ("long", 0),
-                        ("long", 1),
-                    )
-                )
-            return
-        if not m.passive:
-            self._permit("configure", "queue", name)
-            if name not in self.vhost.queues:
-                self.access.check_linked_exchange(
-                    self.conn.user, self.vhost.name, "queue", name, m.arguments or {}
-                )
-        queue = self.vhost.declare_queue(
-            name,
-            m.passive,
-            m.durable,
-            m.exclusive,
-            m.auto_delete,
-            m.arguments or {},
-            self.conn,
-            server_named,
-        )
-        self.last_queue = queue.name
-        if not m.nowait:
-            self.conn.write(
-                codec.simple_method(
-                    self.id,
-                    commands.Queue.DeclareOk,
-                    ("shortstr", queue.name),
-                    ("long", queue.message_count),
-                    ("long", len(queue.consumers)),
-                )
-            )
-
-    def _permit_binding(self, kind: str, destination: str, source: str, routing_key: str) -> None:
-        # rabbit_channel:binding_action/10: write on the destination, read on the source
-        # (the default exchange refuses binding first, with its own 403), then, when the
-        # source is a topic exchange, the binding key against the user's topic permission.
-        if destination and source:
-            self._permit("write", kind, destination)
-            self._permit("read", "exchange", source)
-            self._permit_topic("read", self.vhost.projection.exchanges.get(source), routing_key)
-
-    def _bind_queue(self, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
-        name = self._queue_name(m.queue)
-        routing_key = m.routing_key
-        if not m.queue and not routing_key:
-            # rabbit_channel:expand_routing_key_shortcut/3
-            routing_key = name
-        self._permit_binding("queue", name, m.exchange, routing_key)
-        self.vhost.bind(
-            m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, self.conn, add
-        )
-
-    def _on_queue_bind(self, m: commands.Queue.Bind) -> None:
-        self._bind_queue(m, add=True)
-        if not m.nowait:
-            self.send(commands.Queue.BindOk())
-
-    def _on_queue_unbind(self, m: commands.Queue.Unbind) -> None:
-        self._bind_queue(m, add=False)
-        self.send(commands.Queue.UnbindOk())
-
-    def _on_queue_purge(self, m: commands.Queue.Purge) -> None:
-        name = self._queue_name(m.queue)
-        self._permit("read", "queue", name)
-        queue = self.vhost.queue(name, self.conn)
-        queue.check_purge()
-        count = queue.purge()
-        if not m.nowait:
-            self.send(commands.Queue.PurgeOk(message_count=count))
-
-    def _on_queue_delete(self, m: commands.Queue.Delete) -> None:
-        name = self._queue_name(m.queue)
-        self._permit("configure", "queue", name)
-        queue = self.vhost.queues.get(name)
-        count = 0
-        if queue is not None:
-            self.vhost.check_exclusive(queue, self.conn)
-            what = self.vhost.rs("queue", name)
-            if m.if_unused and queue.consumers:
-                raise AMQPChannelError(PRECONDITION_FAILED, f"{what} in use")
-            if m.if_empty and queue.message_count:
-                raise AMQPChannelError(PRECONDITION_FAILED, f"{what} not empty")
-            count = self.vhost.delete_queue(queue)
-        if not m.nowait:
-            self.send(commands.Queue.DeleteOk(message_count=count))
+    _on_exchange_declare = channel_topology.exchange_declare
+    _on_exchange_delete = channel_topology.exchange_delete
+    _on_exchange_bind = channel_topology.exchange_bind
+    _on_exchange_unbind = channel_topology.exchange_unbind
+    _on_queue_declare = channel_topology.queue_declare
+    _on_queue_bind = channel_topology.queue_bind
+    _on_queue_unbind = channel_topology.queue_unbind
+    _on_queue_purge = channel_topology.queue_purge
+    _on_queue_delete = channel_topology.queue_delete

@@ -1,4 +1,4 @@
-"""One AMQP connection: handshake, channel table, heartbeats, flow control, errors.
+"""One AMQP connection: frames, channel table, writes, errors and closing.
 
 Theory of operation
 -------------------
@@ -17,6 +17,10 @@ becomes a ``Channel.Close`` (channel-level codes on a non-zero channel) or a
 ``Connection.Close`` (hard codes, or anything on channel 0), as RabbitMQ's
 ``rabbit_binary_generator:map_exception/3`` does. After a ``Channel.Close`` from us,
 frames on that channel are dropped until the client's ``Channel.CloseOk``.
+
+The handshake (login, tune, Connection.Open, heartbeats; the states) is
+:mod:`leveret.handshake`, and what stops a connection reading (write back-pressure, resource
+alarms, the read budget) is :mod:`leveret.flow`.
 """
 
 from __future__ import annotations
@@ -24,16 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 import time
 from collections import deque
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec
-from leveret.auth import is_loopback
+from leveret import codec, flow, handshake
 from leveret.channel import Channel
 from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
@@ -45,7 +46,6 @@ from leveret.errors import (
     INTERNAL_ERROR,
     NOT_ALLOWED,
     PRECONDITION_FAILED,
-    SYNTAX_ERROR,
     UNEXPECTED_FRAME,
     AMQPChannelError,
     AMQPConnectionError,
@@ -54,8 +54,7 @@ from leveret.errors import (
     method_id_of,
     reply_text,
 )
-from leveret.exchanges.fields import check_table, table_fields
-from leveret.limits import reached
+from leveret.handshake import HANDSHAKE_STATES, STATE_NAMES, State
 
 if TYPE_CHECKING:
     from leveret.acktimeout import Watched
@@ -66,18 +65,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 C = commands.Connection
-CAPABILITIES = {
-    # rabbit_reader:server_capabilities/1: all nine, all true.
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
 # How long we wait for Connection.CloseOk before dropping the socket.
 CLOSE_OK_TIMEOUT = 3.0
 # After answering a client's Close: how long its socket may stay open while what it still
@@ -96,46 +83,6 @@ _FRAMES_PER_CHECK = 8
 # Frames on an open channel the connection handles itself rather than the channel (a
 # heartbeat there is an error of the connection's).
 _CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk, codec.Heartbeat})
-
-
-class State(Enum):
-    AWAIT_HEADER = 0
-    AWAIT_START_OK = 1
-    AWAIT_TUNE_OK = 2
-    AWAIT_OPEN = 3
-    OPEN = 4
-    CLOSING = 5
-    CLOSED = 6
-
-
-# rabbit_reader's 'starting' and 'tuning': errors there close without a Connection.Close.
-_HANDSHAKE_STATES = (State.AWAIT_START_OK, State.AWAIT_TUNE_OK)
-
-# RabbitMQ's names for the connection states, as its error texts print them.
-STATE_NAMES = {
-    State.AWAIT_HEADER: "pre_init",
-    State.AWAIT_START_OK: "starting",
-    State.AWAIT_TUNE_OK: "tuning",
-    State.AWAIT_OPEN: "opening",
-    State.OPEN: "running",
-    State.CLOSING: "closing",
-    State.CLOSED: "closed",
-}
-
-
-def server_properties() -> dict[str, Any]:
-    """Connection.Start server properties, shaped like RabbitMQ's."""
-    from leveret import __version__
-
-    return {
-        "capabilities": dict(CAPABILITIES),
-        "cluster_name": "leveret@localhost",
-        "copyright": "Copyright (c) Leveret developers",
-        "information": "Leveret: an AMQP 0-9-1 broker on asyncio with RabbitMQ semantics",
-        "platform": "Python/asyncio",
-        "product": "Leveret",
-        "version": __version__,
-    }
 
 
 def _address(pair: Any) -> tuple[str, int]:
@@ -213,7 +160,7 @@ class Connection(asyncio.Protocol):
         self.peer = transport.get_extra_info("peername") or ()
         self.server.connections.add(self)
         self._handshake_timer = self.loop.call_later(
-            self.config.handshake_timeout, self._handshake_timeout
+            self.config.handshake_timeout, handshake.handshake_timeout, self
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -234,28 +181,18 @@ class Connection(asyncio.Protocol):
         self.server.churn.connections_closed += 1
         self.closed.set()
 
-    def _pause(self, reason: str) -> None:
-        if not self._paused and self.transport is not None:
-            self.transport.pause_reading()
-        self._paused.add(reason)
+    # -- flow control and read fairness (leveret.flow) ----------------------------------
 
-    def _resume(self, reason: str) -> None:
-        self._paused.discard(reason)
-        if not self._paused and self.transport is not None and self.state is not State.CLOSED:
-            self.transport.resume_reading()
-
-    def pause_writing(self) -> None:
-        # The client reads slower than we write: stop delivering to it and stop
-        # reading from it until its socket drains (no unbounded buffers).
-        self.writable = False
-        self._pause("write")
-
-    def resume_writing(self) -> None:
-        self.writable = True
-        self._resume("write")
-        for channel in list(self.channels.values()):
-            for consumer in list(channel.consumers.values()):
-                consumer.queue.drain()
+    _pause = flow.pause
+    _resume = flow.resume
+    pause_writing = flow.pause_writing
+    resume_writing = flow.resume_writing
+    _alarm = flow.alarm_set
+    memory_alarm = flow.memory_alarm
+    disk_alarm = flow.memory_alarm
+    _block = flow.block
+    _yield = flow.yield_turn
+    _continue = flow.continue_backlog
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
@@ -313,39 +250,6 @@ class Connection(asyncio.Protocol):
             if self._spent >= READ_BUDGET:
                 self._yield()
 
-    def _yield(self) -> None:
-        """Stop reading until the next loop iteration, so other connections are served."""
-        self._spent = 0.0
-        if self.state is State.CLOSED:
-            self._backlog = None
-            self._held.clear()
-            return
-        self._pause("budget")
-        self._yield_handle = self.loop.call_soon(self._resume_after_yield)
-
-    def _resume_after_yield(self) -> None:
-        self._yield_handle = None
-        if self.state is State.CLOSED:
-            self._backlog = None
-            self._held.clear()
-            return
-        if self._backlog is not None or self._held:
-            self._run(None)
-            if self._yield_handle is not None:
-                return  # still more than one budget's worth: later again
-        self._resume("budget")
-
-    def _continue(self, deadline: float) -> None:
-        """Handle the frames and reads left over when the budget ran out."""
-        if self._backlog is not None:
-            frames, index, error = self._backlog
-            self._backlog = None
-            if not self._handle(frames, index, error, deadline):
-                return
-        while self._held:
-            if not self._process(self._held.popleft(), deadline):
-                return
-
     # -- writing ----------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
@@ -394,33 +298,6 @@ class Connection(asyncio.Protocol):
             for queue in queues:
                 queue.drain()
 
-    def _alarm(self) -> bool:
-        return self.server.memory.alarm or self.server.disk.alarm
-
-    def memory_alarm(self, alarm: bool) -> None:
-        """A resource alarm (memory or disk) changed: block publishers, or let them go again
-        once neither is set."""
-        if alarm and self.published and not self.blocked:
-            self._block()
-        elif not alarm and self.blocked and not self._alarm():
-            self.blocked = False
-            if self.client_capability("connection.blocked"):
-                self.send_method(0, C.Unblocked())
-            self._resume("memory")
-
-    disk_alarm = memory_alarm
-
-    def _block(self) -> None:
-        # docs/connection-blocked.md: a publishing connection is told (when it can hear
-        # it) and is no longer read from until the alarm clears; consumers keep draining.
-        self.blocked = True
-        if self.client_capability("connection.blocked") and self.state is State.OPEN:
-            # rabbit_reader:blocked_by_message/1: "low on memory", "low on disk", both.
-            alarms = (("memory", self.server.memory.alarm), ("disk", self.server.disk.alarm))
-            reason = "low on " + " & ".join(name for name, on in alarms if on)
-            self.send_method(0, C.Blocked(reason=reason))
-        self._pause("memory")
-
     def drain_later_one(self, queue: Queue) -> None:
         """:meth:`drain_later` for a single queue."""
         if self._in_read:
@@ -463,7 +340,7 @@ class Connection(asyncio.Protocol):
             # The frames before the malformed one are handled first, then the error.
             frames, error = exc.frames, exc.error
         if awaiting_header and not self.reader.need_header:
-            self._send_start()
+            handshake.send_start(self)
         return self._handle(frames, 0, error, deadline)
 
     def _handle(
@@ -568,7 +445,7 @@ class Connection(asyncio.Protocol):
                 f"negotiated channel_max ({self.channel_max})",
                 (0, 0),
             )
-        self._check_channel_limit()
+        handshake.check_channel_limit(self)
         self.channels[channel_id] = Channel(self, channel_id)
         self.server.churn.channels_opened += 1
         # RabbitMQ sends the reserved channel_id empty (observed on 3.10.8).
@@ -597,11 +474,11 @@ class Connection(asyncio.Protocol):
             return
         state = self.state
         if state is State.AWAIT_START_OK and isinstance(frame, C.StartOk):
-            self._on_start_ok(frame)
+            handshake.on_start_ok(self, frame)
         elif state is State.AWAIT_TUNE_OK and isinstance(frame, C.TuneOk):
-            self._on_tune_ok(frame)
+            handshake.on_tune_ok(self, frame)
         elif state is State.AWAIT_OPEN and isinstance(frame, C.Open):
-            self._on_open(frame)
+            handshake.on_open(self, frame)
         elif isinstance(frame, C.Close):
             self._closed_by_client()
         elif state is State.OPEN and isinstance(frame, C.UpdateSecret):
@@ -624,239 +501,6 @@ class Connection(asyncio.Protocol):
                 CHANNEL_ERROR, f"unexpected method in connection state {STATE_NAMES[state]}"
             )
 
-    def _send_start(self) -> None:
-        self.state = State.AWAIT_START_OK
-        self.send_method(
-            0,
-            C.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties=server_properties(),
-                mechanisms="PLAIN AMQPLAIN",
-                locales="en_US",
-            ),
-        )
-
-    def _credentials(self, mechanism: str, response: Any) -> tuple[str, str]:
-        raw = response.encode("utf-8") if isinstance(response, str) else bytes(response or b"")
-        if mechanism == "PLAIN":
-            # rabbit_auth_mechanism_plain:extract_user_pass/1: NUL, user, NUL, password and
-            # nothing else; any other response (an authorisation identity before the first
-            # NUL included) is a syntax_error in the handshake, so the socket is closed
-            # without a Close (observed on RabbitMQ 3.10.8).
-            parts = raw.split(b"\x00")
-            if len(parts) != 3 or parts[0]:
-                raise AMQPConnectionError(SYNTAX_ERROR, f"response {raw!r} invalid", (10, 11))
-            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        if mechanism == "AMQPLAIN":
-            # The response is a field table without its length prefix; the first LOGIN and
-            # the first PASSWORD count (rabbit_auth_mechanism_amqplain:handle_response/2,
-            # lists:keysearch/3). They are credentials when either is a long string (its
-            # guard is an "or"), the other a long string or a byte array; both present but
-            # neither a long string is a syntax_error, a missing one too, and another type
-            # makes RabbitMQ's check crash: each closes the socket without a Close.
-            if not check_table(struct.pack(">I", len(raw)) + raw):  # any depth, no recursion
-                raise AMQPConnectionError(SYNTAX_ERROR, "AMQPLAIN auth info invalid", (10, 11))
-            first: dict[bytes, tuple[int, bytes]] = {}
-            for name, tag, start, end in table_fields(raw, 0, len(raw)):
-                if name in (b"LOGIN", b"PASSWORD") and name not in first:
-                    # The key, its tag, 4 octets of length (for S and x), then the value.
-                    first[name] = (tag, raw[start + 2 + len(name) + 4 : end])
-            if len(first) < 2:
-                why = "is missing LOGIN or PASSWORD field"
-            elif ord("S") not in (first[b"LOGIN"][0], first[b"PASSWORD"][0]):
-                why = "uses unsupported type for LOGIN or PASSWORD field"
-            elif not {first[b"LOGIN"][0], first[b"PASSWORD"][0]} <= {ord("S"), ord("x")}:
-                why = "has a LOGIN or PASSWORD that is not a string"
-            else:
-                user, password = first[b"LOGIN"][1], first[b"PASSWORD"][1]
-                return user.decode("utf-8", "replace"), password.decode("utf-8", "replace")
-            raise AMQPConnectionError(SYNTAX_ERROR, f"AMQPLAIN auth info {why}", (10, 11))
-        raise AMQPConnectionError(
-            COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'", (10, 11)
-        )
-
-    def _on_start_ok(self, frame: commands.Connection.StartOk) -> None:
-        self.client_properties = dict(frame.client_properties or {})
-        mechanism = frame.mechanism or ""
-        user, password = self._credentials(mechanism, frame.response)
-        loopback = bool(self.peer) and is_loopback(str(self.peer[0]))
-        if self.server.access.authenticate(user, password) is None or (
-            user in self.config.loopback_users and not loopback
-        ):
-            self.server.churn.login(succeeded=False)
-            # rabbit_reader:auth_fail/5: a Close only for clients that advertise
-            # authentication_failure_close; others just see the socket close.
-            log.warning("login refused for user %r (%s)", user, mechanism)
-            if self.client_capability("authentication_failure_close"):
-                self._fail(
-                    AMQPConnectionError(
-                        ACCESS_REFUSED,
-                        f"Login was refused using authentication mechanism {mechanism}. "
-                        "For details see the broker logfile.",
-                    ),
-                    0,
-                )
-            else:
-                self._flush()
-                self._abort()
-            return
-        self.user = user
-        self.server.churn.login(succeeded=True)
-        self.state = State.AWAIT_TUNE_OK
-        self.send_method(
-            0,
-            C.Tune(
-                channel_max=self.config.channel_max,
-                frame_max=self.config.frame_max,
-                heartbeat=self.config.heartbeat,
-            ),
-        )
-
-    def _on_tune_ok(self, frame: commands.Connection.TuneOk) -> None:
-        problem = self._tune_problem(frame)
-        if problem is not None:
-            # RabbitMQ raises this but, as the error carries 'connection.tune', its reader
-            # only logs it and closes the socket without a Connection.Close
-            # (rabbit_reader:handle_exception/3).
-            log.warning("closing connection %s: %s", self.peer, problem)
-            self._abort()
-            return
-        self.channel_max = frame.channel_max
-        self.frame_max = frame.frame_max  # the reader took it when it decoded Tune-Ok
-        self.heartbeat = frame.heartbeat
-        self.state = State.AWAIT_OPEN
-        if self.heartbeat:
-            self._schedule_heartbeat()
-
-    def _tune_problem(self, frame: commands.Connection.TuneOk) -> str | None:
-        """rabbit_reader:validate_negotiated_integer_value/3 and fail_negotiation/4."""
-        for field, minimum, value, server_value in (
-            ("channel_max", 0, frame.channel_max, self.config.channel_max),
-            ("frame_max", FRAME_MIN, frame.frame_max, self.config.frame_max),
-        ):
-            detail = " (no limit)" if field == "channel_max" and value == 0 else ""
-            if value != 0 and value < minimum:
-                return (
-                    f"negotiated {field} = {value}{detail} is lower than the minimum allowed "
-                    f"value ({minimum})"
-                )
-            if server_value != 0 and (value == 0 or value > server_value):
-                return (
-                    f"negotiated {field} = {value}{detail} is higher than the maximum allowed "
-                    f"value ({server_value})"
-                )
-        return None
-
-    def _on_open(self, frame: commands.Connection.Open) -> None:
-        vhost = self.server.vhosts.get(frame.virtual_host)
-        if vhost is None:
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"vhost {frame.virtual_host} not found",
-                (10, 40),
-            )
-        self._check_connection_limits(vhost)
-        if not self.server.access.can_access_vhost(self.user, vhost.name):
-            # rabbit_access_control:check_vhost_access/4
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"access to vhost '{vhost.name}' refused for user '{self.user}'",
-                (10, 40),
-            )
-        limit = self.config.max_connections
-        if limit and sum(c.state is State.OPEN for c in self.server.connections) >= limit:
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"connection refused: node connection limit ({limit}) is reached",
-                (10, 40),
-            )
-        self.vhost = vhost
-        self.state = State.OPEN
-        self.server.churn.connections_opened += 1
-        log.info(
-            "connection opened peer=%s user=%s vhost=%s client=%s",
-            self._peer_text(),
-            self.user,
-            vhost.name,
-            self._client_text(),
-        )
-        if self._handshake_timer is not None:
-            self._handshake_timer.cancel()
-        self.send_method(0, C.OpenOk())
-
-    def _check_connection_limits(self, vhost: VHost) -> None:
-        """The vhost's, then the user's ``max-connections`` (rabbit_reader:handle_method0
-        for connection.open: both before the vhost access check; texts as RabbitMQ 3.10.8
-        sends them)."""
-        opened = [c for c in self.server.connections if c.state is State.OPEN]
-        limit = reached(vhost.limits, "max-connections", sum(c.vhost is vhost for c in opened))
-        if limit is not None:
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"access to vhost '{vhost.name}' refused for user '{self.user}': connection "
-                f"limit ({limit}) is reached",
-                (10, 40),
-            )
-        user = self.server.access.users.get(self.user)
-        mine = sum(c.user == self.user for c in opened)
-        limit = reached(user.limits, "max-connections", mine) if user is not None else None
-        if limit is not None:
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"connection refused for user '{self.user}': user connection limit ({limit}) "
-                "is reached",
-                (10, 40),
-            )
-
-    def _check_channel_limit(self) -> None:
-        """The user's ``max-channels``, counted over all its connections (after the
-        connection's negotiated channel_max, as rabbit_reader:create_channel/2)."""
-        user = self.server.access.users.get(self.user)
-        if user is None or not user.limits:
-            return
-        opened = sum(len(c.channels) for c in self.server.connections if c.user == self.user)
-        limit = reached(user.limits, "max-channels", opened)
-        if limit is not None:
-            raise AMQPConnectionError(
-                NOT_ALLOWED,
-                f"number of channels opened for user '{self.user}' has reached the maximum "
-                f"allowed user limit of ({limit})",
-                (0, 0),
-            )
-
-    # -- timers -----------------------------------------------------------------------
-
-    def _handshake_timeout(self) -> None:
-        if self.state in (
-            State.AWAIT_HEADER,
-            State.AWAIT_START_OK,
-            State.AWAIT_TUNE_OK,
-            State.AWAIT_OPEN,
-        ):
-            log.info("handshake timeout from %s", self.peer)
-            self._abort()
-
-    def _schedule_heartbeat(self) -> None:
-        # Check twice per interval: send a heartbeat when we have been silent for an
-        # interval, and drop a peer silent for two (docs/heartbeats.md).
-        interval = self.heartbeat
-        self._last_recv = self._last_send = self.loop.time()
-
-        def tick() -> None:
-            if self.state is State.CLOSED:
-                return
-            now = self.loop.time()
-            if now - self._last_recv > 2 * interval:
-                log.warning("missed heartbeats from client %s, timeout: %ss", self.peer, interval)
-                self._abort()
-                return
-            if now - self._last_send >= interval / 2:
-                self.write(codec.HEARTBEAT_FRAME)
-            self._heartbeat_timer = self.loop.call_later(interval / 2, tick)
-
-        self._heartbeat_timer = self.loop.call_later(interval / 2, tick)
-
     # -- errors and closing -----------------------------------------------------------
 
     def fail_channel(self, channel: Watched, explanation: str) -> None:
@@ -867,7 +511,7 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, exc: AMQPError, channel_id: int) -> None:
         """Convert ``exc`` into the Close it calls for (the one conversion point)."""
-        if self.state in _HANDSHAKE_STATES and exc.code != ACCESS_REFUSED:
+        if self.state in HANDSHAKE_STATES and exc.code != ACCESS_REFUSED:
             # rabbit_reader:handle_exception/3: before Tune-Ok, only a refused login is
             # answered with a Close (to clients with authentication_failure_close); any
             # other error closes the socket without one (after 3 s there, at once here).

@@ -24,17 +24,17 @@ skips every check.
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sized
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from leveret.arguments import arg_text, queue_type
+from leveret import queue_config, queue_expiry, queue_store
+from leveret.arguments import queue_type
+from leveret.consumer import Consumer, int_arg
 from leveret.consumeruse import ConsumerUse
 from leveret.deadletter import dead_letter
 from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
-from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
+from leveret.exchanges.policies import Policy
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
@@ -42,7 +42,6 @@ from leveret.prioritydeque import PriorityDeque, merge_by_seq
 if TYPE_CHECKING:
     from leveret.connection import Connection
     from leveret.storage.messages import MessageStore
-    from leveret.storage.segments import StoredMessage
     from leveret.vhost import VHost
 
 # (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
@@ -50,102 +49,6 @@ if TYPE_CHECKING:
 # ``redelivered`` is a bool, except in a quorum queue: there it counts the deliveries
 # returned so far (0 = never delivered), which is also truthy once redelivered.
 Entry = tuple[Message, int, float, int]
-
-
-def int_arg(arguments: dict[str, Any], key: str) -> int | None:
-    """An integer argument (not a bool), or None when unset or of another type."""
-    value = arguments.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
-    return arg_text(arguments.get(key))
-
-
-class Subscriber(Protocol):
-    """What a queue needs of the channel a consumer belongs to (the wire channel
-    implements it). Attributes, not methods, where the queue reads them once a delivery:
-    the consumer's capacity check costs no call."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def open(self) -> bool:
-        """Whether it may still take deliveries."""
-
-    @property
-    def global_prefetch(self) -> int:
-        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
-
-    @property
-    def unacked(self) -> Sized:
-        """Its unacknowledged deliveries (the channel's ledger)."""
-
-    @property
-    def conn(self) -> Connection:
-        """The connection (``writable``: its socket takes more now)."""
-
-    def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
-
-    def cancel_by_server(self, consumer: Consumer) -> None:
-        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
-
-
-class Consumer:
-    """A ``basic.consume`` subscription of one channel on one queue."""
-
-    __slots__ = (
-        "arguments",
-        "channel",
-        "exclusive",
-        "no_ack",
-        "prefetch",
-        "priority",
-        "queue",
-        "tag",
-        "tag_bytes",
-        "unacked",
-    )
-
-    def __init__(
-        self,
-        channel: Subscriber,
-        queue: Queue,
-        tag: str,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch: int,
-        arguments: dict[str, Any],
-        tag_bytes: bytes = b"",
-    ) -> None:
-        self.channel = channel
-        self.queue = queue
-        self.tag = tag
-        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
-        # the wire channel, so the queue needs no codec.
-        self.tag_bytes = tag_bytes
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch
-        self.unacked = 0  # written by the queue's verbs only
-        self.arguments = arguments
-        self.priority = int_arg(arguments, "x-priority") or 0
-
-    def has_capacity(self) -> bool:
-        """Whether one more message may be delivered to this consumer now."""
-        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
-        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        channel = self.channel
-        return (
-            channel.conn.writable
-            and channel.open
-            and (not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch)
-        )
 
 
 class Queue:
@@ -207,6 +110,17 @@ class Queue:
         "use",
         "vhost",
     )
+
+    # Set from the arguments and policies by _configure (leveret.queue_config).
+    message_ttl: int | None
+    expires: int | None
+    max_length: int | None
+    max_length_bytes: int | None
+    overflow: str
+    dlx: str | None
+    dlrk: str | None
+    consumer_timeout: float | None
+    plain: bool
 
     def __init__(
         self,
@@ -272,61 +186,10 @@ class Queue:
         if self.expires is not None:
             self.touch()
 
-    def _configure(self) -> None:
-        """The feature settings from the queue's arguments and its policy's keys
-        (rabbit_amqqueue_process:process_args_policy/1)."""
-        arguments = queue_arguments(self.arguments, self.policy_definition)
-        self.message_ttl = int_arg(arguments, "x-message-ttl")
-        self.expires = int_arg(arguments, "x-expires")
-        self.max_length = int_arg(arguments, "x-max-length")
-        self.max_length_bytes = int_arg(arguments, "x-max-length-bytes")
-        self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
-        self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
-        self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
-        if self.quorum:
-            self.delivery_limit = int_arg(arguments, "x-delivery-limit")
-        # The queue's own delivery acknowledgement timeout (leveret.acktimeout): None
-        # means the broker's; a value that is no integer means none at all, as RabbitMQ's
-        # evaluate_consumer_timeout1/2 then never fires.
-        self.consumer_timeout: float | None = None
-        if "x-consumer-timeout" in arguments:
-            own = int_arg(arguments, "x-consumer-timeout")
-            self.consumer_timeout = math.inf if own is None else own
-        ack_timeouts = self.vhost.ack_timeouts
-        if self.consumer_timeout is not None and ack_timeouts is not None:
-            ack_timeouts.watch(self)
-        # True when no TTL, length limit or priority applies: publish skips all checks.
-        self.plain = (
-            self.message_ttl is None
-            and self.max_length is None
-            and self.max_length_bytes is None
-            and not self.max_priority
-        )
-        self.expiring = self.expiring or self.message_ttl is not None
+    # -- arguments and policies (leveret.queue_config) ------------------------------------
 
-    def apply_policy(self, policy: Policy | None, operator_policy: Policy | None = None) -> None:
-        """Take ``policy`` and ``operator_policy`` (None: none) as a classic queue does on a
-        policy change: the new limits apply now (drop-head drops the excess,
-        dead-lettered as ``maxlen``), the new TTL to messages published from now on, a new
-        ``expires`` restarts the expiry clock."""
-        if policy == self.policy and operator_policy == self.operator_policy:
-            return
-        expires = self.expires
-        self.policy = policy
-        self.operator_policy = operator_policy
-        self.policy_definition = effective_definition(policy, operator_policy)
-        self._configure()
-        if self.deleted:
-            return
-        if self.overflow == "drop-head":
-            self._enforce_drop_head()
-        if self.expiring and self.messages:
-            self._expire_head()
-        if self.expires != expires:
-            if self._expiry_timer is not None:
-                self._expiry_timer.cancel()
-                self._expiry_timer = None
-            self.touch()
+    _configure = queue_config.configure
+    apply_policy = queue_config.apply_policy
 
     # -- messages ---------------------------------------------------------------------
 
@@ -461,34 +324,13 @@ class Queue:
                 continue
             self.deliver(consumer, entry)
 
-    def _expire_head(self, now: float | None = None) -> None:
-        """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
-        only when they reach the head of the queue."""
-        messages = self.messages
-        if not messages:
-            return
-        if now is None:
-            now = self._loop.time()
-        while messages and messages[0][2] and messages[0][2] <= now:
-            self._drop(self._pop()[0], "expired")
+    # -- message TTL and x-expires (leveret.queue_expiry) ---------------------------------
 
-    def _schedule_ttl(self) -> None:
-        # One timer for the head's expiry, so an idle queue still expires its messages.
-        if self._ttl_timer is not None or not self.messages or self.deleted:
-            return
-        head_expires = self.messages[0][2]
-        if not head_expires:
-            return
-        loop = self._loop
-        self._ttl_timer = loop.call_at(head_expires, self._on_ttl_timer)
-
-    def _on_ttl_timer(self) -> None:
-        self._ttl_timer = None
-        if self.deleted:
-            return
-        self._expire_head()
-        self.drain()
-        self._schedule_ttl()
+    _expire_head = queue_expiry.expire_head
+    _schedule_ttl = queue_expiry.schedule_ttl
+    _on_ttl_timer = queue_expiry.on_ttl_timer
+    touch = queue_expiry.touch
+    _on_expiry_timer = queue_expiry.on_expiry_timer
 
     def _next_consumer(self) -> Consumer | None:
         """The consumer for the next delivery: the single active one, else the highest
@@ -663,64 +505,12 @@ class Queue:
         if message.store_ids is not None:
             self.forget(message)
 
-    # -- persistence ------------------------------------------------------------------
+    # -- persistence (leveret.queue_store) ----------------------------------------------
 
-    def _persist(self, message: Message, ttl: int | None) -> None:
-        """Write a persistent message of this durable queue to the message store."""
-        store = self.store
-        assert store is not None
-        expires = int(time.time() * 1000) + ttl if ttl is not None else 0
-        msg_id = store.append(
-            (self.vhost.name, self.name),
-            message.exchange,
-            message.routing_key,
-            message.header,
-            message.body,
-            expires=expires,
-        )
-        if message.store_ids is None:
-            message.store_ids = {}
-        message.store_ids[self.name] = msg_id
-        persistence = self.vhost.persistence
-        assert persistence is not None
-        message.sync_gen = persistence.appended()
-
-    def forget(self, message: Message) -> None:
-        """The message left this queue for good: drop it from the store."""
-        ids = message.store_ids
-        msg_id = ids.pop(self.name, None) if ids is not None else None
-        if msg_id is not None and self.store is not None and not self.deleted:
-            self.store.ack((self.vhost.name, self.name), msg_id)
-            assert self.vhost.persistence is not None
-            self.vhost.persistence.marks_changed()
-
-    def mark_delivered(self, message: Message) -> None:
-        """A stored message went to a consumer: after a restart it comes back redelivered."""
-        ids = message.store_ids
-        msg_id = ids.get(self.name) if ids is not None else None
-        if msg_id is not None and self.store is not None:
-            self.store.delivered((self.vhost.name, self.name), msg_id)
-            assert self.vhost.persistence is not None
-            self.vhost.persistence.marks_changed()
-
-    def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
-        """Put messages recovered from the store back, in order (start-up).
-
-        ``all_redelivered``: flag every message ``redelivered``, whatever its delivered mark
-        says (after a kill, a mark made since the last sync may not be on disk)."""
-        loop = self._loop
-        now = time.time()
-        for item in stored:
-            message = Message(item.exchange, item.routing_key, item.header, item.body)
-            message.store_ids = {self.name: item.msg_id}
-            expires = 0.0
-            if item.expires:
-                expires = loop.time() + (item.expires / 1000 - now)
-                self.expiring = True
-            self.seq += 1
-            self._push((message, all_redelivered or item.redelivered, expires, self.seq))
-        if self.expiring:
-            self._schedule_ttl()
+    _persist = queue_store.persist
+    forget = queue_store.forget
+    mark_delivered = queue_store.mark_delivered
+    restore = queue_store.restore
 
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
@@ -752,30 +542,6 @@ class Queue:
         for timer in (self._ttl_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()
-
-    # -- x-expires --------------------------------------------------------------------
-
-    def touch(self) -> None:
-        """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
-        if self.expires is None or self.deleted:
-            return
-        loop = self._loop
-        self._last_used = loop.time()
-        if self._expiry_timer is None:
-            self._expiry_timer = loop.call_later(self.expires / 1000, self._on_expiry_timer)
-
-    def _on_expiry_timer(self) -> None:
-        self._expiry_timer = None
-        if self.deleted or self.expires is None:
-            return
-        if self.consumers:
-            return  # in use; the last consumer to leave restarts the clock
-        loop = self._loop
-        remaining = self._last_used + self.expires / 1000 - loop.time()
-        if remaining > 0:
-            self._expiry_timer = loop.call_later(remaining, self._on_expiry_timer)
-            return
-        self.vhost.delete_queue(self)
 
     # -- consumers --------------------------------------------------------------------
 

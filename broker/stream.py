@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret.arguments import NAMED_OFFSETS, arg_text, interval_ms
+from leveret.consumer import Consumer, int_arg
 from leveret.errors import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
@@ -50,7 +51,7 @@ from leveret.errors import (
 )
 from leveret.memory import message_bytes
 from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
-from leveret.queue import Consumer, Entry, Queue, int_arg
+from leveret.queue import Entry, Queue
 
 if TYPE_CHECKING:
     from leveret.connection import Connection

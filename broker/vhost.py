@@ -23,7 +23,9 @@ from leveret.arguments import (
 )
 from leveret.arguments import type_name as arg_type
 from leveret.churn import NodeCounters
+from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
+from leveret.equivalence import assert_args, delayed_problem, unknown_type
 from leveret.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -34,7 +36,7 @@ from leveret.errors import (
     ChannelCrashError,
 )
 from leveret.exchanges.chash import ExchangeTypeCrashError
-from leveret.exchanges.delayed import DelayCrashError, declare_problem, delay_of, underlying_type
+from leveret.exchanges.delayed import DelayCrashError, delay_of
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -50,17 +52,16 @@ from leveret.exchanges.model import (
     QueueDeleted,
 )
 from leveret.exchanges.model import Queue as QueueDef
-from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
-from leveret.exchanges.policies import match as match_policy
-from leveret.exchanges.policies import parse as parse_policy
+from leveret.exchanges.policies import Policy, apply_alternates
 from leveret.exchanges.projection import Projection
 from leveret.exchanges.routing import route
 from leveret.exchanges.types import validate_binding, validate_exchange
-from leveret.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limits, reached
+from leveret.limits import reached
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
-from leveret.queue import Consumer, Queue
+from leveret.queue import Queue
 from leveret.stream import StreamQueue
+from leveret.vhost_policies import VHostPolicies
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
     from leveret.trace import TraceWriter
 
 DEFAULT_EXCHANGES = PREDECLARED_EXCHANGES
+# The object each x-queue-type is (a quorum queue is a Queue with its own rules).
+_QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": Queue, "quorum": Queue, "stream": StreamQueue}
 
 
 def generated_name(prefix: str) -> str:
@@ -78,63 +81,7 @@ def generated_name(prefix: str) -> str:
     return prefix + "-" + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-_MISSING = object()
-# The object each x-queue-type is (a quorum queue is a Queue with its own rules).
-_QUEUE_CLASSES: dict[str, type[Queue]] = {"classic": Queue, "quorum": Queue, "stream": StreamQueue}
-_INT_TYPES = frozenset(
-    {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
-)
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _type_class(kind: str) -> str:
-    # rabbit_misc:type_class/1: integer widths do not matter, nor float vs double.
-    if kind in _INT_TYPES:
-        return "int"
-    return "float" if kind in ("float", "double") else kind
-
-
-def _arg_mismatch(key: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
-    """rabbit_misc:assert_args_equivalence1/4: the "received ... but current is ..."
-    part of the 406 text, or None when the argument is equivalent."""
-    new_value, old_value = new.get(key, _MISSING), old.get(key, _MISSING)
-    if new_value is _MISSING and old_value is _MISSING:
-        return None
-    # rabbit_misc:assert_field_equivalence/4 (rabbitmq-common#341): a classic queue need
-    # not carry x-queue-type, so missing and 'classic' are equivalent; missing and any
-    # other type is not, and fails below like any other argument.
-    one_missing = _MISSING in (new_value, old_value)
-    present = old_value if new_value is _MISSING else new_value
-    if key == "x-queue-type" and one_missing and _shown(present) == "classic":
-        return None
-    if new_value is not _MISSING and old_value is not _MISSING:
-        if (
-            _type_class(arg_type(new, key)) == _type_class(arg_type(old, key))
-            and new_value == old_value
-        ):
-            return None
-        return f"received '{_shown(new_value)}' but current is '{_shown(old_value)}'"
-
-    def val(table: Mapping[str, Any], value: Any) -> str:
-        if value is _MISSING:
-            return "none"
-        return f"the value '{_shown(value)}' of type '{arg_type(table, key)}'"
-
-    return f"received {val(new, new_value)} but current is {val(old, old_value)}"
-
-
-def _unknown_type(name: str) -> AMQPChannelError:
-    """An exchange type Leveret does not have: RabbitMQ 4.x's channel-level 406 (3.x closes
-    the connection with 503), chosen by DESIGN.md's profile."""
-    return AMQPChannelError(PRECONDITION_FAILED, f"unknown exchange type '{name}'")
-
-
-class VHost:
+class VHost(VHostPolicies):
     """The topology and queues of one virtual host."""
 
     def __init__(
@@ -205,64 +152,6 @@ class VHost:
             if queue is not None:
                 queue.apply_policy(*self.queue_policies(queue.name))
         self._uses_headers = None
-
-    # -- policies ---------------------------------------------------------------------
-
-    def policy_for(self, kind: str, name: str) -> Policy | None:
-        """The policy that applies to the ``queue`` or ``exchange`` ``name``, if any."""
-        return match_policy(self.policies.values(), kind, name)
-
-    def queue_policies(self, name: str) -> tuple[Policy | None, Policy | None]:
-        """The policy and the operator policy that apply to the queue ``name``."""
-        return (
-            match_policy(self.policies.values(), "queue", name),
-            match_policy(self.operator_policies.values(), "queue", name),
-        )
-
-    def runtime_parameters(self) -> list[dict[str, Any]]:
-        """The vhost's limits and operator policies as the runtime parameters RabbitMQ
-        keeps and exports them as (components ``vhost-limits`` and ``operator_policy``)."""
-        found = [limits_parameter(self.name, self.limits)] if self.limits else []
-        by_name = sorted(self.operator_policies.values(), key=lambda p: p.name)
-        return found + [policy.to_parameter() for policy in by_name]
-
-    def set_parameter(self, component: str, name: str, value: Any) -> None:
-        """Apply a runtime parameter: the vhost's limits (``vhost-limits``) or an operator
-        policy (``operator_policy``). Raises LimitError or PolicyError with RabbitMQ's
-        reason for a value it would refuse."""
-        if component == VHOST_LIMITS_COMPONENT:
-            self.limits = parse_limits(value)
-        elif component == OPERATOR_POLICY_COMPONENT:
-            self.set_policy(parse_policy(self.name, name, value, operator=True), operator=True)
-        else:
-            raise ValueError(f"unknown runtime parameter component {component!r}")
-
-    def policy_set(self, operator: bool) -> dict[str, Policy]:
-        """The vhost's policies, or (``operator``) its operator policies, by name."""
-        return self.operator_policies if operator else self.policies
-
-    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
-        """Add or replace a policy (``operator``: an operator policy) and apply the vhost's
-        policies again to every queue and exchange (rabbit_policy:update_policies/1).
-        True when it is new."""
-        policies = self.policy_set(operator)
-        created = policy.name not in policies
-        policies[policy.name] = policy
-        self._apply_policies()
-        return created
-
-    def delete_policy(self, name: str, operator: bool = False) -> bool:
-        """Remove a policy or operator policy (False: there was none) and apply what is
-        left."""
-        if self.policy_set(operator).pop(name, None) is None:
-            return False
-        self._apply_policies()
-        return True
-
-    def _apply_policies(self) -> None:
-        for queue in list(self.queues.values()):
-            queue.apply_policy(*self.queue_policies(queue.name))
-        apply_alternates(self.projection, self.policies.values())
 
     @property
     def projection_uses_headers(self) -> bool:
@@ -336,7 +225,7 @@ class VHost:
         try:
             type_ = ExchangeType(type_name)
         except ValueError:
-            raise _unknown_type(type_name) from None
+            raise unknown_type(type_name) from None
         self.check_not_default(name)
         current = self.projection.exchanges.get(name)
         if current is None:
@@ -354,7 +243,7 @@ class VHost:
             # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
             try:
                 if type_ is ExchangeType.DELAYED:
-                    problem = self._delayed_problem(arguments)
+                    problem = delayed_problem(arguments)
                 else:
                     problem = validate_exchange(type_, arguments)
             except ExchangeTypeCrashError:
@@ -380,33 +269,7 @@ class VHost:
                     f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
                     f"but current is '{str(old).lower()}'",
                 )
-        self._assert_args(what, ("alternate-exchange",), arguments, current.arguments)
-
-    @staticmethod
-    def _delayed_problem(arguments: Mapping[str, Any]) -> str | None:
-        """The delayed-message plugin's validate/1: ``x-delayed-type`` must name another
-        type, which then validates the arguments as its own (leveret.exchanges.delayed)."""
-        problem = declare_problem(arguments)
-        if problem is not None:
-            return problem
-        kind = underlying_type(arguments)
-        if not isinstance(kind, ExchangeType):
-            raise _unknown_type(str(kind))  # rabbit_exchange:check_type/1
-        return validate_exchange(kind, arguments)
-
-    def _assert_args(
-        self,
-        what: str,
-        keys: tuple[str, ...],
-        new: Mapping[str, Any],
-        old: Mapping[str, Any],
-    ) -> None:
-        for key in keys:
-            mismatch = _arg_mismatch(key, new, old)
-            if mismatch is not None:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED, f"inequivalent arg '{key}' for {what}: {mismatch}"
-                )
+        assert_args(what, ("alternate-exchange",), arguments, current.arguments)
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         """exchange.delete: idempotent; 403 for the default and ``amq.*`` exchanges."""
@@ -526,7 +389,7 @@ class VHost:
                     )
             # The queue type's arguments (rabbit_amqqueue:assert_args_equivalence/2).
             compared = QUEUE_TYPE_ARGUMENTS[queue_type(queue.arguments)]
-            self._assert_args(what, compared, arguments, queue.arguments)
+            assert_args(what, compared, arguments, queue.arguments)
             queue.touch()
             self.churn.queue_declared(created=False)
             return queue

@@ -211,7 +211,12 @@ def test_exchange_type_modules_import_neither_the_projection_nor_routing() -> No
 WIRE = (
     "leveret.codec",
     "leveret.connection",
+    "leveret.handshake",
+    "leveret.flow",
     "leveret.channel",
+    "leveret.channel_consume",
+    "leveret.channel_topology",
+    "leveret.channel_tx",
     "leveret.server",
     "leveret.cli",
     "leveret.management",
@@ -221,8 +226,14 @@ WIRE = (
 # The node: vhosts, queues and messages and their rules.
 NODE = (
     "queue",
+    "queue_config",
+    "queue_expiry",
+    "queue_store",
+    "consumer",
     "stream",
     "vhost",
+    "vhost_policies",
+    "equivalence",
     "deadletter",
     "delayed",
     "prioritydeque",

@@ -37,7 +37,7 @@ def visible_connections(request: web.Request) -> list[Connection]:
 
 def connection_state(conn: Connection) -> str:
     """RabbitMQ's connection state: ``blocked`` under a resource alarm, else running."""
-    from leveret.connection import STATE_NAMES
+    from leveret.handshake import STATE_NAMES
 
     return "blocked" if conn.blocked else STATE_NAMES.get(conn.state, "running")
 

@@ -29,8 +29,8 @@ from aiohttp import web
 from cryptography import x509
 from pamqp import commands
 
-from leveret.connection import State
 from leveret.fieldtable import marshal_content_header
+from leveret.handshake import State
 from leveret.limits import reached
 from leveret.management import ops, views
 from leveret.management.access import permit, require_vhost

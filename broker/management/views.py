@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
     from leveret.channel import Channel
     from leveret.connection import Connection
-    from leveret.queue import Consumer, Queue, Subscriber
+    from leveret.consumer import Consumer, Subscriber
+    from leveret.queue import Queue
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"

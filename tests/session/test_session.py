@@ -1,7 +1,7 @@
 """Session semantics without a socket or a server: a vhost and its queues in process, the
 session's publish checks (leveret.session.publish), basic.get (leveret.session.get), and
 deliveries through an in-process subscriber that keeps its own delivery-tag ledger, as the
-wire channel does (leveret.queue.Subscriber). An event loop runs (queues keep timers), no
+wire channel does (leveret.consumer.Subscriber). An event loop runs (queues keep timers), no
 socket is opened."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pamqp import commands
 
 from leveret import channel as wire_channel
 from leveret.auth import AccessControl, Permission, TopicPermission
+from leveret.consumer import Consumer
 from leveret.errors import AMQPError
 from leveret.fieldtable import marshal_content_header
 from leveret.message import Message
-from leveret.queue import Consumer, Entry, Queue
+from leveret.queue import Entry, Queue
 from leveret.server import PublishCounters
 from leveret.session.get import basic_get
 from leveret.session.ledger import Ledger

@@ -1,0 +1,121 @@
+"""A channel's transactions and the confirms that wait for the disk.
+
+confirm.select and tx.select/commit/rollback (a channel is one or the other), and the fsync
+waits under both: a persistent publish is confirmed, and a commit answered, only once the
+group commit that holds it is synced (``persistence.subscribe``). :meth:`Channel._confirm`,
+run per publish in confirm mode, stays in :mod:`leveret.channel`; these run per select,
+commit or fsync, or once per read (``flush_confirms``), and are functions that take the
+channel, bound as its methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+
+if TYPE_CHECKING:
+    from leveret.channel import Channel
+
+B = commands.Basic
+
+
+def confirm_select(channel: Channel, m: commands.Confirm.Select) -> None:
+    """confirm.select: publisher confirms from here (not on a transactional channel)."""
+    if channel.tx is not None:
+        raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    channel.confirm = True
+    if not m.nowait:
+        channel.send(commands.Confirm.SelectOk())
+
+
+def tx_select(channel: Channel, _m: commands.Tx.Select) -> None:
+    """tx.select: publishes and acks are held until tx.commit (not in confirm mode)."""
+    if channel.confirm:
+        raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+    if channel.tx is None:
+        channel.tx = []
+    channel.send(commands.Tx.SelectOk())
+
+
+def tx_commit(channel: Channel, _m: commands.Tx.Commit) -> None:
+    """tx.commit: run the held publishes and acks; commit-ok once their messages are on
+    disk."""
+    if channel.tx is None:
+        raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
+    actions, channel.tx = channel.tx, []
+    channel.commit()
+    channel.tx_publishes = 0
+    # The committed messages count in their queues from here.
+    channel._release_held()
+    generation = 0
+    for action in actions:
+        result = action()
+        if isinstance(result, tuple):
+            generation = max(generation, result[1])
+    persistence = channel.vhost.persistence
+    if channel.pending_commits or (persistence is not None and generation > persistence.synced):
+        # Committed persistent messages must be on disk before commit-ok.
+        if persistence is not None and not channel.waiting and not channel.pending_commits:
+            persistence.subscribe(channel._on_synced)
+        channel.pending_commits.append(generation)
+        return
+    channel.send(commands.Tx.CommitOk())
+
+
+def tx_rollback(channel: Channel, _m: commands.Tx.Rollback) -> None:
+    """tx.rollback: drop the held publishes; the acks are undone, deliveries unacked again."""
+    if channel.tx is None:
+        raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
+    channel.tx = []
+    channel.tx_publishes = 0
+    channel._release_held()
+    channel.rollback()  # the deliveries whose acks are undone are unacked again
+    channel.send(commands.Tx.RollbackOk())
+
+
+def wait_for_sync(channel: Channel, seq: int, generation: int) -> None:
+    """Publish ``seq`` is confirmed only after ``generation``'s fsync."""
+    persistence = channel.vhost.persistence
+    assert persistence is not None
+    if generation <= persistence.synced:
+        return
+    if not channel.waiting and not channel.pending_commits:
+        persistence.subscribe(channel._on_synced)
+    channel.waiting.append((seq, generation))
+
+
+def on_synced(channel: Channel, generation: int) -> None:
+    """An fsync finished: confirm what it covered, send due ``tx.commit-ok``s."""
+    waiting = channel.waiting
+    while waiting and waiting[0][1] <= generation:
+        waiting.popleft()
+    channel.flush_confirms()
+    while channel.pending_commits and channel.pending_commits[0] <= generation:
+        channel.pending_commits.popleft()
+        channel.send(commands.Tx.CommitOk())
+    if not waiting and not channel.pending_commits and channel.vhost.persistence is not None:
+        channel.vhost.persistence.unsubscribe(channel._on_synced)
+
+
+def flush_confirms(channel: Channel) -> None:
+    """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
+    if not channel.open:
+        return
+    start = channel.confirmed_upto
+    # Persistent publishes not yet on disk hold back every later confirm.
+    upto = channel.waiting[0][0] - 1 if channel.waiting else channel.publish_seq
+    nacks = channel.nacks
+    while nacks and nacks[0] <= upto:
+        nack = nacks.pop(0)
+        if nack - 1 > start:
+            channel.send(B.Ack(nack - 1, nack - 1 - start > 1))
+            channel.counters.confirmed += nack - 1 - start
+        channel.send(B.Nack(nack, False, False))
+        start = nack
+    if upto > start:
+        channel.send(B.Ack(upto, upto - start > 1))
+        channel.counters.confirmed += upto - start
+    channel.confirmed_upto = max(upto, start)

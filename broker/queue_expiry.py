@@ -1,0 +1,75 @@
+"""A queue's clocks: message TTL (expiry at the head) and ``x-expires`` (the unused queue goes).
+
+RabbitMQ expires messages only when they reach the head of the queue, with one timer for
+the head so an idle queue still expires them; a queue with ``x-expires`` is deleted once
+unused (no consumers, no declare or get) for that long. Both run only where a TTL or expiry
+applies (``expiring``, ``expires``), never on the plain path. Functions over
+:class:`leveret.queue.Queue`, which binds them as its methods, kept apart so the queue
+module holds dispatch and the delivery verbs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from leveret.queue import Queue
+
+
+def expire_head(queue: Queue, now: float | None = None) -> None:
+    """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
+    only when they reach the head of the queue."""
+    messages = queue.messages
+    if not messages:
+        return
+    if now is None:
+        now = queue._loop.time()
+    while messages and messages[0][2] and messages[0][2] <= now:
+        queue._drop(queue._pop()[0], "expired")
+
+
+def schedule_ttl(queue: Queue) -> None:
+    """Arm the timer for the head's expiry (one at a time), so an idle queue still expires
+    its messages."""
+    if queue._ttl_timer is not None or not queue.messages or queue.deleted:
+        return
+    head_expires = queue.messages[0][2]
+    if not head_expires:
+        return
+    loop = queue._loop
+    queue._ttl_timer = loop.call_at(head_expires, queue._on_ttl_timer)
+
+
+def on_ttl_timer(queue: Queue) -> None:
+    """The head's expiry is due: expire, deliver what is left, arm the next."""
+    queue._ttl_timer = None
+    if queue.deleted:
+        return
+    queue._expire_head()
+    queue.drain()
+    queue._schedule_ttl()
+
+
+def touch(queue: Queue) -> None:
+    """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
+    if queue.expires is None or queue.deleted:
+        return
+    loop = queue._loop
+    queue._last_used = loop.time()
+    if queue._expiry_timer is None:
+        queue._expiry_timer = loop.call_later(queue.expires / 1000, queue._on_expiry_timer)
+
+
+def on_expiry_timer(queue: Queue) -> None:
+    """``x-expires`` is due: delete the queue if it stayed unused that long, else wait on."""
+    queue._expiry_timer = None
+    if queue.deleted or queue.expires is None:
+        return
+    if queue.consumers:
+        return  # in use; the last consumer to leave restarts the clock
+    loop = queue._loop
+    remaining = queue._last_used + queue.expires / 1000 - loop.time()
+    if remaining > 0:
+        queue._expiry_timer = loop.call_later(remaining, queue._on_expiry_timer)
+        return
+    queue.vhost.delete_queue(queue)
