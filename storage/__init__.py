@@ -10,6 +10,7 @@ Formats are documented at the top of :mod:`leveret.storage.log`, :mod:`leveret.s
 :mod:`leveret.storage.segments`.
 """
 
+from leveret.storage.bookkeeping import CompactResult, StoreStats
 from leveret.storage.errors import (
     AccessFileError,
     CorruptLogError,
@@ -21,7 +22,7 @@ from leveret.storage.errors import (
 from leveret.storage.live import live_events
 from leveret.storage.log import DefinitionLog
 from leveret.storage.logtools import LogReport, check, read_log
-from leveret.storage.messages import CompactResult, MessageStore, StoreStats
+from leveret.storage.messages import MessageStore
 from leveret.storage.records import event_to_json
 from leveret.storage.segments import QueueKey, StoredMessage
 

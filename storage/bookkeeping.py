@@ -5,6 +5,7 @@ store (:mod:`leveret.storage.messages`) owns every instance."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from leveret.storage.segments import HEADER_LEN, SEGMENT_VERSION
 
@@ -70,3 +71,22 @@ class SegmentState:
     def idle(self) -> bool:
         """No write to msgs.N pending or in progress (it may be rewritten or deleted)."""
         return not self.pending and self.fd < 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What one :meth:`MessageStore.compact` call did."""
+
+    deleted: int  # segments deleted
+    rewritten: int  # segments rewritten
+    reclaimed: int  # bytes freed
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """A snapshot of the store's size."""
+
+    segments: int
+    bytes: int
+    records: int  # message records in the segments
+    live: int  # unacked messages

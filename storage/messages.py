@@ -72,11 +72,11 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from leveret.storage.bookkeeping import SegmentState, write_chunked
+from leveret.storage import compaction
+from leveret.storage.bookkeeping import SegmentState, StoreStats, write_chunked
 from leveret.storage.errors import StoreClosedError
 from leveret.storage.files import datasync, fsync_dir, gc_paused, out_of_space, write_all
 from leveret.storage.iostats import IoStats
@@ -103,35 +103,13 @@ from leveret.storage.segments import (
     read_header,
     read_marks,
     read_message,
-    replace_segment,
     segment_path,
-    upgrade_record,
 )
 
 log = logging.getLogger("leveret.storage")
 
 DEFAULT_SEGMENT_SIZE = 64 * 1024 * 1024
 DEFAULT_REWRITE_RATIO = 0.5
-_LIVENESS_SLICE = 4096  # records checked per lock hold while rewriting
-
-
-@dataclass(frozen=True, slots=True)
-class CompactResult:
-    """What one :meth:`MessageStore.compact` call did."""
-
-    deleted: int  # segments deleted
-    rewritten: int  # segments rewritten
-    reclaimed: int  # bytes freed
-
-
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    """A snapshot of the store's size."""
-
-    segments: int
-    bytes: int
-    records: int  # message records in the segments
-    live: int  # unacked messages
 
 
 class MessageStore:
@@ -461,80 +439,12 @@ class MessageStore:
         data), or None while it is usable, including after a failed sync it can retry."""
         return self._failed
 
-    def needs_compaction(self) -> bool:
-        """Whether :meth:`compact` has anything to delete or rewrite."""
-        with self._lock:
-            return any(self._reclaimable(s) for s in self._segments.values())
-
-    def _reclaimable(self, segment: SegmentState) -> bool:
-        return (
-            segment is not self._head
-            and segment.idle
-            and (not segment.live or segment.live < segment.records * self.rewrite_ratio)
-        )
-
-    def compact(self) -> CompactResult:
-        """Delete fully acked segments, rewrite at most one mostly acked one, and fsync the
-        marks written since the last call (see the module doc)."""
-        with self._compact_lock:
-            with self._io_lock, self._lock:
-                self._check_usable()
-                dead = [s for s in self._segments.values() if self._reclaimable(s) and not s.live]
-                for segment in dead:
-                    del self._segments[segment.number]
-                    if segment.marks_fd >= 0:
-                        os.close(segment.marks_fd)
-                reclaimed = sum(s.size for s in dead)
-            for segment in dead:
-                segment_path(self.directory, segment.number).unlink(missing_ok=True)
-            if dead:
-                fsync_dir(self.directory)  # segments gone before their marks (module doc)
-                for segment in dead:
-                    marks_path(self.directory, segment.number).unlink(missing_ok=True)
-            self._fsync_marks()
-            with self._lock:
-                partly = [s for s in self._segments.values() if self._reclaimable(s)]
-                victim = min(partly, key=lambda s: s.live / s.records, default=None)
-            if victim is not None:
-                reclaimed += self._rewrite(victim)
-            return CompactResult(len(dead), int(victim is not None), reclaimed)
-
-    def _fsync_marks(self) -> None:
-        with self._io_lock:
-            with self._lock:
-                segments = list(self._segments.values())
-            for segment in segments:
-                if segment.marks_unsynced:
-                    started = time.perf_counter()
-                    os.fsync(segment.marks_fd)
-                    self.io.synced(started)
-                    segment.marks_unsynced = False
-                if segment.marks_fd >= 0 and segment is not self._head:
-                    os.close(segment.marks_fd)  # reopened on the next mark, if any
-                    segment.marks_fd = -1
-
-    def _rewrite(self, segment: SegmentState) -> int:
-        """Copy the live records of an idle segment to a new file (of the current format
-        version) and swap it in."""
-        path = segment_path(self.directory, segment.number)
-        data = self._read(path)  # idle: nothing writes to this file any more
-        version = layout_of(data).version
-        records = list(iter_records(data))
-        keep: list[memoryview | bytes] = []
-        view = memoryview(data)
-        for start in range(0, len(records), _LIVENESS_SLICE):
-            with self._lock:  # short holds: the event loop keeps appending meanwhile
-                for queue, msg_id, begin, end in records[start : start + _LIVENESS_SLICE]:
-                    ids = self._live.get(queue)
-                    if ids is not None and msg_id in ids:
-                        keep.append(upgrade_record(view[begin:end], version))
-        size = replace_segment(path, keep)
-        with self._lock:
-            # Records acked meanwhile were copied too; their marks are still in acks.N.
-            segment.records, old_size, segment.size = len(keep), segment.size, size
-            segment.written = size
-            segment.version = SEGMENT_VERSION
-        return old_size - size
+    # Compaction (leveret.storage.compaction), bound here as methods.
+    needs_compaction = compaction.needs_compaction
+    compact = compaction.compact
+    _reclaimable = compaction.reclaimable
+    _fsync_marks = compaction.fsync_marks
+    _rewrite = compaction.rewrite
 
     # -- messages kept in the store without a queue -----------------------------------------
 
