@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from leveret.errors import AMQPError
-from leveret.listen import dual_stack_socket
 from leveret.management import (
     actions,
     api,
@@ -33,6 +32,7 @@ from leveret.management import (
 )
 from leveret.management.access import SERVER_KEY, USER_KEY, authenticate
 from leveret.management.errors import ApiError, from_amqp, not_found
+from leveret.management.listener import HttpListener, serve
 from leveret.management.query import COLUMNS_PICKED, JSON_DATA, pick_columns
 from leveret.management.state import state_of
 from leveret.management.stats import INTERVAL
@@ -138,24 +138,15 @@ def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
 
 
 @dataclass
-class ManagementHandle:
+class ManagementHandle(HttpListener):
     """A running management server."""
 
     server: Server
-    runner: web.AppRunner
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:15672``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
 
     async def close(self) -> None:
         """Stop serving and stop the statistics sampler."""
         await state_of(self.server).sampler.stop()
-        await self.runner.cleanup()
+        await super().close()
 
 
 async def start_management(
@@ -164,22 +155,8 @@ async def start_management(
     """Serve the management API for ``server`` on ``host:port`` (0: any free port, read it
     from the handle's ``port``). Call on the broker's running event loop."""
     app = build_app(server)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    sock = dual_stack_socket(host, port)  # ``::`` takes IPv4 too
-    site: web.BaseSite = (
-        web.TCPSite(runner, host, port, reuse_address=True)
-        if sock is None
-        else web.SockSite(runner, sock)
-    )
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound = runner.addresses[0]
-    actual_port = int(bound[1])
+    runner, actual_port = await serve(app, host, port)
     app[api.LISTENER_KEY].port = actual_port
     state_of(server).sampler.start(stats_interval)
     log.info("management API listening on http://%s:%s", host, actual_port)
-    return ManagementHandle(server, runner, host, actual_port)
+    return ManagementHandle(runner, host, actual_port, server)

@@ -28,9 +28,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric, SummaryMetricFamily
 
-from leveret.listen import dual_stack_socket
 from leveret.management import client_metrics as cm
 from leveret.management import metrics as m
+from leveret.management.listener import HttpListener, serve
 from leveret.management.views import channel_name
 
 if TYPE_CHECKING:
@@ -403,23 +403,7 @@ async def scrape(request: web.Request) -> web.Response:
     return web.Response(body=body, headers=headers)
 
 
-@dataclass
-class PrometheusHandle:
-    """A running Prometheus listener."""
-
-    runner: web.AppRunner
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:15692``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    async def close(self) -> None:
-        """Stop serving."""
-        await self.runner.cleanup()
+PrometheusHandle = HttpListener  # the running Prometheus listener
 
 
 async def start_prometheus(server: Server, host: str, port: int) -> PrometheusHandle:
@@ -431,19 +415,6 @@ async def start_prometheus(server: Server, host: str, port: int) -> PrometheusHa
     for path in ("/metrics", "/metrics/per-object", "/metrics/detailed"):
         app.router.add_get(path, scrape)
         app.router.add_get(path + "/", scrape)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    sock = dual_stack_socket(host, port)
-    site: web.BaseSite = (
-        web.TCPSite(runner, host, port, reuse_address=True)
-        if sock is None
-        else web.SockSite(runner, sock)
-    )
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    actual_port = int(runner.addresses[0][1])
+    runner, actual_port = await serve(app, host, port)
     log.info("Prometheus metrics on http://%s:%s/metrics", host, actual_port)
     return PrometheusHandle(runner, host, actual_port)
