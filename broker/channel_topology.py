@@ -65,8 +65,10 @@ def exchange_delete(channel: Channel, m: commands.Exchange.Delete) -> None:
         channel.send(commands.Exchange.DeleteOk())
 
 
-def exchange_bind(channel: Channel, m: commands.Exchange.Bind) -> None:
-    """exchange.bind: the binding's permissions, then the vhost's bind."""
+def bind_exchange(
+    channel: Channel, m: commands.Exchange.Bind | commands.Exchange.Unbind, add: bool
+) -> None:
+    """exchange.bind (``add``) or exchange.unbind on the vhost, after the permissions."""
     permit_binding(channel, "exchange", m.destination, m.source, m.routing_key)
     channel.vhost.bind(
         m.source,
@@ -75,24 +77,20 @@ def exchange_bind(channel: Channel, m: commands.Exchange.Bind) -> None:
         m.routing_key,
         m.arguments or {},
         channel.conn,
-        add=True,
+        add,
     )
+
+
+def exchange_bind(channel: Channel, m: commands.Exchange.Bind) -> None:
+    """exchange.bind."""
+    bind_exchange(channel, m, add=True)
     if not m.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, m: commands.Exchange.Unbind) -> None:
-    """exchange.unbind: the binding's permissions, then the vhost's unbind."""
-    permit_binding(channel, "exchange", m.destination, m.source, m.routing_key)
-    channel.vhost.bind(
-        m.source,
-        DestKind.EXCHANGE,
-        m.destination,
-        m.routing_key,
-        m.arguments or {},
-        channel.conn,
-        add=False,
-    )
+    """exchange.unbind."""
+    bind_exchange(channel, m, add=False)
     if not m.nowait:
         channel.send(commands.Exchange.UnbindOk())
 
