@@ -59,7 +59,7 @@ from leveret.handshake import HANDSHAKE_STATES, STATE_NAMES, State
 if TYPE_CHECKING:
     from leveret.acktimeout import Watched
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
@@ -92,9 +92,13 @@ def _address(pair: Any) -> tuple[str, int]:
 
 
 class Connection(asyncio.Protocol):
-    """Server side of one AMQP 0-9-1 connection."""
+    """Server side of one AMQP 0-9-1 connection.
 
-    def __init__(self, server: Server) -> None:
+    ``server`` is the shared state (:class:`leveret.state.ServerState`: vhosts, access
+    control, counters, the other connections), not the ``Server`` that listens.
+    """
+
+    def __init__(self, server: ServerState[Connection]) -> None:
         self.server = server
         self.config = server.config
         self.loop = asyncio.get_running_loop()

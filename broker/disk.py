@@ -39,7 +39,7 @@ from leveret.config import DISK_FREE_LIMIT
 from leveret.memory import CGROUP_ROOT, Watermark, total_memory
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -206,18 +206,13 @@ class DiskMonitor:
             self.on_alarm(alarm)
 
 
-def disk_monitor(server: Server) -> DiskMonitor:
-    """The disk monitor of ``server``: its configured probe, else statvfs of its data
-    directory (none: not monitored); an alarm blocks or unblocks its connections."""
-    config = server.config
+def disk_monitor(config: Config, on_alarm: Callable[[bool], None]) -> DiskMonitor:
+    """The disk monitor ``config`` asks for: its probe, else statvfs of its data directory
+    (none: not monitored); ``on_alarm`` blocks or unblocks the connections (the shared
+    state's, broker/state.py)."""
     probe = config.disk_free_probe
     directory = config.data_dir
     if probe is None and directory is not None:
         probe = lambda: free_bytes(directory)  # noqa: E731
     where = f" on the file system of {directory}" if directory is not None else ""
-
-    def on_alarm(alarm: bool) -> None:
-        for connection in list(server.connections):
-            connection.disk_alarm(alarm)
-
     return DiskMonitor(config.disk_free_limit, probe, on_alarm, where)

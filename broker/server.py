@@ -2,6 +2,12 @@
 
 ``Server.start()`` binds the listener; ``Server.stop()`` closes it, sends every client
 ``Connection.Close`` 320 CONNECTION_FORCED and waits (bounded) for them to go.
+
+This is the composition root, the top of ``broker/``: it builds the shared state
+(:class:`leveret.state.ServerState`), recovers it from the data directory, and starts the
+listeners that serve it (AMQP connections, the management API, Prometheus, the control
+socket), handing each the state, never the ``Server``. Only ``cli``, ``testing`` and
+``inspect`` import this module.
 """
 
 from __future__ import annotations
@@ -13,176 +19,169 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.acktimeout import AckTimeouts
 from leveret.auth import AccessControl
-from leveret.churn import NodeCounters
 from leveret.config import Config
 from leveret.connection import Connection
-from leveret.disk import disk_monitor
-from leveret.exchanges.policies import Policy
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.listen import dual_stack_socket
-from leveret.memory import MemoryMonitor, default_watermark
-from leveret.trace import TraceWriter
-from leveret.vhost import VHost
+from leveret.state import PublishCounters, ServerState
 
 if TYPE_CHECKING:
     import ssl
 
+    from leveret.acktimeout import AckTimeouts
+    from leveret.churn import NodeCounters
     from leveret.control.node import ControlListener
+    from leveret.disk import DiskMonitor
+    from leveret.exchanges.policies import Policy
     from leveret.management import ManagementHandle
     from leveret.management.prometheus import PrometheusHandle
+    from leveret.memory import MemoryMonitor
     from leveret.persistence import Persistence
+    from leveret.trace import TraceWriter
+    from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
 
 
-class PublishCounters:
-    """Broker-wide publish counters (for /metrics and the management overview)."""
-
-    __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")
-
-    def __init__(self) -> None:
-        self.confirmed = 0  # publisher confirms (basic.ack) sent, one per message
-        self.received = 0
-        self.routed = 0
-        self.unroutable_dropped = 0
-        self.unroutable_returned = 0
-
-
 class Server:
-    """A Leveret broker instance."""
+    """A Leveret broker instance: the composition root.
+
+    It owns the listeners (AMQP, AMQPS, the management API, Prometheus, the control
+    socket) and one :class:`ServerState`, which it hands to each of them and to every
+    connection; nothing below it needs the ``Server``. Its attributes of the shared state
+    (``vhosts``, ``access``, ``connections``...) and the administrative methods are the
+    state's, kept here for scripts and tests.
+    """
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.memory = MemoryMonitor(
-            config.memory_high_watermark or default_watermark(), self._on_memory_alarm
-        )
-        self.persistence: Persistence | None = None
-        self.counters = PublishCounters()
-        self.churn = NodeCounters()  # connection, channel and queue churn (broker/churn.py)
-        self.access = config.access or AccessControl.with_users(config.users, config.vhosts)
-        self.tracer: TraceWriter | None = (
-            TraceWriter(config.trace_dir) if config.trace_dir else None
-        )
-        self.vhosts: dict[str, VHost] = {}
-        self.connections: set[Connection] = set()
-        self.disk = disk_monitor(self)  # the disk alarm (broker/disk.py)
+        self.state: ServerState[Connection] = ServerState(config)
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
-        self.ack_timeouts = AckTimeouts(config.consumer_timeout, self.connections)
         self._tls_listener: asyncio.Server | None = None
-        self.tls_port = config.tls_port
-        self.management: ManagementHandle | None = None
-        self.prometheus: PrometheusHandle | None = None
+        self._management: ManagementHandle | None = None
+        self._prometheus: PrometheusHandle | None = None
         self.control: ControlListener | None = None
-        self.port = config.port
         if config.data_dir is None:
             for name in config.vhosts:
-                self.vhost(name)
+                self.state.vhost(name)
 
-    def _on_memory_alarm(self, alarm: bool) -> None:
-        memory = self.memory
-        log.warning(
-            "memory alarm %s: %d bytes held by messages, process RSS %s, high watermark %d",
-            "set" if alarm else "cleared",
-            memory.used,
-            "unknown" if memory.rss is None else memory.rss,
-            memory.limit,
-        )
-        for connection in list(self.connections):
-            connection.memory_alarm(alarm)
+    # -- the shared state, by its names of old -----------------------------------------
+
+    @property
+    def vhosts(self) -> dict[str, VHost]:
+        """The vhosts by name (the state's)."""
+        return self.state.vhosts
+
+    @property
+    def connections(self) -> set[Connection]:
+        """The open connections (the state's)."""
+        return self.state.connections
+
+    @property
+    def access(self) -> AccessControl:
+        """Users and permissions (the state's)."""
+        return self.state.access
+
+    @property
+    def memory(self) -> MemoryMonitor:
+        """The memory monitor (the state's)."""
+        return self.state.memory
+
+    @property
+    def disk(self) -> DiskMonitor:
+        """The disk monitor (the state's)."""
+        return self.state.disk
+
+    @property
+    def churn(self) -> NodeCounters:
+        """Connection, channel and queue churn (the state's)."""
+        return self.state.churn
+
+    @property
+    def counters(self) -> PublishCounters:
+        """The publish counters (the state's)."""
+        return self.state.counters
+
+    @counters.setter
+    def counters(self, counters: PublishCounters) -> None:
+        self.state.counters = counters
+
+    @property
+    def ack_timeouts(self) -> AckTimeouts:
+        """The delivery acknowledgement timeout checks (the state's)."""
+        return self.state.ack_timeouts
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """The store, with a data dir (the state's)."""
+        return self.state.persistence
+
+    @property
+    def tracer(self) -> TraceWriter | None:
+        """The traffic trace being recorded, if any (the state's)."""
+        return self.state.tracer
+
+    @property
+    def port(self) -> int:
+        """The AMQP port, the bound one once started (port 0: a free one)."""
+        return self.state.port
+
+    @property
+    def tls_port(self) -> int | None:
+        """The AMQPS port, the bound one once started."""
+        return self.state.tls_port
+
+    @property
+    def management(self) -> ManagementHandle | None:
+        """The management API's listener, when it runs."""
+        return self._management
+
+    @management.setter
+    def management(self, handle: ManagementHandle | None) -> None:
+        self._management = self.state.management = handle
+
+    @property
+    def prometheus(self) -> PrometheusHandle | None:
+        """The Prometheus listener, when it runs."""
+        return self._prometheus
+
+    @prometheus.setter
+    def prometheus(self, handle: PrometheusHandle | None) -> None:
+        self._prometheus = self.state.prometheus = handle
 
     def vhost(self, name: str) -> VHost:
-        """The vhost ``name``, created if needed."""
-        vhost = self.vhosts.get(name)
-        if vhost is None:
-            vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
-            vhost.tracer = self.tracer
-            vhost.ack_timeouts = self.ack_timeouts
-            vhost.churn = self.churn
-        return vhost
-
-    def _save_access(self) -> None:
-        if self.persistence is not None:
-            document = self.access.to_document()
-            document["vhosts"] = sorted(self.vhosts)
-            document["policies"] = [
-                policy.to_json()
-                for name in sorted(self.vhosts)
-                for policy in sorted(self.vhosts[name].policies.values(), key=lambda p: p.name)
-            ]
-            # Vhost limits as RabbitMQ keeps them: runtime parameters of the component
-            # vhost-limits, named limits (the same shape as in definitions.json).
-            document["parameters"] = [
-                parameter
-                for name in sorted(self.vhosts)
-                for parameter in self.vhosts[name].runtime_parameters()
-            ]
-            self.persistence.save_access(document)
-
-    def set_vhost_limits(self, name: str, limits: dict[str, int]) -> None:
-        """Replace the limits of vhost ``name`` (which must exist; checked values) and save
-        them with the users. Connections and queues over a lowered limit stay."""
-        self.vhosts[name].limits = dict(limits)
-        self._save_access()
-
-    def set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
-        """Apply a runtime parameter to the existing ``vhost`` (VHost.set_parameter) and
-        save it with the users."""
-        self.vhosts[vhost].set_parameter(component, name, value)
-        self._save_access()
-
-    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
-        """Add or replace a policy (``operator``: an operator policy) of its vhost (which
-        must exist), apply it, and save it with the users (on disk before the caller
-        answers). True when it is new."""
-        created = self.vhosts[policy.vhost].set_policy(policy, operator)
-        self._save_access()
-        return created
-
-    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
-        """Remove a policy or operator policy; False when the vhost has none of that
-        name."""
-        host = self.vhosts.get(vhost)
-        if host is None or not host.delete_policy(name, operator):
-            return False
-        self._save_access()
-        return True
+        """The vhost ``name``, created if needed (ServerState.vhost)."""
+        return self.state.vhost(name)
 
     def add_vhost(self, name: str) -> VHost:
-        """Create the vhost ``name`` (idempotent; durable with a data dir)."""
-        known = name in self.vhosts
-        vhost = self.vhost(name)
-        if not known:
-            self._save_access()
-        return vhost
+        """Create the vhost ``name`` (ServerState.add_vhost)."""
+        return self.state.add_vhost(name)
 
     def delete_vhost(self, name: str) -> bool:
-        """Delete a vhost: its connections are closed (320), its queues and their stored
-        messages deleted, permissions and topic permissions on it revoked."""
-        vhost = self.vhosts.pop(name, None)
-        if vhost is None:
-            return False
-        for connection in list(self.connections):
-            if connection.vhost is vhost:
-                connection.force_close(f"vhost '{name}' is deleted")
-        for queue in list(vhost.queues.values()):
-            vhost.delete_queue(queue)
-        vhost.delayed.drop()
-        self.access.forget_vhost(name)
-        self._save_access()
-        return True
+        """Delete a vhost (ServerState.delete_vhost)."""
+        return self.state.delete_vhost(name)
+
+    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
+        """Add or replace a policy (ServerState.set_policy)."""
+        return self.state.set_policy(policy, operator)
+
+    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
+        """Remove a policy (ServerState.delete_policy)."""
+        return self.state.delete_policy(vhost, name, operator)
+
+    def set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
+        """Apply and save a runtime parameter (ServerState.set_parameter)."""
+        self.state.set_parameter(vhost, component, name, value)
+
+    def set_vhost_limits(self, name: str, limits: dict[str, int]) -> None:
+        """Replace and save a vhost's limits (ServerState.set_vhost_limits)."""
+        self.state.set_vhost_limits(name, limits)
 
     def set_trace(self, directory: Path | None) -> None:
-        """Start (or, with None, stop) recording the traffic trace into ``directory``."""
-        if self.tracer is not None:
-            self.tracer.close()
-            self.tracer = None
-        if directory is not None:
-            self.tracer = TraceWriter(directory)
-        for vhost in self.vhosts.values():
-            vhost.tracer = self.tracer
+        """Start or stop the traffic trace (ServerState.set_trace)."""
+        self.state.set_trace(directory)
 
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""
@@ -190,19 +189,20 @@ class Server:
         from leveret.persistence import Persistence
         from leveret.storage.files import gc_paused
 
+        state = self.state
         started = time.monotonic()
         # --force-recovery: start even past a damaged record in the middle of the
         # definitions log (storage/log.py).
-        persistence = self.persistence = Persistence(
+        persistence = state.persistence = Persistence(
             data_dir, force_recovery=self.config.force_recovery
         )
         saved = persistence.load_access()
         if saved is not None:
             # Users, permissions and vhosts made at run time (API, definitions) win over
             # the configured defaults, as RabbitMQ seeds its default user only once.
-            configured = set(self.access.users)
-            self.access = AccessControl.from_document(saved)
-            extra = sorted(set(self.access.users) - configured)
+            configured = set(state.access.users)
+            state.access = AccessControl.from_document(saved)
+            extra = sorted(set(state.access.users) - configured)
             if extra:
                 # Not silent: an operator who removed a user from the configuration should
                 # learn that it can still log in (remove it through the management API).
@@ -213,27 +213,27 @@ class Server:
                     ", ".join(extra),
                 )
             for name in saved.get("vhosts", []):
-                self.vhost(name)
+                self.state.vhost(name)
             for item in saved.get("parameters", []):
-                vhost = self.vhost(item["vhost"])
+                vhost = self.state.vhost(item["vhost"])
                 vhost.set_parameter(item["component"], item["name"], item["value"])
             # Before the log replay, so that recovered queues and exchanges get theirs.
             for item in saved.get("policies", []):
                 policy = parse_policy(item["vhost"], item["name"], item)
-                self.vhost(policy.vhost).set_policy(policy)
-        self.access.listeners.append(self._save_access)
+                self.state.vhost(policy.vhost).set_policy(policy)
+        state.access.listeners.append(state.save_access)
         for name in self.config.vhosts:
-            self.vhost(name)
+            self.state.vhost(name)
         records = persistence.log.replay()
         # Recovery builds many long-lived objects and no cycles: the cyclic GC would only
         # rescan them again and again. Afterwards they are frozen out of its generations.
         with gc_paused():
             for vhost_name, event in records:
-                self.vhost(vhost_name).replay(event)
+                self.state.vhost(vhost_name).replay(event)
             persistence.compact()
             restored = 0
             for (vhost_name, queue_name), stored in persistence.store.recover().items():
-                queue = self.vhosts.get(vhost_name, None)
+                queue = state.vhosts.get(vhost_name, None)
                 target = queue.queues.get(queue_name) if queue is not None else None
                 if target is None:
                     # Never acked away: the definitions log may have lost the queue
@@ -245,7 +245,7 @@ class Server:
             for (vhost_name, exchange), stored in persistence.delayed.recover().items():
                 # Kept back by a delayed exchange; released on time whether the exchange
                 # is still there or not, as the plugin does.
-                owner = self.vhosts.get(vhost_name)
+                owner = state.vhosts.get(vhost_name)
                 if owner is None:
                     persistence.delayed.drop_queue((vhost_name, exchange))
                     continue
@@ -263,49 +263,50 @@ class Server:
     async def start(self) -> None:
         """Bind the listening socket (port 0 picks a free port, see :attr:`port`)."""
         loop = asyncio.get_running_loop()
+        self.state.started = time.time()  # the node's uptime (status)
         if self.config.control and (self.config.control_socket or self.config.data_dir):
             from leveret.control.node import ControlListener, socket_of
 
             # First: a node still serving this socket (the same data dir) stops the start.
-            self.control = ControlListener(self, socket_of(self.config, self.config.port))
+            self.control = ControlListener(self.state, socket_of(self.config, self.config.port))
             self.control.claim()
         if self.config.data_dir is not None:
             self._recover(self.config.data_dir)
         for name in self.config.vhosts:
-            self.vhost(name)
+            self.state.vhost(name)
         if self.config.load_definitions is not None:
             # Imported here: in-process starts (the pytest plugin) stay fast without it.
             from leveret.management import load_definitions_file
 
-            load_definitions_file(self, self.config.load_definitions)
-        self.disk.start()
+            load_definitions_file(self.state, self.config.load_definitions)
+        self.state.disk.start()
         self._listener = await self._listen(self.config.port)
-        self.port = self._listener.sockets[0].getsockname()[1]
+        self.state.port = self._listener.sockets[0].getsockname()[1]
         context = self._tls_context()
         if context is not None:
             self._tls_listener = await self._listen(self.config.tls_port, context)
-            self.tls_port = self._tls_listener.sockets[0].getsockname()[1]
+            self.state.tls_port = self._tls_listener.sockets[0].getsockname()[1]
             log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
         if self.config.management_port is not None:
             from leveret.management import start_management
 
             self.management = await start_management(
-                self, self.config.management_host, self.config.management_port
+                self.state, self.config.management_host, self.config.management_port
             )
         if self.config.prometheus_port is not None:
             from leveret.management.prometheus import start_prometheus
 
             self.prometheus = await start_prometheus(
-                self, self.config.management_host, self.config.prometheus_port
+                self.state, self.config.management_host, self.config.prometheus_port
             )
-        if self.persistence is not None:
-            self._reclaimer = loop.create_task(self.persistence.reclaim())
-        self.ack_timeouts.start()
+        if self.state.persistence is not None:
+            self._reclaimer = loop.create_task(self.state.persistence.reclaim())
+        self.state.ack_timeouts.start()
         if self.config.control:
             from leveret.control.node import ControlListener, socket_of
 
             if self.control is None:  # no data dir: named after the port just bound
-                self.control = ControlListener(self, socket_of(self.config, self.port))
+                self.control = ControlListener(self.state, socket_of(self.config, self.port))
             # Last: `leveret diagnostics ping` answers once the node serves everything.
             await self.control.start()
         log.info("Leveret listening on %s:%s", self.config.host, self.port)
@@ -313,6 +314,7 @@ class Server:
     async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> asyncio.Server:
         """Listen on the configured host (``::``: IPv6 and IPv4) and ``port``."""
         loop = asyncio.get_running_loop()
+        state = self.state
         sock = dual_stack_socket(self.config.host, port)
         where: dict[str, Any] = (
             {"sock": sock}
@@ -320,7 +322,7 @@ class Server:
             else {"host": self.config.host, "port": port, "reuse_address": True, "backlog": 1024}
         )
         return await loop.create_server(
-            lambda: Connection(self),
+            lambda: Connection(state),
             ssl=tls,
             # A TLS client gets 10 s to finish its handshake, as an AMQP client gets for its
             # protocol header (RabbitMQ's handshake_timeout; asyncio's default is 60 s).
@@ -359,26 +361,26 @@ class Server:
             self._tls_listener = None
         if self._listener is not None:
             self._listener.close()
-        for connection in list(self.connections):
+        for connection in list(self.state.connections):
             connection.shutdown()
-        pending = [c.closed.wait() for c in list(self.connections)]
+        pending = [c.closed.wait() for c in list(self.state.connections)]
         if pending:
             try:
                 async with asyncio.timeout(self.config.shutdown_timeout):
                     await asyncio.gather(*pending)
             except TimeoutError:
-                log.warning("%d connections did not close in time", len(self.connections))
+                log.warning("%d connections did not close in time", len(self.state.connections))
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None
         if self._reclaimer is not None:
             self._reclaimer.cancel()
             self._reclaimer = None
-        for vhost in self.vhosts.values():
+        for vhost in self.state.vhosts.values():
             vhost.delayed.close()
-        self.ack_timeouts.stop()
-        self.disk.stop()
-        if self.persistence is not None:
-            self.persistence.close()
-            self.persistence = None
-        self.set_trace(None)
+        self.state.ack_timeouts.stop()
+        self.state.disk.stop()
+        if self.state.persistence is not None:
+            self.state.persistence.close()
+            self.state.persistence = None
+        self.state.set_trace(None)

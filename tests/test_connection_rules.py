@@ -57,7 +57,7 @@ def frames(data: bytes) -> list[Any]:
 
 async def login(peer: str, user: str, password: str, config: Config | None = None) -> list[Any]:
     server = Server(config or Config(port=0))
-    connection = Connection(server)
+    connection = Connection(server.state)
     transport = FakeTransport((peer, 40000))
     connection.connection_made(transport)
     start_ok = commands.Connection.StartOk(

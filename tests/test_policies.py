@@ -187,16 +187,16 @@ def test_definitions_import_and_export_policies() -> None:
             "policies": [item],
             "queues": [{"name": "work", "vhost": "/", "durable": True, "arguments": {}}],
         }
-        broker.call(lambda: load_definitions(broker.server, definitions))
+        broker.call(lambda: load_definitions(broker.server.state, definitions))
         queue = broker.server.vhosts["/"].queues["work"]
         assert (queue.dlx, queue.message_ttl) == ("dead", 60000)
-        exported = broker.call(lambda: export_definitions(broker.server))
+        exported = broker.call(lambda: export_definitions(broker.server.state))
         assert exported["policies"] == [item]
-        one_vhost = broker.call(lambda: export_definitions(broker.server, "/"))
+        one_vhost = broker.call(lambda: export_definitions(broker.server.state, "/"))
         assert one_vhost["policies"] == [{k: v for k, v in item.items() if k != "vhost"}]
         bad = {"policies": [{**item, "definition": {"message-ttl": -1}}]}
         with pytest.raises(DefinitionsError) as err:
-            broker.call(lambda: load_definitions(broker.server, bad))
+            broker.call(lambda: load_definitions(broker.server.state, bad))
         assert str(err.value) == "Validation failed\n\n-1 is not a valid message TTL"
     finally:
         broker.stop()

@@ -8,7 +8,9 @@ directory), and the node serves only peers whose uid (``SO_PEERCRED``) is its ow
 root's. Modules:
 
 - :mod:`.endpoint`: where the socket is, the wire format both ends share;
-- :mod:`.node`: the listener in the broker (started by :class:`leveret.server.Server`);
+- :mod:`.node`: the listener in the broker (started by :class:`leveret.server.Server`,
+  which hands it the shared state, :class:`leveret.state.ServerState`: the commands read
+  and change that, never the ``Server``);
 - :mod:`.commands`, :mod:`.listing`: what each command does on the node, through the
   management API's own functions (users, permissions, policies, definitions, queues);
 - :mod:`.cli`, :mod:`.output`: the command line and its formatters.

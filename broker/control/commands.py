@@ -2,7 +2,7 @@
 
 Every change goes through the function the management API uses for it (users and
 permissions through :class:`leveret.auth.AccessControl` and its regex check, vhosts and
-policies through :class:`leveret.server.Server`, policy validation through
+policies through :class:`leveret.state.ServerState`, policy validation through
 ``exchanges.policies.parse``, definitions through :mod:`leveret.management.definitions`,
 queue deletion and purge through :mod:`leveret.management.ops`), so no rule has a second
 copy here; what is left is argument reading and RabbitMQ's CLI texts
@@ -23,8 +23,9 @@ from leveret.control.endpoint import EX_DATAERR, EX_NOUSER, EX_SOFTWARE, EX_UNAV
 from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
+    from leveret.connection import Connection
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -55,7 +56,7 @@ def text(args: Args, name: str) -> str:
     return value
 
 
-def vhost_named(server: Server, name: str) -> VHost:
+def vhost_named(server: ServerState[Connection], name: str) -> VHost:
     """The vhost, or rabbitmqctl's error for one that does not exist."""
     vhost = server.vhosts.get(name)
     if vhost is None:
@@ -63,13 +64,13 @@ def vhost_named(server: Server, name: str) -> VHost:
     return vhost
 
 
-def user_must_exist(server: Server, name: str) -> None:
+def user_must_exist(server: ServerState[Connection], name: str) -> None:
     """rabbitmqctl's error for a user that does not exist (``no_such_user``)."""
     if name not in server.access.users:
         raise ControlError(f'User "{name}" does not exist', EX_NOUSER)
 
 
-def queue_named(server: Server, args: Args) -> tuple[VHost, Queue]:
+def queue_named(server: ServerState[Connection], args: Args) -> tuple[VHost, Queue]:
     """The queue ``args['name']`` of vhost ``args['vhost']``."""
     vhost = vhost_named(server, text(args, "vhost"))
     queue = vhost.queues.get(text(args, "name"))
@@ -78,7 +79,7 @@ def queue_named(server: Server, args: Args) -> tuple[VHost, Queue]:
     return vhost, queue
 
 
-async def run(server: Server, command: str, args: Args, send: Send) -> None:
+async def run(server: ServerState[Connection], command: str, args: Args, send: Send) -> None:
     """Run ``command`` and send its reply (rows, then the final line)."""
     kind = KINDS.get(command)
     if kind is not None:
@@ -107,12 +108,12 @@ async def run(server: Server, command: str, args: Args, send: Send) -> None:
 Reply = tuple[str | None, Any]
 
 
-def ping(server: Server, args: Args) -> Reply:
+def ping(server: ServerState[Connection], args: Args) -> Reply:
     """diagnostics ping: the node answers."""
     return "Ping succeeded", None
 
 
-def status(server: Server, args: Args) -> Reply:
+def status(server: ServerState[Connection], args: Args) -> Reply:
     """rabbitmqctl status: runtime, listeners, memory and disk, totals."""
     from leveret import __version__
     from leveret.management.api import object_totals
@@ -139,7 +140,7 @@ def status(server: Server, args: Args) -> Reply:
         "product_name": "Leveret",
         "product_version": __version__,
         "rabbitmq_version": RABBITMQ_VERSION,
-        "uptime": int(time.time() - server.control.started) if server.control else 0,
+        "uptime": int(time.time() - server.started) if server.started is not None else 0,
         "data_directory": str(config.data_dir) if config.data_dir is not None else None,
         "listeners": listeners,
         "alarms": alarms,
@@ -149,7 +150,7 @@ def status(server: Server, args: Args) -> Reply:
     }
 
 
-def check_local_alarms(server: Server, args: Args) -> Reply:
+def check_local_alarms(server: ServerState[Connection], args: Args) -> Reply:
     """rabbitmq-diagnostics check_local_alarms: exit 0 without alarms."""
     from leveret.management.views import NODE
 
@@ -163,7 +164,7 @@ def check_local_alarms(server: Server, args: Args) -> Reply:
     return f"Node {NODE} reported no local alarms", None
 
 
-def close_connection(server: Server, args: Args) -> Reply:
+def close_connection(server: ServerState[Connection], args: Args) -> Reply:
     """close_connection NAME EXPLANATION: 320 CONNECTION_FORCED with the explanation, as
     ``DELETE /api/connections/NAME`` does."""
     from leveret.management.views import connection_name
@@ -176,7 +177,7 @@ def close_connection(server: Server, args: Args) -> Reply:
     raise ControlError(f"Connection '{name}' not found", EX_DATAERR)
 
 
-def add_user(server: Server, args: Args) -> Reply:
+def add_user(server: ServerState[Connection], args: Args) -> Reply:
     """add_user NAME PASSWORD: a user without tags or permissions."""
     name = text(args, "name")
     if not name:
@@ -191,7 +192,7 @@ def add_user(server: Server, args: Args) -> Reply:
     )
 
 
-def delete_user(server: Server, args: Args) -> Reply:
+def delete_user(server: ServerState[Connection], args: Args) -> Reply:
     """delete_user NAME (and the user's permissions)."""
     name = text(args, "name")
     user_must_exist(server, name)
@@ -199,7 +200,7 @@ def delete_user(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def change_password(server: Server, args: Args) -> Reply:
+def change_password(server: ServerState[Connection], args: Args) -> Reply:
     """change_password NAME PASSWORD: tags, limits and permissions stay."""
     name = text(args, "name")
     user_must_exist(server, name)
@@ -208,7 +209,7 @@ def change_password(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def set_user_tags(server: Server, args: Args) -> Reply:
+def set_user_tags(server: ServerState[Connection], args: Args) -> Reply:
     """set_user_tags NAME [TAG ...]: replaces the tags (none: no tags)."""
     name = text(args, "name")
     user_must_exist(server, name)
@@ -218,7 +219,7 @@ def set_user_tags(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def add_vhost(server: Server, args: Args) -> Reply:
+def add_vhost(server: ServerState[Connection], args: Args) -> Reply:
     """add_vhost NAME [--description D] [--tags T] [--default-queue-type Q]."""
     from leveret.management.actions import tags_of
     from leveret.management.state import state_of
@@ -237,7 +238,7 @@ def add_vhost(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def delete_vhost(server: Server, args: Args) -> Reply:
+def delete_vhost(server: ServerState[Connection], args: Args) -> Reply:
     """delete_vhost NAME: its connections closed, its queues and permissions gone."""
     from leveret.management import ops
 
@@ -247,7 +248,7 @@ def delete_vhost(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def set_permissions(server: Server, args: Args) -> Reply:
+def set_permissions(server: ServerState[Connection], args: Args) -> Reply:
     """set_permissions [-p VHOST] USER CONF WRITE READ."""
     from leveret.auth import Permission, invalid_regexp
 
@@ -263,7 +264,7 @@ def set_permissions(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def clear_permissions(server: Server, args: Args) -> Reply:
+def clear_permissions(server: ServerState[Connection], args: Args) -> Reply:
     """clear_permissions [-p VHOST] USER."""
     vhost, user = text(args, "vhost"), text(args, "user")
     user_must_exist(server, user)
@@ -272,7 +273,7 @@ def clear_permissions(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def set_policy(server: Server, args: Args) -> Reply:
+def set_policy(server: ServerState[Connection], args: Args) -> Reply:
     """set_policy [-p VHOST] [--priority N] [--apply-to W] NAME PATTERN DEFINITION,
     validated by the parser the management API and definitions use."""
     from leveret.exchanges.policies import PolicyError, parse
@@ -294,7 +295,7 @@ def set_policy(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def clear_policy(server: Server, args: Args) -> Reply:
+def clear_policy(server: ServerState[Connection], args: Args) -> Reply:
     """clear_policy [-p VHOST] NAME (rabbit_runtime_parameters' text when it has none)."""
     vhost = vhost_named(server, text(args, "vhost")).name
     if not server.delete_policy(vhost, text(args, "name")):
@@ -302,14 +303,14 @@ def clear_policy(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def export_definitions(server: Server, args: Args) -> Reply:
+def export_definitions(server: ServerState[Connection], args: Args) -> Reply:
     """export_definitions: the document GET /api/definitions serves."""
     from leveret.management.definitions import export_definitions as export
 
     return None, export(server)
 
 
-async def import_definitions(server: Server, args: Args) -> Reply:
+async def import_definitions(server: ServerState[Connection], args: Args) -> Reply:
     """import_definitions: merged in by the loader POST /api/definitions uses, in the same
     order, but a turn of the event loop apart every :data:`SLICE` seconds: users, vhosts,
     permissions, parameters and policies at once, then exchanges, queues and bindings one
@@ -338,7 +339,7 @@ async def import_definitions(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def purge_queue(server: Server, args: Args) -> Reply:
+def purge_queue(server: ServerState[Connection], args: Args) -> Reply:
     """purge_queue [-p VHOST] NAME."""
     from leveret.errors import AMQPError
     from leveret.management import ops
@@ -351,7 +352,7 @@ def purge_queue(server: Server, args: Args) -> Reply:
     return None, None
 
 
-def delete_queue(server: Server, args: Args) -> Reply:
+def delete_queue(server: ServerState[Connection], args: Args) -> Reply:
     """delete_queue [-p VHOST] NAME [--if-empty] [--if-unused]: the texts of
     delete_queue_command.ex's output clauses."""
     from leveret.management import ops
@@ -368,7 +369,7 @@ def delete_queue(server: Server, args: Args) -> Reply:
     return f"Queue was successfully deleted with {count} messages", count
 
 
-COMMANDS: dict[str, Callable[[Server, Args], Reply | Awaitable[Reply]]] = {
+COMMANDS: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[Reply]]] = {
     handler.__name__: handler
     for handler in (
         ping,

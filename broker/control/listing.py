@@ -19,7 +19,7 @@ from leveret.control.endpoint import EX_USAGE
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
-    from leveret.server import Server
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 Row = dict[str, Any]
@@ -246,7 +246,7 @@ KINDS = {
 }
 
 
-def _queues(server: Server, vhost: VHost) -> Iterator[Row]:
+def _queues(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     from leveret.management.state import state_of
     from leveret.management.topology import queue_item, unacked_bytes
 
@@ -256,14 +256,14 @@ def _queues(server: Server, vhost: VHost) -> Iterator[Row]:
         yield queue_item(server, vhost, queue, sizes)
 
 
-def _exchanges(server: Server, vhost: VHost) -> Iterator[Row]:
+def _exchanges(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     from leveret.management.topology import exchange_item
 
     for exchange in list(vhost.projection.exchanges.values()):
         yield exchange_item(server, vhost, exchange)
 
 
-def _bindings(server: Server, vhost: VHost) -> Iterator[Row]:
+def _bindings(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     from leveret.management.topology import all_bindings
     from leveret.management.views import binding_view
 
@@ -271,12 +271,12 @@ def _bindings(server: Server, vhost: VHost) -> Iterator[Row]:
         yield binding_view(vhost.name, binding)
 
 
-def _connections(server: Server) -> list[Connection]:
+def _connections(server: ServerState[Connection]) -> list[Connection]:
     """Open connections (past the handshake), a snapshot."""
     return [conn for conn in list(server.connections) if conn.vhost is not None]
 
 
-def _connection_views(server: Server, vhost: VHost | None) -> Iterator[Row]:
+def _connection_views(server: ServerState[Connection], vhost: VHost | None) -> Iterator[Row]:
     from leveret.management.clients import connection_state
     from leveret.management.views import connection_view
 
@@ -284,7 +284,7 @@ def _connection_views(server: Server, vhost: VHost | None) -> Iterator[Row]:
         yield connection_view(conn, connection_state(conn))
 
 
-def _channels(server: Server, vhost: VHost | None) -> Iterator[Row]:
+def _channels(server: ServerState[Connection], vhost: VHost | None) -> Iterator[Row]:
     from leveret.management.views import channel_view
 
     for conn in _connections(server):
@@ -292,7 +292,7 @@ def _channels(server: Server, vhost: VHost | None) -> Iterator[Row]:
             yield channel_view(conn, channel)
 
 
-def _consumers(server: Server, vhost: VHost) -> Iterator[Row]:
+def _consumers(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     from leveret.management.views import consumer_view
 
     for conn in _connections(server):
@@ -302,12 +302,12 @@ def _consumers(server: Server, vhost: VHost) -> Iterator[Row]:
                     yield consumer_view(conn, consumer, vhost.name)
 
 
-def _users(server: Server, vhost: VHost | None) -> Iterator[Row]:
+def _users(server: ServerState[Connection], vhost: VHost | None) -> Iterator[Row]:
     for user in list(server.access.users.values()):
         yield {"user": user.name, "tags": list(user.tags)}
 
 
-def _vhosts(server: Server, vhost: VHost | None) -> Iterator[Row]:
+def _vhosts(server: ServerState[Connection], vhost: VHost | None) -> Iterator[Row]:
     from leveret.management.api import vhost_item
 
     for name in sorted(server.vhosts):
@@ -315,7 +315,7 @@ def _vhosts(server: Server, vhost: VHost | None) -> Iterator[Row]:
             yield vhost_item(server, name)
 
 
-def _permissions(server: Server, vhost: VHost) -> Iterator[Row]:
+def _permissions(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     from leveret.management.views import permission_view
 
     for (user, host), permission in sorted(server.access.permissions.items()):
@@ -323,7 +323,7 @@ def _permissions(server: Server, vhost: VHost) -> Iterator[Row]:
             yield permission_view(user, host, permission)
 
 
-def _policies(server: Server, vhost: VHost) -> Iterator[Row]:
+def _policies(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
     for policy in sorted(vhost.policies.values(), key=lambda p: p.name):
         yield policy.to_json()
 
@@ -331,7 +331,7 @@ def _policies(server: Server, vhost: VHost) -> Iterator[Row]:
 # Where each listing's views come from: the management API's view of each object, made
 # one at a time (the caller sends them in batches, a turn of the loop apart), from a
 # snapshot of the lists, so changes during the listing cannot break it.
-SOURCES: dict[str, Callable[[Server, Any], Iterator[Row]]] = {
+SOURCES: dict[str, Callable[[ServerState[Connection], Any], Iterator[Row]]] = {
     "queues": _queues,
     "exchanges": _exchanges,
     "bindings": _bindings,
@@ -345,7 +345,9 @@ SOURCES: dict[str, Callable[[Server, Any], Iterator[Row]]] = {
 }
 
 
-def rows(server: Server, kind: Kind, vhost: VHost | None, columns: list[str]) -> Iterator[Row]:
+def rows(
+    server: ServerState[Connection], kind: Kind, vhost: VHost | None, columns: list[str]
+) -> Iterator[Row]:
     """The listing's rows: the asked info keys of each view, in the asked order."""
     getters = [(column, kind.keys[column]) for column in columns]
     for view in SOURCES[kind.what](server, vhost):

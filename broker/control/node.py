@@ -22,7 +22,6 @@ import os
 import socket
 import stat
 import struct
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,8 @@ from leveret.control.endpoint import (
 
 if TYPE_CHECKING:
     from leveret.config import Config
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -124,15 +124,14 @@ def may_control(uid: int | None) -> bool:
 
 
 class ControlListener:
-    """The control socket of one :class:`Server`."""
+    """The control socket of one broker (its shared :class:`ServerState`)."""
 
-    def __init__(self, server: Server, path: Path) -> None:
+    def __init__(self, server: ServerState[Connection], path: Path) -> None:
         self.server = server
         self.path = path
         self._listener: asyncio.AbstractServer | None = None
         self._inode: int | None = None
         self._clients: set[asyncio.Task[Any]] = set()
-        self.started = time.time()  # the node's uptime (status)
 
     def claim(self) -> None:
         """Before the node touches its data directory: refuse to start beside a node that

@@ -19,9 +19,13 @@ rabbitmq_prometheus's endpoints and families. Modules:
   rabbitmq_prometheus's families; :mod:`.parameters`: ``/api/parameters``;
 - :mod:`.page`: the dashboard at ``/`` (``static/``).
 
-Usage, on the broker's event loop::
+Every handler reads and changes the shared state (:class:`leveret.state.ServerState`:
+vhosts, access control, counters, connections), which the server hands to
+:func:`start_management`; nothing here imports :mod:`leveret.server`, which starts these
+listeners. Views may read wire types (connections, channels): management sits above the
+wire. Usage, on the broker's event loop::
 
-    handle = await start_management(server, "127.0.0.1", 15672)
+    handle = await start_management(server.state, "127.0.0.1", 15672)
     ...
     await handle.close()
 """

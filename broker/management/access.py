@@ -27,13 +27,14 @@ from leveret.auth import User, is_loopback
 from leveret.management.errors import not_authenticated, not_authorised
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 # Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).
 USER_KEY = web.RequestKey("user", User)
-SERVER_KEY: web.AppKey[Server] = web.AppKey("server")
+SERVER_KEY: web.AppKey[ServerState[Connection]] = web.AppKey("server")
 
 
 def is_admin(user: User) -> bool:
@@ -60,7 +61,7 @@ def credentials(request: web.Request) -> tuple[str, str] | None:
     return (name, password) if sep else None
 
 
-def authenticate(server: Server, request: web.Request) -> User:
+def authenticate(server: ServerState[Connection], request: web.Request) -> User:
     """The logged-in management user, or raise the 401 RabbitMQ sends."""
     given = credentials(request)
     if given is None:
@@ -88,12 +89,12 @@ def require_admin(request: web.Request) -> User:
     return user
 
 
-def can_login_vhost(server: Server, user: User, vhost: str) -> bool:
+def can_login_vhost(server: ServerState[Connection], user: User, vhost: str) -> bool:
     """list_login_vhosts: the user has permissions on ``vhost``."""
     return server.access.can_access_vhost(user.name, vhost)
 
 
-def require_vhost(request: web.Request, server: Server, vhost: str) -> User:
+def require_vhost(request: web.Request, server: ServerState[Connection], vhost: str) -> User:
     """is_authorized_vhost: administrators, or users with access to ``vhost``."""
     user = current_user(request)
     if not is_admin(user) and not can_login_vhost(server, user, vhost):
@@ -101,7 +102,7 @@ def require_vhost(request: web.Request, server: Server, vhost: str) -> User:
     return user
 
 
-def visible_vhosts(server: Server, user: User) -> list[str]:
+def visible_vhosts(server: ServerState[Connection], user: User) -> list[str]:
     """list_visible_vhosts: every vhost for monitors, else the user's login vhosts."""
     names = sorted(server.vhosts)
     if is_monitor(user):
@@ -109,7 +110,7 @@ def visible_vhosts(server: Server, user: User) -> list[str]:
     return [name for name in names if can_login_vhost(server, user, name)]
 
 
-def listed_vhosts(server: Server, user: User) -> list[str]:
+def listed_vhosts(server: ServerState[Connection], user: User) -> list[str]:
     """rabbit_mgmt_util:filter_vhost/3, the narrower rule of the queue, exchange and binding
     lists: every vhost for administrators only; monitors, like everyone else, see the vhosts
     they have permissions on (observed on 3.10.8: a ``monitoring`` user without permissions
@@ -128,7 +129,7 @@ def sees_user(viewer: User, owner: str) -> bool:
 def permit(request: web.Request, vhost: str, kind: str, resource: str, name: str) -> None:
     """The AMQP permission check the operation would get on a channel (403 on refusal,
     mapped to HTTP by the caller): management operations run as the logged-in user."""
-    server: Server = request.app[SERVER_KEY]
+    server: ServerState[Connection] = request.app[SERVER_KEY]
     server.access.check(current_user(request).name, vhost, kind, resource, name)
 
 
@@ -140,7 +141,7 @@ def permit_linked_exchange(
     :meth:`AccessControl.check_linked_exchange`)."""
     exists = name in (vhost.projection.exchanges if resource == "exchange" else vhost.queues)
     if not exists:
-        server: Server = request.app[SERVER_KEY]
+        server: ServerState[Connection] = request.app[SERVER_KEY]
         server.access.check_linked_exchange(
             current_user(request).name, vhost.name, resource, name, arguments
         )
@@ -150,6 +151,6 @@ def permit_topic(request: web.Request, vhost: VHost, kind: str, exchange: str, k
     """The topic-permission check a channel makes (403 on refusal): ``key`` is a publish's
     routing key (``write``) or a binding's key (``read``) on ``exchange``, checked only
     when that is a topic exchange (rabbit_channel:check_topic_authorisation/6)."""
-    server: Server = request.app[SERVER_KEY]
+    server: ServerState[Connection] = request.app[SERVER_KEY]
     found = vhost.projection.exchanges.get(exchange)
     server.access.check_topic(current_user(request).name, vhost.name, kind, found, key)

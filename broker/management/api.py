@@ -31,7 +31,8 @@ from leveret.management.stats import GAUGES
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
@@ -60,7 +61,7 @@ class HttpListener:
 LISTENER_KEY = web.AppKey("http_listener", HttpListener)
 
 
-def server_of(request: web.Request) -> Server:
+def server_of(request: web.Request) -> ServerState[Connection]:
     """The broker this API serves."""
     return request.app[SERVER_KEY]
 
@@ -98,7 +99,7 @@ def scoped_vhosts(request: web.Request, *, objects: bool = False) -> list[VHost]
 # -- overview ---------------------------------------------------------------------------
 
 
-def object_totals(server: Server) -> dict[str, int]:
+def object_totals(server: ServerState[Connection]) -> dict[str, int]:
     """``object_totals`` of the overview."""
     connections = list(server.connections)
     channels = [ch for conn in connections for ch in conn.channels.values()]
@@ -262,7 +263,7 @@ async def health_alarms(request: web.Request) -> web.Response:
 # -- vhosts, users, permissions ---------------------------------------------------------
 
 
-def vhost_item(server: Server, name: str) -> dict[str, Any]:
+def vhost_item(server: ServerState[Connection], name: str) -> dict[str, Any]:
     """A vhost with its message counts."""
     meta = state_of(server).vhost_meta(name)
     item = views.vhost_view(name, meta.description, meta.tags, server.vhosts[name].firehose)
@@ -292,7 +293,9 @@ async def get_vhost(request: web.Request) -> web.Response:
     return json_response(vhost_item(server_of(request), vhost.name))
 
 
-def permission_items(server: Server, user: str | None, vhost: str | None) -> list[dict[str, Any]]:
+def permission_items(
+    server: ServerState[Connection], user: str | None, vhost: str | None
+) -> list[dict[str, Any]]:
     """Permissions, optionally of one user and/or one vhost."""
     return [
         views.permission_view(u, v, p)

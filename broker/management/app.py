@@ -40,7 +40,8 @@ from leveret.management.stats import INTERVAL
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ async def guard(
         return ApiError(500, "internal_server_error", f"{type(exc).__name__}: {exc}").response()
 
 
-def build_app(server: Server) -> web.Application:
+def build_app(server: ServerState[Connection]) -> web.Application:
     """The management application for ``server``."""
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024 * 1024)
     app[SERVER_KEY] = server
@@ -141,7 +142,7 @@ def with_trailing_slash(routes: web.RouteTableDef) -> list[web.RouteDef]:
 class ManagementHandle(HttpListener):
     """A running management server."""
 
-    server: Server
+    server: ServerState[Connection]
 
     async def close(self) -> None:
         """Stop serving and stop the statistics sampler."""
@@ -150,7 +151,7 @@ class ManagementHandle(HttpListener):
 
 
 async def start_management(
-    server: Server, host: str, port: int, stats_interval: float = INTERVAL
+    server: ServerState[Connection], host: str, port: int, stats_interval: float = INTERVAL
 ) -> ManagementHandle:
     """Serve the management API for ``server`` on ``host:port`` (0: any free port, read it
     from the handle's ``port``). Call on the broker's running event loop."""

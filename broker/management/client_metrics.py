@@ -159,10 +159,10 @@ CONNECTION_FAMILIES = (
 
 @dataclass(frozen=True)
 class TotalFamily(Family):
-    """A node-wide counter: its value from the publish counters (``Server.counters``) or
+    """A node-wide counter: its value from the publish counters (``ServerState.counters``) or
     from the per-queue-type totals (:meth:`leveret.churn.NodeCounters.totals`)."""
 
-    publish: str = ""  # an attribute of Server.counters
+    publish: str = ""  # an attribute of ServerState.counters
     totals: Callable[[dict[str, int]], int] | None = None  # of one queue type's totals
 
 

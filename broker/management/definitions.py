@@ -38,7 +38,8 @@ from leveret.management.errors import ApiError
 from leveret.management.state import state_of
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class DefinitionsError(ValueError):
 # -- export -----------------------------------------------------------------------------
 
 
-def export_definitions(server: Server, vhost: str | None = None) -> dict[str, Any]:
+def export_definitions(server: ServerState[Connection], vhost: str | None = None) -> dict[str, Any]:
     """The broker's definitions (all of them, or one vhost's as
     GET /api/definitions/vhost gives them: no users, vhosts or permissions, and objects
     without their ``vhost`` key)."""
@@ -174,7 +175,9 @@ def _version(data: dict[str, Any]) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _add_user(server: Server, item: dict[str, Any], version: tuple[int, ...]) -> None:
+def _add_user(
+    server: ServerState[Connection], item: dict[str, Any], version: tuple[int, ...]
+) -> None:
     name = item.get("name")
     if not isinstance(name, str):
         raise DefinitionsError("user without a name")
@@ -190,7 +193,11 @@ def _add_user(server: Server, item: dict[str, Any], version: tuple[int, ...]) ->
 
 
 def _add_hashed_user(
-    server: Server, name: str, tags: list[str], item: dict[str, Any], version: tuple[int, ...]
+    server: ServerState[Connection],
+    name: str,
+    tags: list[str],
+    item: dict[str, Any],
+    version: tuple[int, ...],
 ) -> None:
     algorithm = item.get("hashing_algorithm")
     if algorithm is None:
@@ -219,7 +226,7 @@ def _user_limits(name: str, value: Any) -> dict[str, int]:
         raise DefinitionsError(f"user '{name}': {exc.reason}") from exc
 
 
-def _add_parameter(server: Server, item: dict[str, Any], only: str | None) -> None:
+def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: str | None) -> None:
     """A runtime parameter: Leveret knows the components ``vhost-limits`` and
     ``operator_policy`` (others are ignored with a log line). A refused value is
     RabbitMQ's validation text, escaped as the management plugin escapes reasons, with
@@ -244,7 +251,7 @@ def _add_parameter(server: Server, item: dict[str, Any], only: str | None) -> No
         raise DefinitionsError(html.escape(exc.reason, quote=False) + where) from exc
 
 
-def _add_vhost(server: Server, item: dict[str, Any]) -> None:
+def _add_vhost(server: ServerState[Connection], item: dict[str, Any]) -> None:
     name = item.get("name")
     if not isinstance(name, str):
         raise DefinitionsError("vhost without a name")
@@ -258,7 +265,7 @@ def _add_vhost(server: Server, item: dict[str, Any]) -> None:
         meta.default_queue_type = str(item["default_queue_type"])
 
 
-def _vhost_name(server: Server, item: dict[str, Any], only: str | None) -> str:
+def _vhost_name(server: ServerState[Connection], item: dict[str, Any], only: str | None) -> str:
     name = only if only is not None else item.get("vhost")
     if not isinstance(name, str) or name not in server.vhosts:
         if name is None:
@@ -271,7 +278,7 @@ def _vhost_name(server: Server, item: dict[str, Any], only: str | None) -> str:
     return name
 
 
-def _grantee(server: Server, item: dict[str, Any]) -> tuple[str, str]:
+def _grantee(server: ServerState[Connection], item: dict[str, Any]) -> tuple[str, str]:
     """The user and vhost a permission names (rabbit_definitions:add_permission/2 and
     add_topic_permission/2: 400 ``["no_such_user", U]`` or ``["no_such_vhost", V]``, observed
     on 3.10.8)."""
@@ -285,7 +292,7 @@ def _grantee(server: Server, item: dict[str, Any]) -> tuple[str, str]:
     return user, host
 
 
-def _add_topic_permission(server: Server, item: dict[str, Any]) -> None:
+def _add_topic_permission(server: ServerState[Connection], item: dict[str, Any]) -> None:
     user, host = _grantee(server, item)
     exchange, write, read = (item.get(key) for key in ("exchange", "write", "read"))
     if not isinstance(exchange, str) or not isinstance(write, str) or not isinstance(read, str):
@@ -305,7 +312,7 @@ def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     return DefinitionsError(f"{NAMES.get(exc.code, 'error').lower()}: {exc.explanation}")
 
 
-def _add_policies(server: Server, data: dict[str, Any], only: str | None) -> None:
+def _add_policies(server: ServerState[Connection], data: dict[str, Any], only: str | None) -> None:
     for item in _items(data, "policies"):
         vhost = _vhost_name(server, item, only)
         name = item.get("name")
@@ -318,7 +325,7 @@ def _add_policies(server: Server, data: dict[str, Any], only: str | None) -> Non
         server.set_policy(policy)
 
 
-def _add_topology(server: Server, data: dict[str, Any], only: str | None) -> None:
+def _add_topology(server: ServerState[Connection], data: dict[str, Any], only: str | None) -> None:
     _add_policies(server, data, only)
     for item in _items(data, "exchanges"):
         host = server.vhosts[_vhost_name(server, item, only)]
@@ -362,7 +369,9 @@ def _add_topology(server: Server, data: dict[str, Any], only: str | None) -> Non
         )
 
 
-def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = None) -> None:
+def load_definitions(
+    server: ServerState[Connection], data: dict[str, Any], vhost: str | None = None
+) -> None:
     """Apply RabbitMQ definitions to ``server`` (all of them, or, with ``vhost``, the
     exchanges, queues and bindings of a single-vhost file into that vhost). Must run on the
     broker's event loop (queues are created on it). Raises :class:`DefinitionsError`."""
@@ -400,7 +409,7 @@ def load_definitions(server: Server, data: dict[str, Any], vhost: str | None = N
         raise DefinitionsError(exc.reason) from exc
 
 
-def load_definitions_file(server: Server, path: Path) -> None:
+def load_definitions_file(server: ServerState[Connection], path: Path) -> None:
     """``--load-definitions PATH``: a definitions.json file, or a directory whose ``*.json``
     files are applied in name order (rabbit_definitions_import_local_filesystem). Raises
     :class:`DefinitionsError` with the file name for unreadable or invalid files."""

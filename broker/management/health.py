@@ -45,7 +45,8 @@ from leveret.session.get import basic_get
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
@@ -80,7 +81,7 @@ ALIVENESS_QUEUE = "aliveness-test"
 ALIVENESS_PAYLOAD = b"test_message"
 
 
-def open_direct(server: Server, vhost: VHost, user: str) -> None:
+def open_direct(server: ServerState[Connection], vhost: VHost, user: str) -> None:
     """What opening RabbitMQ's direct connection for the test checks (rabbit_direct:connect/5):
     the vhost's and the user's connection limits and the user's access to the vhost. Any
     refusal reaches the API as 401 "Access refused." (observed on 3.10.8: an administrator

@@ -41,8 +41,9 @@ from leveret.management import node, views
 from leveret.storage.iostats import IoStats
 
 if TYPE_CHECKING:
+    from leveret.connection import Connection
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
 
 CLIENT_VERSION = version("prometheus_client")
 PROTOCOL = "amqp091"
@@ -221,7 +222,7 @@ def info_families() -> Iterator[Metric]:
     )
 
 
-def churn_families(server: Server, prefix: str) -> Iterator[Metric]:
+def churn_families(server: ServerState[Connection], prefix: str) -> Iterator[Metric]:
     """The connection, channel and queue churn counters."""
     churn = server.churn
     values = (
@@ -237,7 +238,7 @@ def churn_families(server: Server, prefix: str) -> Iterator[Metric]:
         yield single(family, value, prefix=prefix)
 
 
-def totals_families(server: Server) -> Iterator[Metric]:
+def totals_families(server: ServerState[Connection]) -> Iterator[Metric]:
     """rabbitmq_connections, _channels, _consumers and _queues."""
     channels = [ch for conn in server.connections for ch in conn.channels.values()]
     values = (
@@ -311,7 +312,7 @@ IO = (
 )
 
 
-def io_families(server: Server) -> Iterator[Metric]:
+def io_families(server: ServerState[Connection]) -> Iterator[Metric]:
     """rabbitmq_io_*, rabbitmq_msg_store_* and rabbitmq_queue_index_*: what the node's
     message stores did with their files (all 0 without a data directory: no file I/O)."""
     queues, both = IoStats(), IoStats()
@@ -324,7 +325,7 @@ def io_families(server: Server) -> Iterator[Metric]:
         yield single(family, getattr(both if family.all_stores else queues, family.attribute))
 
 
-def node_families(server: Server, *, alarms: bool) -> Iterator[Metric]:
+def node_families(server: ServerState[Connection], *, alarms: bool) -> Iterator[Metric]:
     """The node's own families (``alarms``: the alarm families, which 3.10.8 serves on
     /metrics but not on /metrics/per-object)."""
     figures = node.figures(server)

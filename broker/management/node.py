@@ -36,7 +36,8 @@ from leveret.management.query import json_response, reply_list
 from leveret.memory import resident_bytes
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -77,7 +78,7 @@ def processors() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def sockets_total(server: Server, fds: int, fd_limit: int) -> int:
+def sockets_total(server: ServerState[Connection], fds: int, fd_limit: int) -> int:
     """How many client sockets the process can hold: the descriptors it does not use for
     anything else, or ``--max-connections`` when that is lower."""
     room = fd_limit - (fds - len(server.connections))
@@ -85,7 +86,7 @@ def sockets_total(server: Server, fds: int, fd_limit: int) -> int:
     return min(room, limit) if limit else room
 
 
-def figures(server: Server) -> dict[str, Any]:
+def figures(server: ServerState[Connection]) -> dict[str, Any]:
     """The node's figures, with /api/nodes's field names (``disk_free`` only when the
     free space is monitored: with a data directory)."""
     memory, disk, churn = server.memory, server.disk, server.churn

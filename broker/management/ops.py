@@ -20,7 +20,7 @@ from leveret.management.state import state_of
 if TYPE_CHECKING:
     from leveret.connection import Connection
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 # What a JSON value may be as an AMQP argument (rabbit_misc:to_amqp_table/1).
@@ -133,7 +133,11 @@ class QueueNotEmptyError(Exception):
 
 
 def delete_queue(
-    server: Server, vhost: VHost, queue: Queue, if_unused: bool = False, if_empty: bool = False
+    server: ServerState[Connection],
+    vhost: VHost,
+    queue: Queue,
+    if_unused: bool = False,
+    if_empty: bool = False,
 ) -> int:
     """Delete ``queue`` without a channel (management API, ``leveret ctl``): the if-unused
     and if-empty conditions first (rabbit_amqqueue:delete/4's ``in_use`` and
@@ -155,7 +159,7 @@ def purge_queue(vhost: VHost, queue: Queue) -> int:
     return queue.purge()
 
 
-def delete_vhost(server: Server, name: str) -> bool:
+def delete_vhost(server: ServerState[Connection], name: str) -> bool:
     """Delete vhost ``name`` (False: there is none) with its management metadata; the
     sampler sees its queues first, as for a deleted queue."""
     state_of(server).sampler.refresh()

@@ -23,21 +23,24 @@ from leveret.management.errors import ApiError, bad_request, not_authorised, not
 from leveret.management.query import json_response, read_json, reply_list
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 routes = web.RouteTableDef()
 
 REFUSED = "User not authorised to access object"
 
 
-def _may_manage(request: web.Request, server: Server, vhost: str) -> bool:
+def _may_manage(request: web.Request, server: ServerState[Connection], vhost: str) -> bool:
     user = current_user(request)
     if is_admin(user):
         return True
     return "policymaker" in user.tags and can_login_vhost(server, user, vhost)
 
 
-def _require(request: web.Request, server: Server, vhost: str | None = None) -> None:
+def _require(
+    request: web.Request, server: ServerState[Connection], vhost: str | None = None
+) -> None:
     """401 unless the user may manage policies (on ``vhost``, when the path names one)."""
     user = current_user(request)
     allowed = (
@@ -49,7 +52,9 @@ def _require(request: web.Request, server: Server, vhost: str | None = None) -> 
         raise not_authorised(REFUSED)
 
 
-def _require_change(request: web.Request, server: Server, vhost: str, operator: bool) -> None:
+def _require_change(
+    request: web.Request, server: ServerState[Connection], vhost: str, operator: bool
+) -> None:
     """401 unless the user may set or clear a policy on ``vhost`` (an operator policy:
     administrators only)."""
     if operator:

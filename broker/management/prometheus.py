@@ -36,7 +36,7 @@ from leveret.management.views import channel_name
 if TYPE_CHECKING:
     from leveret.channel import Channel
     from leveret.connection import Connection
-    from leveret.server import Server
+    from leveret.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class View:
 CHUNK = 256
 
 
-async def unacked_bytes(server: Server) -> dict[int, int]:
+async def unacked_bytes(server: ServerState[Connection]) -> dict[int, int]:
     """Body bytes of the delivered, unacknowledged messages, by ``id(queue)``."""
     sizes: dict[int, int] = {}
     seen = 0
@@ -139,7 +139,7 @@ class Table:
             yield found
 
 
-async def read_queues(server: Server, view: View) -> Table:
+async def read_queues(server: ServerState[Connection], view: View) -> Table:
     """The queue families of ``view``, read from every queue it covers."""
     wanted = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups) and not f.stored]
     stored = [f for f in m.QUEUE_FAMILIES if view.wants(*f.groups) and f.stored]
@@ -188,7 +188,7 @@ async def read_objects(
     return table
 
 
-def total_families(server: Server) -> Iterator[Metric]:
+def total_families(server: ServerState[Connection]) -> Iterator[Metric]:
     """The node-wide counters: channel totals, then queue counts; the aggregated view."""
     totals = server.churn.totals(q for v in server.vhosts.values() for q in v.queues.values())
     counters = server.counters
@@ -203,7 +203,7 @@ def total_of(family: cm.TotalFamily, counters: object, totals: Iterable[dict[str
     return sum(family.totals(t) for t in totals)
 
 
-def global_families(server: Server) -> Iterator[Metric]:
+def global_families(server: ServerState[Connection]) -> Iterator[Metric]:
     """rabbitmq_global_*, as rabbit_global_counters labels them."""
     totals = server.churn.totals(q for v in server.vhosts.values() for q in v.queues.values())
     channels = [ch for conn in server.connections for ch in conn.channels.values()]
@@ -229,7 +229,7 @@ def global_families(server: Server) -> Iterator[Metric]:
     yield m.single(cm.GLOBAL_RECEIVED_CONFIRM, confirming, protocol)
 
 
-def topology_families(server: Server, view: View) -> Iterator[Metric]:
+def topology_families(server: ServerState[Connection], view: View) -> Iterator[Metric]:
     """vhost_status, exchange_names and exchange_bindings (detailed only)."""
     vhosts = [v for name, v in sorted(server.vhosts.items()) if view.vhost(name)]
     if view.wants("vhost_status"):
@@ -255,7 +255,7 @@ def topology_families(server: Server, view: View) -> Iterator[Metric]:
         yield found
 
 
-async def read(server: Server, view: View) -> list[Metric | Table]:
+async def read(server: ServerState[Connection], view: View) -> list[Metric | Table]:
     """Everything ``view`` serves, read now, in rabbitmq_prometheus's order: metric
     families where they are few, tables of per-object readings otherwise."""
     detailed = view.groups is not None
@@ -363,7 +363,7 @@ async def render(parts: list[Metric | Table], view: View, process: bool) -> byte
 
 
 TELEMETRY_KEY: web.AppKey[dict[str, Telemetry]] = web.AppKey("telemetry")
-SERVER_KEY: web.AppKey[Server] = web.AppKey("prometheus_server")
+SERVER_KEY: web.AppKey[ServerState[Connection]] = web.AppKey("prometheus_server")
 
 
 def parse_view(request: web.Request) -> View:
@@ -406,7 +406,9 @@ async def scrape(request: web.Request) -> web.Response:
 PrometheusHandle = HttpListener  # the running Prometheus listener
 
 
-async def start_prometheus(server: Server, host: str, port: int) -> PrometheusHandle:
+async def start_prometheus(
+    server: ServerState[Connection], host: str, port: int
+) -> PrometheusHandle:
     """Serve the Prometheus endpoints of ``server`` on ``host:port`` (0: any free port, read
     it from the handle). Call on the broker's running event loop."""
     app = web.Application()

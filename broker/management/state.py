@@ -1,4 +1,4 @@
-"""Management state kept beside a :class:`leveret.server.Server`, without changing it.
+"""Management state kept beside a :class:`leveret.state.ServerState`, without changing it.
 
 The broker has no place for what only the management API knows: vhost descriptions and
 tags (RabbitMQ's vhost metadata) and the statistics sampler. They live here, one
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from leveret.management.stats import Sampler
 
 if TYPE_CHECKING:
-    from leveret.server import Server
+    from leveret.connection import Connection
+    from leveret.state import ServerState
 
 DEFAULT_VHOST_DESCRIPTION = "Default virtual host"
 
@@ -44,10 +45,12 @@ class ManagementState:
         return meta
 
 
-_STATES: weakref.WeakKeyDictionary[Server, ManagementState] = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[ServerState[Connection], ManagementState] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def state_of(server: Server) -> ManagementState:
+def state_of(server: ServerState[Connection]) -> ManagementState:
     """The management state of ``server``, created on first use."""
     state = _STATES.get(server)
     if state is None:

@@ -16,7 +16,7 @@ into what RabbitMQ's management plugin shows:
 What the per-queue counters cannot give: messages received from publishers (a message
 routed to three queues counts three times in the queues' ``publish``) and unroutable
 messages (they reach no queue). Those come from the broker's per-publish counters
-(``Server.counters``, :class:`BrokerCounters`, kept by the channels and the API's publish).
+(``ServerState.counters``, :class:`BrokerCounters`, kept by the channels and the API's publish).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from leveret.management.history import History, ranges, with_samples
 
 if TYPE_CHECKING:
+    from leveret.connection import Connection
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ IDLE_RATES: dict[str, float] = dict.fromkeys(QUEUE_FIELDS, 0.0)
 
 
 class BrokerCounters(Protocol):
-    """Per-publish counters a broker may provide as ``Server.counters``, counted by the
+    """Per-publish counters a broker may provide as ``ServerState.counters``, counted by the
     channels for AMQP publishes (the management API adds its own publishes): used instead
     of what the per-queue counters can only estimate."""
 
@@ -68,7 +69,7 @@ class BrokerCounters(Protocol):
     unroutable_returned: int
 
 
-def broker_counters(server: Server) -> BrokerCounters | None:
+def broker_counters(server: ServerState[Connection]) -> BrokerCounters | None:
     """The broker's own publish counters, when it has them."""
     counters: BrokerCounters | None = getattr(server, "counters", None)
     return counters
@@ -108,7 +109,7 @@ class Sample:
 class Sampler:
     """Broker-wide counter totals and the rates of one server."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ServerState[Connection]) -> None:
         # Weak: the sampler lives in a WeakKeyDictionary keyed by the server.
         self._server = weakref.ref(server)
         self.retired = [0] * len(COUNTERS)

@@ -25,8 +25,9 @@ from leveret.management.state import state_of
 from leveret.management.stats import EXCHANGE_COUNTERS, QUEUE_FIELDS
 
 if TYPE_CHECKING:
+    from leveret.connection import Connection
     from leveret.queue import Queue
-    from leveret.server import Server
+    from leveret.state import ServerState
     from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
@@ -82,7 +83,7 @@ async def get_exchange(request: web.Request) -> web.Response:
     return json_response(item)
 
 
-def exchange_item(server: Server, vhost: VHost, exchange: Exchange) -> Any:
+def exchange_item(server: ServerState[Connection], vhost: VHost, exchange: Exchange) -> Any:
     """An exchange as the list and the single view show it, with its message statistics."""
     return views.exchange_view(
         vhost.name,
@@ -155,7 +156,7 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 # -- queues -----------------------------------------------------------------------------
 
 
-def unacked_bytes(server: Server) -> dict[int, int]:
+def unacked_bytes(server: ServerState[Connection]) -> dict[int, int]:
     """Bytes of delivered, unacknowledged messages by ``id(queue)``."""
     sizes: dict[int, int] = {}
     for conn in server.connections:
@@ -165,7 +166,9 @@ def unacked_bytes(server: Server) -> dict[int, int]:
     return sizes
 
 
-def queue_item(server: Server, vhost: VHost, queue: Queue, sizes: dict[int, int]) -> Any:
+def queue_item(
+    server: ServerState[Connection], vhost: VHost, queue: Queue, sizes: dict[int, int]
+) -> Any:
     """A queue as the list and the single view show it."""
     rates = state_of(server).sampler.rates_of(queue)
     return views.queue_view(vhost.name, queue, sizes.get(id(queue), 0), rates)

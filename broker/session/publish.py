@@ -64,7 +64,7 @@ CHECKS = (
 
 
 class Counters(Protocol):
-    """The broker's publish counters (leveret.server.PublishCounters)."""
+    """The broker's publish counters (leveret.state.PublishCounters)."""
 
     confirmed: int
     received: int

@@ -27,8 +27,8 @@ async def mgmt() -> AsyncIterator[Mgmt]:
     port."""
     server = Server(Config(host="127.0.0.1", port=0))
     await server.start()
-    handle = await start_management(server, "127.0.0.1", 0, stats_interval=0.2)
-    server.prometheus = await start_prometheus(server, "127.0.0.1", 0)
+    handle = await start_management(server.state, "127.0.0.1", 0, stats_interval=0.2)
+    server.prometheus = await start_prometheus(server.state, "127.0.0.1", 0)
     session = aiohttp.ClientSession(headers=basic("guest", "guest"))
     try:
         yield Mgmt(server, handle, session)

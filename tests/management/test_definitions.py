@@ -114,9 +114,9 @@ async def test_rabbitmq_export_loads_and_works(mgmt: Mgmt) -> None:
     queue = await mgmt.get("queues", "shop", "orders.created")
     assert queue["arguments"]["x-max-length"] == 10000
     # Loading the same file again changes nothing (everything is equivalent).
-    before = export_definitions(mgmt.server)
+    before = export_definitions(mgmt.server.state)
     assert (await mgmt.request("POST", "definitions", body=fixture()))[0] == 204
-    assert export_definitions(mgmt.server) == before
+    assert export_definitions(mgmt.server.state) == before
 
 
 def comparable(data: dict[str, Any]) -> dict[str, Any]:
@@ -134,8 +134,8 @@ async def test_export_import_round_trip() -> None:
     await first.start()
     await second.start()
     try:
-        load_definitions(first, fixture())
-        exported = export_definitions(first)
+        load_definitions(first.state, fixture())
+        exported = export_definitions(first.state)
         # The export has the file's objects (and the broker's own guest user).
         wanted = fixture()
         names = {(q["vhost"], q["name"]) for q in exported["queues"]}
@@ -145,8 +145,8 @@ async def test_export_import_round_trip() -> None:
         assert hashes["test"] == "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"
         assert len(exported["bindings"]) == len(wanted["bindings"])
         # Through JSON and into an empty broker: the same definitions come out.
-        load_definitions(second, json.loads(json.dumps(exported)))
-        assert comparable(export_definitions(second)) == comparable(exported)
+        load_definitions(second.state, json.loads(json.dumps(exported)))
+        assert comparable(export_definitions(second.state)) == comparable(exported)
     finally:
         await first.stop()
         await second.stop()
@@ -156,7 +156,7 @@ async def test_load_definitions_file_for_the_command_line(tmp_path: Path) -> Non
     server = Server(Config(host="127.0.0.1", port=0))
     await server.start()
     try:
-        load_definitions_file(server, FIXTURE)
+        load_definitions_file(server.state, FIXTURE)
         assert "orders.created" in server.vhosts["shop"].queues
         assert server.access.authenticate("test", "test12") is not None
         # A directory: every *.json in name order.
@@ -164,15 +164,15 @@ async def test_load_definitions_file_for_the_command_line(tmp_path: Path) -> Non
         (tmp_path / "02-queue.json").write_text(
             json.dumps({"queues": [{"name": "q", "vhost": "extra", "durable": True}]})
         )
-        load_definitions_file(server, tmp_path)
+        load_definitions_file(server.state, tmp_path)
         assert "q" in server.vhosts["extra"].queues
         bad = tmp_path / "bad" / "broken.json"
         bad.parent.mkdir()
         bad.write_text("{not json")
         with pytest.raises(DefinitionsError, match=r"broken\.json: not valid JSON"):
-            load_definitions_file(server, bad)
+            load_definitions_file(server.state, bad)
         with pytest.raises(DefinitionsError, match=r"missing\.json"):
-            load_definitions_file(server, tmp_path / "missing.json")
+            load_definitions_file(server.state, tmp_path / "missing.json")
     finally:
         await server.stop()
 
@@ -235,7 +235,7 @@ async def test_older_tag_format_and_skipped_objects(mgmt: Mgmt) -> None:
 async def test_definitions_endpoints(mgmt: Mgmt) -> None:
     await mgmt.request("POST", "definitions", body=fixture())
     exported = await mgmt.get("definitions")
-    assert exported == export_definitions(mgmt.server)
+    assert exported == export_definitions(mgmt.server.state)
     for key in ("rabbit_version", "users", "vhosts", "permissions", "queues", "exchanges"):
         assert key in exported
     assert all(not x["name"].startswith("amq.") and x["name"] for x in exported["exchanges"])

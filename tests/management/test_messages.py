@@ -222,7 +222,7 @@ async def test_api_publish_is_durable_across_restart(tmp_path: Path) -> None:
     async def run(action: str) -> object:
         server = Server(Config(host="127.0.0.1", port=0, data_dir=tmp_path))
         await server.start()
-        handle = await start_management(server, "127.0.0.1", 0)
+        handle = await start_management(server.state, "127.0.0.1", 0)
         try:
             async with aiohttp.ClientSession(headers=basic("guest", "guest")) as http:
                 api = handle.url + "/api"
@@ -252,7 +252,7 @@ def test_pika_sees_api_publishes() -> None:
     broker = BrokerThread(Config(host="127.0.0.1", port=0)).start()
     try:
         handle = asyncio.run_coroutine_threadsafe(
-            start_management(broker.server, "127.0.0.1", 0), broker.loop
+            start_management(broker.server.state, "127.0.0.1", 0), broker.loop
         ).result(10)
 
         async def drive() -> None:
@@ -294,7 +294,7 @@ def test_project_management_client_works_unchanged() -> None:
     broker = BrokerThread(Config(host="127.0.0.1", port=0)).start()
     try:
         handle = asyncio.run_coroutine_threadsafe(
-            start_management(broker.server, "127.0.0.1", 0), broker.loop
+            start_management(broker.server.state, "127.0.0.1", 0), broker.loop
         ).result(10)
         api = ManagementAPI(handle.url)
         assert api.probe() is None

@@ -89,7 +89,7 @@ async def test_sampling_3000_queues_is_cheap(mgmt: Mgmt) -> None:
         channel = await connection.channel()
         for i in range(3000):
             await channel.declare_queue(f"q{i:04}")
-    sampler = state_of(mgmt.server).sampler
+    sampler = state_of(mgmt.server.state).sampler
     sampler.refresh()
     timings = []
     for _ in range(5):

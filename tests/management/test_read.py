@@ -257,13 +257,13 @@ def test_loopback_users_only_from_loopback() -> None:
         )
         if refused:
             with pytest.raises(ApiError) as caught:
-                authenticate(server, request)
+                authenticate(server.state, request)
             assert (caught.value.status, caught.value.reason) == (
                 401,
                 "User can only log in via localhost",
             )
         else:
-            assert authenticate(server, request).name == "guest"
+            assert authenticate(server.state, request).name == "guest"
 
 
 async def test_policies_need_policymaker_or_administrator(mgmt: Mgmt) -> None:

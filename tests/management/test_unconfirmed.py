@@ -25,7 +25,7 @@ from .helpers import basic
 async def test_unconfirmed_publishes_are_counted_until_confirmed(tmp_path: Path) -> None:
     server = Server(Config(host="127.0.0.1", port=0, data_dir=tmp_path))
     await server.start()
-    handle = await start_management(server, "127.0.0.1", 0, stats_interval=0.2)
+    handle = await start_management(server.state, "127.0.0.1", 0, stats_interval=0.2)
     persistence = server.persistence
     assert persistence is not None
     held = threading.Event()

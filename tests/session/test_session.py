@@ -20,10 +20,10 @@ from leveret.errors import AMQPError
 from leveret.fieldtable import marshal_content_header
 from leveret.message import Message
 from leveret.queue import Entry, Queue
-from leveret.server import PublishCounters
 from leveret.session.get import basic_get
 from leveret.session.ledger import Ledger
 from leveret.session.publish import CHECKS, Publisher
+from leveret.state import PublishCounters
 from leveret.vhost import VHost
 
 MAX_SIZE = 1000
