@@ -13,7 +13,6 @@ from collections.abc import Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
     from leveret.queue import Entry, Queue
 
 
@@ -21,6 +20,15 @@ def int_arg(arguments: dict[str, Any], key: str) -> int | None:
     """An integer argument (not a bool), or None when unset or of another type."""
     value = arguments.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class Writable(Protocol):
+    """The connection of a subscriber's channel, as the queue sees it: whether its
+    socket takes more now (the wire's Connection implements it)."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's buffer is full: deliveries wait in the queue."""
 
 
 class Subscriber(Protocol):
@@ -45,7 +53,7 @@ class Subscriber(Protocol):
         """Its unacknowledged deliveries (the channel's ledger)."""
 
     @property
-    def conn(self) -> Connection:
+    def conn(self) -> Writable:
         """The connection (``writable``: its socket takes more now)."""
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:

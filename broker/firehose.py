@@ -36,8 +36,24 @@ from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
     from leveret.vhost import VHost
+
+
+class Client(Protocol):
+    """The connection of a traced channel, as a trace message names it (the wire's
+    Connection implements it)."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its vhost."""
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name."""
+
+    @property
+    def user(self) -> str:
+        """The user it logged in as."""
 
 
 class Origin(Protocol):
@@ -52,7 +68,7 @@ class Origin(Protocol):
         """Its vhost."""
 
     @property
-    def conn(self) -> Connection:
+    def conn(self) -> Client:
         """Its connection (name, user)."""
 
 

@@ -50,9 +50,10 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from leveret.errors import RESOURCE_ERROR, AMQPChannelError
 from leveret.exchanges.model import (
@@ -427,6 +428,25 @@ class Persistence:
             log.warning("%s: could not note the clean stop: %s", self.data_dir, exc)
 
 
+@runtime_checkable
+class SyncWaiter(Protocol):
+    """What waits for a sync as a failed one finds it: the wire channel whose
+    ``_on_synced`` listens (broker/channel.py), its publisher confirms held back by syncs,
+    the confirms to nack, and its tx commits waiting."""
+
+    @property
+    def waiting(self) -> deque[tuple[int, int]]:
+        """Publishes waiting for a sync, as ``(sequence number, generation)``, in order."""
+
+    @property
+    def nacks(self) -> list[int]:
+        """Sequence numbers to nack at the next flush of its confirms."""
+
+    @property
+    def pending_commits(self) -> deque[int]:
+        """Generations its tx.commit-oks wait for, in order."""
+
+
 def _nack_waiting(listeners: set[Callable[[int], None]], generation: int) -> None:
     """The sync of ``generation`` failed: every publisher confirm that waits for it becomes
     a ``basic.nack``.
@@ -438,11 +458,11 @@ def _nack_waiting(listeners: set[Callable[[int], None]], generation: int) -> Non
     in tx mode (``pending_commits``) and other listeners (the management API's publish) are
     left waiting for a sync that succeeds.
     """
-    from leveret.channel import Channel  # the broker's, imported late (no cycle)
-
     for listener in list(listeners):
+        # A bound method of a channel (its ``_on_synced``), seen through a protocol: the
+        # store never names the wire that listens to it.
         channel = getattr(listener, "__self__", None)
-        if not isinstance(channel, Channel) or channel.pending_commits:
+        if not isinstance(channel, SyncWaiter) or channel.pending_commits:
             continue
         nacked = set(channel.nacks)  # refused by a queue as well: one nack only
         failed = [s for s, waited in channel.waiting if waited <= generation and s not in nacked]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret import queue_config, queue_expiry, queue_store
 from leveret.arguments import queue_type
@@ -40,9 +40,19 @@ from leveret.message import Message
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
     from leveret.storage.messages import MessageStore
     from leveret.vhost import VHost
+
+
+class Owner(Protocol):
+    """The connection an exclusive queue belongs to (the wire's Connection implements
+    it), as the node sees it: the node keeps the owner's exclusive queues in step, so
+    that they go with it, and compares owners by identity; it never names the wire."""
+
+    @property
+    def exclusive_queues(self) -> set[Queue]:
+        """The exclusive queues it declared."""
+
 
 # (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
 # requeued message goes back to its original place, as in RabbitMQ's classic queues.
@@ -127,7 +137,7 @@ class Queue:
         vhost: VHost,
         name: str,
         durable: bool,
-        owner: Connection | None,
+        owner: Owner | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:

@@ -54,7 +54,7 @@ from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_h
 from leveret.queue import Entry, Queue
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
+    from leveret.queue import Owner
     from leveret.storage.segments import StoredMessage
     from leveret.vhost import VHost
 
@@ -179,7 +179,7 @@ class StreamQueue(Queue):
         vhost: VHost,
         name: str,
         durable: bool,
-        owner: Connection | None,
+        owner: Owner | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:

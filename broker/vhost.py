@@ -59,13 +59,12 @@ from leveret.exchanges.types import validate_binding, validate_exchange
 from leveret.limits import reached
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
-from leveret.queue import Queue
+from leveret.queue import Owner, Queue
 from leveret.stream import StreamQueue
 from leveret.vhost_policies import VHostPolicies
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.connection import Connection
     from leveret.firehose import Origin
     from leveret.persistence import Persistence
     from leveret.trace import TraceWriter
@@ -311,7 +310,7 @@ class VHost(VHostPolicies):
         destination: str,
         routing_key: str,
         arguments: Mapping[str, Any],
-        connection: Connection | None,
+        connection: Owner | None,
         add: bool,
     ) -> None:
         """queue.bind / exchange.bind (``add``) and their unbind twins."""
@@ -349,7 +348,7 @@ class VHost(VHostPolicies):
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, Any],
-        connection: Connection,
+        connection: Owner,
         server_named: bool = False,
     ) -> Queue:
         """queue.declare (``name`` already generated for a server-named queue)."""

@@ -212,7 +212,8 @@ async def get_queue(request: web.Request) -> web.Response:
     state_of(server).sampler.refresh()
     item = queue_item(server, vhost, queue, unacked_bytes(server))
     item["consumer_details"] = [
-        views.consumer_view(c.channel.conn, c, vhost.name) for c in queue.consumers
+        views.consumer_view(views.wire_connection(c.channel.conn), c, vhost.name)
+        for c in queue.consumers
     ]
     sampler = state_of(server).sampler
     sampler.add_samples(

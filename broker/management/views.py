@@ -182,7 +182,7 @@ def queue_view(
     counters = dict(zip(COUNTERS, queue_counters(queue), strict=True))
     view["message_stats"] = message_stats(counters, rates)
     if queue.owner is not None:
-        view["owner_pid_details"] = connection_details(queue.owner)
+        view["owner_pid_details"] = connection_details(wire_connection(queue.owner))
     return view
 
 
@@ -236,6 +236,16 @@ def connection_endpoints(conn: Connection) -> tuple[str, int, str, int]:
 def connection_name(conn: Connection) -> str:
     """RabbitMQ's connection name: ``peer_host:peer_port -> host:port``."""
     return conn.name
+
+
+def wire_connection(peer: object) -> Connection:
+    """The wire's connection behind the node's narrow view of it (an exclusive queue's
+    owner, a consumer channel's connection): the node names only what it uses of a
+    connection, and the views, above the wire, show the rest."""
+    from leveret.connection import Connection  # imported late, as the views otherwise are
+
+    assert isinstance(peer, Connection), peer
+    return peer
 
 
 def connection_details(conn: Connection) -> JSON:
