@@ -19,7 +19,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from leveret.control.endpoint import EX_DATAERR, EX_NOUSER, EX_SOFTWARE, EX_UNAVAILABLE, EX_USAGE
+# ControlError lives beside the exit statuses, so that the listings raise it without
+# importing this module (which imports them).
+from leveret.control.endpoint import (
+    EX_DATAERR,
+    EX_NOUSER,
+    EX_SOFTWARE,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    ControlError,
+)
 from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
@@ -37,15 +46,6 @@ BATCH = 200
 SLICE = 0.005
 # Definitions sections applied one object at a time (the others at once).
 ONE_BY_ONE = ("exchanges", "queues", "bindings")
-
-
-class ControlError(Exception):
-    """A refused command: its one-line text and the CLI's exit status."""
-
-    def __init__(self, text: str, status: int = EX_SOFTWARE) -> None:
-        super().__init__(text)
-        self.text = text
-        self.status = status
 
 
 def text(args: Args, name: str) -> str:
@@ -240,7 +240,7 @@ def add_vhost(server: ServerState[Connection], args: Args) -> Reply:
 
 def delete_vhost(server: ServerState[Connection], args: Args) -> Reply:
     """delete_vhost NAME: its connections closed, its queues and permissions gone."""
-    from leveret.management import ops
+    import leveret.management.ops as ops
 
     name = text(args, "name")
     if not ops.delete_vhost(server, name):
@@ -341,8 +341,8 @@ async def import_definitions(server: ServerState[Connection], args: Args) -> Rep
 
 def purge_queue(server: ServerState[Connection], args: Args) -> Reply:
     """purge_queue [-p VHOST] NAME."""
+    import leveret.management.ops as ops
     from leveret.errors import AMQPError
-    from leveret.management import ops
 
     vhost, queue = queue_named(server, args)
     try:
@@ -355,7 +355,7 @@ def purge_queue(server: ServerState[Connection], args: Args) -> Reply:
 def delete_queue(server: ServerState[Connection], args: Args) -> Reply:
     """delete_queue [-p VHOST] NAME [--if-empty] [--if-unused]: the texts of
     delete_queue_command.ex's output clauses."""
-    from leveret.management import ops
+    import leveret.management.ops as ops
 
     vhost, queue = queue_named(server, args)
     try:

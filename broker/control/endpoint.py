@@ -31,6 +31,16 @@ EX_SOFTWARE = 70
 EX_NOPERM = 77
 
 
+class ControlError(Exception):
+    """A refused command: its one-line text and the CLI's exit status (raised by the
+    node's commands and listings, sent to the client as ``{"error", "status"}``)."""
+
+    def __init__(self, text: str, status: int = EX_SOFTWARE) -> None:
+        super().__init__(text)
+        self.text = text
+        self.status = status
+
+
 def default_socket(data_dir: Path | None, port: int) -> Path:
     """The control socket of a node: ``DATA_DIR/control.sock``; without a data directory,
     ``control-PORT.sock`` in a directory private to the user (``$XDG_RUNTIME_DIR/leveret``,

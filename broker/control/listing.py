@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leveret.control.endpoint import EX_USAGE
+from leveret.control.endpoint import EX_USAGE, ControlError
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -56,8 +56,6 @@ class Kind:
 
     def columns(self, asked: Sequence[str]) -> list[str]:
         """The columns asked for (the default when none), each a known info key."""
-        from leveret.control.commands import ControlError
-
         columns = list(asked) or list(self.default)
         unknown = [c for c in columns if c not in self.keys]
         if unknown:

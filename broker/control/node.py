@@ -31,6 +31,7 @@ from leveret.control.endpoint import (
     EX_USAGE,
     MAX_REQUEST,
     REQUEST_TIMEOUT,
+    ControlError,
     address,
     default_socket,
 )
@@ -179,7 +180,7 @@ class ControlListener:
             writer.close()
 
     async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from leveret.control.commands import ControlError, run
+        from leveret.control.commands import run
 
         uid = peer_uid(writer)
         if not may_control(uid):

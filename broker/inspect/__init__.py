@@ -42,8 +42,9 @@ from leveret.inspect.backends import (
     ManagementBackend,
     Unavailable,
 )
-from leveret.inspect.brokerthread import BrokerThread, amqp_url_with, call_on_loop
+from leveret.inspect.brokerthread import BrokerThread, amqp_url_with
 from leveret.inspect.http import ManagementAPI, ManagementError
+from leveret.inspect.loops import call_on_loop
 from leveret.inspect.stats import (
     DEFAULT_TIMEOUT,
     Condition,

@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from leveret.inspect.brokerthread import call_on_loop, call_on_loop_async, running_loop
 from leveret.inspect.http import ManagementAPI, ManagementError
+from leveret.inspect.loops import call_on_loop, call_on_loop_async, running_loop
 from leveret.inspect.stats import (
     HTTP_CHECK_INTERVAL,
     LOCAL_CHECK_INTERVAL,

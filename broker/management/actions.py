@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+import leveret.management.ops as ops
 from leveret.auth import Permission, invalid_regexp
-from leveret.management import ops
 from leveret.management.access import require_admin
 from leveret.management.api import server_of, vhost_of
 from leveret.management.definitions import (

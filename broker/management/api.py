@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+import leveret.management.views as views
 from leveret.exchanges.model import ExchangeType
-from leveret.management import views
 from leveret.management.access import (
     SERVER_KEY,
     current_user,

@@ -14,22 +14,20 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+import leveret.management.actions as actions
+import leveret.management.api as api
+import leveret.management.clients as clients
+import leveret.management.health as health
+import leveret.management.limits as limits
+import leveret.management.messages as messages
+import leveret.management.node as node
+import leveret.management.page as page
+import leveret.management.parameters as parameters
+import leveret.management.policies as policies
+import leveret.management.topic_permissions as topic_permissions
+import leveret.management.topology as topology
+import leveret.management.trace as trace
 from leveret.errors import AMQPError
-from leveret.management import (
-    actions,
-    api,
-    clients,
-    health,
-    limits,
-    messages,
-    node,
-    page,
-    parameters,
-    policies,
-    topic_permissions,
-    topology,
-    trace,
-)
 from leveret.management.access import SERVER_KEY, USER_KEY, authenticate
 from leveret.management.errors import ApiError, from_amqp, not_found
 from leveret.management.listener import HttpListener, serve

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from leveret.management import views
+import leveret.management.views as views
 from leveret.management.access import current_user, sees_user
 from leveret.management.api import scoped_vhosts, server_of, vhost_of
 from leveret.management.errors import not_authorised, not_found

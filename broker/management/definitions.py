@@ -25,6 +25,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import leveret.management.ops as ops
+import leveret.management.views as views
 from leveret.arguments import queue_type
 from leveret.auth import Permission, TopicPermission, invalid_regexp
 from leveret.errors import AMQPError
@@ -33,7 +35,6 @@ from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.fieldtable import amqp_json
 from leveret.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
-from leveret.management import ops, views
 from leveret.management.errors import ApiError
 from leveret.management.state import state_of
 

@@ -29,10 +29,11 @@ from aiohttp import web
 from cryptography import x509
 from pamqp import commands
 
+import leveret.management.ops as ops
+import leveret.management.views as views
 from leveret.fieldtable import marshal_content_header
 from leveret.handshake import State
 from leveret.limits import reached
-from leveret.management import ops, views
 from leveret.management.access import permit, require_vhost
 from leveret.management.api import listeners, server_of
 from leveret.management.errors import amqp_errors, bad_request, not_authorised, not_found

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
+import leveret.management.ops as ops
+import leveret.management.views as views
 from leveret.fieldtable import marshal_content_header
-from leveret.management import ops, views
 from leveret.management.access import current_user, permit
 from leveret.management.api import server_of, vhost_of
 from leveret.management.errors import access_refused, amqp_errors, bad_request

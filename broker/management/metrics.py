@@ -37,7 +37,8 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from leveret.management import node, views
+import leveret.management.node as node
+import leveret.management.views as views
 from leveret.storage.iostats import IoStats
 
 if TYPE_CHECKING:

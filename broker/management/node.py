@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.management import views
+import leveret.management.views as views
 from leveret.management.api import contexts, exchange_types, server_of
 from leveret.management.errors import not_found
 from leveret.management.query import json_response, reply_list

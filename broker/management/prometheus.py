@@ -28,8 +28,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import Metric, SummaryMetricFamily
 
-from leveret.management import client_metrics as cm
-from leveret.management import metrics as m
+import leveret.management.client_metrics as cm
+import leveret.management.metrics as m
 from leveret.management.listener import HttpListener, serve
 from leveret.management.views import channel_name
 

@@ -14,8 +14,9 @@ from urllib.parse import quote, unquote_plus
 
 from aiohttp import web
 
+import leveret.management.ops as ops
+import leveret.management.views as views
 from leveret.exchanges.model import Binding, DestKind, Exchange
-from leveret.management import ops, views
 from leveret.management.access import permit, permit_linked_exchange, permit_topic
 from leveret.management.api import scoped_vhosts, server_of, vhost_of, vhost_or_none
 from leveret.management.errors import amqp_errors, bad_request, not_found, vhost_not_found
