@@ -21,10 +21,16 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from leveret.queue import Queue
+
+class TimedQueue(Protocol):
+    """A queue as the check sees it (leveret.queue.Queue implements it)."""
+
+    @property
+    def consumer_timeout(self) -> float | None:
+        """Its own timeout in ms (None: the broker's applies)."""
+
 
 # The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
 _MIN_PERIOD = 0.1
@@ -83,7 +89,7 @@ class Watched(Protocol):
     def id(self) -> int:
         """The channel number."""
 
-    def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
+    def overdue_ack(self, now: float, timeout_ms: Callable[[TimedQueue], float]) -> int | None:
         """The timeout (ms) its oldest unacknowledged delivery has outlived, or None."""
 
 
@@ -106,7 +112,7 @@ class AckTimeouts:
         self.default_ms = default_ms
         self._connections = connections
         # Queues with a timeout of their own (a finite one sets the check period).
-        self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+        self._queues: weakref.WeakSet[TimedQueue] = weakref.WeakSet()
         self._timer: asyncio.TimerHandle | None = None
         self._period = math.inf
         self._running = False
@@ -123,13 +129,13 @@ class AckTimeouts:
             self._timer.cancel()
             self._timer = None
 
-    def watch(self, queue: Queue) -> None:
+    def watch(self, queue: TimedQueue) -> None:
         """``queue`` has a timeout of its own (or a new one): check soon enough for it."""
         self._queues.add(queue)
         if self._running and _period(queue.consumer_timeout) < self._period:
             self._schedule()
 
-    def timeout_ms(self, queue: Queue) -> float:
+    def timeout_ms(self, queue: TimedQueue) -> float:
         """The timeout (ms) for a delivery from ``queue``; ``math.inf``: none."""
         own = queue.consumer_timeout
         if own is not None:

@@ -29,14 +29,31 @@ import heapq
 import itertools
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.exchanges.delayed import DELAY_HEADER, delay_of
 from leveret.message import Message, with_header
 
 if TYPE_CHECKING:
+    from leveret.persistence import Persistence
     from leveret.storage.segments import StoredMessage
-    from leveret.vhost import VHost
+
+
+class Releaser(Protocol):
+    """The vhost that keeps the messages back and publishes them when due
+    (leveret.vhost.VHost implements it)."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name, the first half of the store's keys."""
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """Where kept-back messages are stored (None: not durable)."""
+
+    def publish(self, message: Message, *, source: str | None) -> object:
+        """Route a released ``message`` from the exchange ``source``."""
+
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +69,7 @@ def now_ms() -> int:
 class DelayedMessages:
     """One vhost's kept-back messages, in due order, with one timer for the earliest."""
 
-    def __init__(self, vhost: VHost) -> None:
+    def __init__(self, vhost: Releaser) -> None:
         self.vhost = vhost
         self._heap: list[_Held] = []
         self._order = itertools.count()

@@ -29,14 +29,22 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from leveret.config import NODE_NAME
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
 
-if TYPE_CHECKING:
-    from leveret.vhost import VHost
+
+class Tap(Protocol):
+    """The vhost a trace message goes to (leveret.vhost.VHost implements it)."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name."""
+
+    def publish(self, message: Message, *, counted: bool) -> object:
+        """Route ``message`` (``counted``: in the publish counters)."""
 
 
 class Client(Protocol):
@@ -44,7 +52,7 @@ class Client(Protocol):
     Connection implements it)."""
 
     @property
-    def vhost(self) -> VHost:
+    def vhost(self) -> Tap:
         """Its vhost."""
 
     @property
@@ -64,7 +72,7 @@ class Origin(Protocol):
         """The channel number."""
 
     @property
-    def vhost(self) -> VHost:
+    def vhost(self) -> Tap:
         """Its vhost."""
 
     @property

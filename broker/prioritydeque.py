@@ -11,10 +11,15 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from leveret.queue import Entry
+from leveret.message import Message
+
+# A queue's ready entry, defined here, below the queue, which uses it everywhere:
+# (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
+# requeued message goes back to its original place, as in RabbitMQ's classic queues.
+# ``redelivered`` is a bool, except in a quorum queue: there it counts the deliveries
+# returned so far (0 = never delivered), which is also truthy once redelivered.
+Entry = tuple[Message, int, float, int]
 
 
 def _seq(entry: Entry) -> int:

@@ -37,11 +37,60 @@ from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
 from leveret.exchanges.policies import Policy
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
+from leveret.prioritydeque import Entry as Entry  # a ready entry: named here too
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
 if TYPE_CHECKING:
+    from leveret.acktimeout import AckTimeouts
+    from leveret.churn import NodeCounters
+    from leveret.delayed import DelayedMessages
+    from leveret.exchanges.projection import Projection
+    from leveret.memory import MemoryMonitor
+    from leveret.persistence import Persistence
     from leveret.storage.messages import MessageStore
-    from leveret.vhost import VHost
+
+
+class Home(Protocol):
+    """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
+    implements it): the vhost is above its queues, so they name only this."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name."""
+
+    @property
+    def memory(self) -> MemoryMonitor:
+        """The broker's memory accounting."""
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """The store (None: nothing is durable)."""
+
+    @property
+    def ack_timeouts(self) -> AckTimeouts | None:
+        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
+
+    @property
+    def churn(self) -> NodeCounters:
+        """The node's counters (dead letters, deleted queues)."""
+
+    @property
+    def projection(self) -> Projection:
+        """Its exchanges and bindings (dead-letter routing)."""
+
+    @property
+    def delayed(self) -> DelayedMessages:
+        """Its delayed-message exchanges' kept-back messages (dead letters to them)."""
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """Its queues, by name (dead-letter targets)."""
+
+    def rs(self, kind: str, name: str) -> str:
+        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``, for error texts."""
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove ``queue`` (auto-delete, expiry)."""
 
 
 class Owner(Protocol):
@@ -52,13 +101,6 @@ class Owner(Protocol):
     @property
     def exclusive_queues(self) -> set[Queue]:
         """The exclusive queues it declared."""
-
-
-# (message, redelivered, expires, seq): ``seq`` numbers messages in arrival order so a
-# requeued message goes back to its original place, as in RabbitMQ's classic queues.
-# ``redelivered`` is a bool, except in a quorum queue: there it counts the deliveries
-# returned so far (0 = never delivered), which is also truthy once redelivered.
-Entry = tuple[Message, int, float, int]
 
 
 class Queue:
@@ -134,7 +176,7 @@ class Queue:
 
     def __init__(
         self,
-        vhost: VHost,
+        vhost: Home,
         name: str,
         durable: bool,
         owner: Owner | None,

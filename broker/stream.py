@@ -54,9 +54,8 @@ from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_h
 from leveret.queue import Entry, Queue
 
 if TYPE_CHECKING:
-    from leveret.queue import Owner
+    from leveret.queue import Home, Owner
     from leveret.storage.segments import StoredMessage
-    from leveret.vhost import VHost
 
 OFFSET_HEADER = "x-stream-offset"
 FILTER_HEADER = "x-stream-filter-value"
@@ -176,7 +175,7 @@ class StreamQueue(Queue):
 
     def __init__(
         self,
-        vhost: VHost,
+        vhost: Home,
         name: str,
         durable: bool,
         owner: Owner | None,

@@ -9,7 +9,8 @@ state (the policy tables, the limits) is the vhost's own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
 from leveret.exchanges.policies import match as match_policy
@@ -18,7 +19,17 @@ from leveret.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_limit
 
 if TYPE_CHECKING:
     from leveret.exchanges.projection import Projection
-    from leveret.queue import Queue
+
+
+class Governed(Protocol):
+    """A queue as a policy change reaches it (leveret.queue.Queue implements it)."""
+
+    @property
+    def name(self) -> str:
+        """Its name, which the policies' patterns match."""
+
+    def apply_policy(self, policy: Policy | None, operator_policy: Policy | None = None) -> None:
+        """Take ``policy`` and ``operator_policy`` (None: none)."""
 
 
 class VHostPolicies:
@@ -26,7 +37,7 @@ class VHostPolicies:
 
     name: str
     projection: Projection
-    queues: dict[str, Queue]
+    queues: Mapping[str, Governed]
     # Policies and operator policies by name (exchanges/policies.py), and max-connections /
     # max-queues (broker/limits.py); the server persists all three beside the users.
     policies: dict[str, Policy]
