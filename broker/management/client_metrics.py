@@ -393,6 +393,11 @@ DEAD_LETTERED: tuple[tuple[Family, str, tuple[tuple[str, str], ...]], ...] = (
     ),
 )
 GLOBAL_CONSUMERS = Family("global_consumers", "gauge", "Current number of consumers")
+# Open channels that have published (rabbit_global_counters' publishers, as counted after
+# rabbitmq-server pull request 6244: from a channel's first basic.publish until it closes;
+# 3.10.8's own figure drifts below zero). Counted at scrape time from each channel's publish
+# counter (leveret.channel_stats.DeliveryCounters.has_published).
+GLOBAL_PUBLISHERS = Family("global_publishers", "gauge", "Current number of publishers")
 GLOBAL_RECEIVED_CONFIRM = Family(
     "global_messages_received_confirm_total",
     "counter",
