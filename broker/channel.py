@@ -390,9 +390,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             if queue.quorum:
                 content_header = with_header(content_header, "x-delivery-count", redelivered)
                 redelivered = True
-        if consumer.no_ack:
-            self.delivered_no_ack += 1  # the others are counted by next_tag (channel_stats)
-        else:
+        if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             # Held until settled (leveret.memory; a stream's log keeps counting the message).
             # _record_bytes and MemoryMonitor.add, inlined: once per delivery.
@@ -481,6 +479,8 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
                 self.acked += 1
             else:
                 queue.reject(entry[0], consumer)
+        if requeue is not None:
+            self.returned += len(taken)  # nacked, rejected or recovered (channel_stats)
         # Released before the requeued messages count again as ready in their queues.
         self.memory.remove(released)
         for queue, returned in requeued.items():

@@ -11,16 +11,18 @@ nothing or for one integer increment on the path a message takes:
 - the publishes: a channel's :class:`leveret.session.publish.Publisher` counts into the
   channel's own :class:`~leveret.session.publish.PublishCounters`, exactly the increments
   it made into the node's before (the node's totals now sum the channels');
-- deliveries: the delivery-tag ledger numbers every delivery and get (``next_tag``), so
-  the channel counts only the no-ack deliveries (one increment each, on that branch), the
-  gets (off the hot path) and redeliveries (behind the check the path already made);
-  ack-mode deliveries are the rest;
-- acks: one increment per ``basic.ack`` (and the size of a ``multiple`` one).
+- deliveries: the delivery-tag ledger numbers every delivery and get (``next_tag``) and
+  holds each one that awaits an ack until it is acked (counted), nacked, rejected or
+  recovered (counted, off the hot path) or staged in a transaction; so ack-mode deliveries
+  are those, no-ack ones the rest, and a delivery costs no increment at all. Gets (off the
+  hot path) and redeliveries (behind the check the path already made) are counted;
+- acks: one increment per acknowledged delivery.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -70,9 +72,13 @@ class DeliveryCounters:
     next_tag: int
     tx_publishes: int
 
+    # The ledger's (leveret.session.ledger.Ledger), whatever its records are.
+    unacked: OrderedDict[int, Any]
+    tx_acks: list[tuple[int, Any]]
+
     def __init__(self) -> None:
-        self.delivered_no_ack = 0  # deliveries to no-ack consumers (the hot path's one +1)
         self.acked = 0
+        self.returned = 0  # unacked deliveries nacked, rejected or recovered
         self.redelivered = 0
         self.gets = 0  # basic.get with acks
         self.gets_no_ack = 0
@@ -82,15 +88,18 @@ class DeliveryCounters:
         """The values of :data:`CHANNEL_COUNTERS`, in order."""
         publish = self.counters
         taken = self.next_tag - 1  # every delivery and get had a tag
-        deliver = taken - self.delivered_no_ack - self.gets - self.gets_no_ack
+        # Every ack-mode delivery or get went into the ledger and is still there (unacked,
+        # or staged in a transaction) or left it acked or given back.
+        with_ack = self.acked + self.returned + len(self.unacked) + len(self.tx_acks)
+        no_ack = taken - with_ack - self.gets_no_ack
         return (
             publish.received,
             publish.confirmed,
             publish.unroutable_returned,
             publish.unroutable_dropped,
             taken,
-            deliver,
-            self.delivered_no_ack,
+            with_ack - self.gets,
+            no_ack,
             self.gets,
             self.gets_no_ack,
             self.gets_empty,

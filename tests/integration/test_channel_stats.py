@@ -68,6 +68,10 @@ def test_channel_counts_its_publishes_and_deliveries(brokers: tuple[str, Http]) 
         for _ in range(5):
             publisher.basic_publish("", queue, b"m")
         publisher.basic_publish("amq.fanout", "nowhere", b"dropped")  # no bindings
+        auto, again = (str(publisher.queue_declare("", exclusive=True).method.queue) for _ in "ab")
+        publisher.basic_publish("", auto, b"a1")
+        publisher.basic_publish("", auto, b"a2")
+        publisher.basic_publish("", again, b"r")
         taker = connection.channel()
         first = taker.basic_get(queue, auto_ack=False)[0]
         assert first is not None
@@ -79,8 +83,21 @@ def test_channel_counts_its_publishes_and_deliveries(brokers: tuple[str, Http]) 
             connection.process_data_events(time_limit=0.2)
         taker.basic_ack(got[-1], multiple=True)
         assert taker.basic_get(queue, auto_ack=True)[0] is None
+        # Channel 3: a no-ack consumer; channel 4: a get nacked back, got again and acked.
+        no_ack = connection.channel()
+        seen: list[bytes] = []
+        no_ack.basic_consume(auto, lambda ch, m, p, b: seen.append(b), auto_ack=True)
+        while len(seen) < 2:
+            connection.process_data_events(time_limit=0.2)
+        retry = connection.channel()
+        method = retry.basic_get(again, auto_ack=False)[0]
+        assert method is not None
+        retry.basic_nack(method.delivery_tag, requeue=True)
+        method = retry.basic_get(again, auto_ack=False)[0]
+        assert method is not None and method.redelivered
+        retry.basic_ack(method.delivery_tag)
 
-        stats = wait_for(api, channel_of(api, label, 1)["name"], {"publish": 6, "confirm": 6})
+        stats = wait_for(api, channel_of(api, label, 1)["name"], {"publish": 9, "confirm": 9})
         assert stats["drop_unroutable"] == 1
         assert set(stats["publish_details"]) >= {"rate"}
         taken = wait_for(
@@ -92,6 +109,16 @@ def test_channel_counts_its_publishes_and_deliveries(brokers: tuple[str, Http]) 
         assert taken["deliver_no_ack"] == 0
         assert taken["redeliver"] == 0
         assert "ack_details" in taken
+        wait_for(
+            api,
+            channel_of(api, label, 3)["name"],
+            {"deliver_no_ack": 2, "deliver_get": 2, "deliver": 0, "ack": 0},
+        )
+        wait_for(
+            api,
+            channel_of(api, label, 4)["name"],
+            {"get": 2, "redeliver": 1, "ack": 1, "deliver_get": 2, "deliver_no_ack": 0},
+        )
     finally:
         connection.close()
 
