@@ -3,10 +3,11 @@ types and help texts of 3.10.8; see leveret.management.metrics for the queue and
 families and the views).
 
 The channel counters (``rabbitmq_channel_messages_published_total``...) are served in the
-aggregated view only, as node-wide totals since start: Leveret counts messages per queue
-and per node, not per channel, queue and exchange as RabbitMQ's per-object samples are
-labelled. A total here never goes down (RabbitMQ's aggregated sum drops when a channel
-that published closes, which Prometheus's ``rate()`` reads as a counter reset).
+aggregated view only, as node-wide totals since start: Leveret counts messages per channel
+(leveret.channel_stats) but not per channel and exchange or channel and queue, the labels
+RabbitMQ's per-object samples carry. A total here never goes down (a closed channel's
+counts are folded into the node's; RabbitMQ's aggregated sum drops when a channel that
+published closes, which Prometheus's ``rate()`` reads as a counter reset).
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ into what RabbitMQ's management plugin shows:
 What the per-queue counters cannot give: messages received from publishers (a message
 routed to three queues counts three times in the queues' ``publish``) and unroutable
 messages (they reach no queue). Those come from the broker's per-publish counters
-(``Server.counters``, :class:`BrokerCounters`, kept by the channels and the API's publish).
+(:func:`publish_totals`: ``Server.counters``, kept by the API's publish and holding the
+closed channels' counts, plus each open channel's own). Channels and connections are
+sampled here too (client_stats.py).
 """
 
 from __future__ import annotations
