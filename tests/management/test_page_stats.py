@@ -20,6 +20,26 @@ from .helpers import Mgmt
 # A non-zero rate as the page writes it (fmtRate: "12.4/s", "1,200/s"; "0/s" is not one).
 NON_ZERO_RATE = re.compile(r"^(?!0/s$)[\d,.]+/s$")
 SLOW = 20_000  # ms: a chart needs a point on the range's 5 s grid after the object appeared
+RANGE = {
+    "msg_rates_age": "60",
+    "msg_rates_incr": "5",
+    "data_rates_age": "60",
+    "data_rates_incr": "5",
+}
+
+
+async def history(mgmt: Mgmt, points: int, *path: str) -> None:
+    """Wait until the object at ``path`` has ``points`` samples in the UI's range (the 5 s
+    grid of the last minute), so its chart draws lines rather than a lone point."""
+    for _ in range(160):
+        found = await mgmt.get(*path, params=RANGE)
+        details = found.get("message_stats", found).get(
+            "publish_details", found.get("recv_oct_details")
+        )
+        if len(details.get("samples", [])) >= points:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{path}: fewer than {points} samples")
 
 
 @contextlib.asynccontextmanager
@@ -59,6 +79,10 @@ async def test_channel_page_shows_a_publish_rate_and_its_chart(mgmt: Mgmt, tmp_p
         chart = page.locator("[data-chart='Message rates'] canvas")
         await expect(chart).to_have_count(1, timeout=SLOW)
         await expect(page.locator("[data-chart='Message rates']")).to_contain_text("Publish")
+        name = (await mgmt.get("channels"))[0]["name"]
+        await history(mgmt, 4, "channels", name)
+        await page.reload()
+        await expect(chart).to_have_count(1)
         await screenshot(found, "channel", tmp_path)
     assert await mgmt.get("channels") == []  # the publisher is gone with its connection
 
@@ -69,11 +93,14 @@ async def test_connection_page_draws_data_rates(mgmt: Mgmt, tmp_path: Path) -> N
         await found.open("connections")
         await page.click("[data-list=connections] a")
         await expect(page.locator("#connection-page")).to_contain_text("feeder")
-        await expect(page.locator("[data-chart='Data rates'] canvas")).to_have_count(
-            1, timeout=SLOW
-        )
+        chart = page.locator("[data-chart='Data rates'] canvas")
+        await expect(chart).to_have_count(1, timeout=SLOW)
         await expect(page.locator("[data-chart='Data rates']")).to_contain_text("Received")
         await expect(page.locator("#connection-page table.list")).to_contain_text("/s")
+        name = (await mgmt.get("connections"))[0]["name"]
+        await history(mgmt, 4, "connections", name)
+        await page.reload()
+        await expect(chart).to_have_count(1)
         await screenshot(found, "connection", tmp_path)
 
 
