@@ -217,6 +217,7 @@ WIRE = (
     "leveret.channel_consume",
     "leveret.channel_topology",
     "leveret.channel_tx",
+    "leveret.channel_stats",
     "leveret.server",
     "leveret.cli",
     "leveret.management",
@@ -352,6 +353,7 @@ KNOWN_CIRCLES = (
             "leveret.flow",
             "leveret.channel",
             "leveret.channel_consume",
+            "leveret.channel_stats",
             "leveret.channel_topology",
             "leveret.channel_tx",
         }
