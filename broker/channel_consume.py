@@ -26,6 +26,7 @@ from leveret.errors import (
 )
 from leveret.queue import Queue
 from leveret.session.publish import REPLY_TO
+from leveret.session.topology import lookup_queue
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
@@ -54,8 +55,8 @@ def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
         consume_replies(channel, m)
         return
     queue_name = channel._queue_name(m.queue)
-    channel._permit("read", "queue", queue_name)
-    queue = channel.vhost.queue(queue_name, channel.conn)
+    channel.actor.permit("read", "queue", queue_name)
+    queue = lookup_queue(channel.vhost, queue_name, channel.conn)
     invalid = consume_error(queue_type(queue.arguments), m.arguments or {})
     if invalid is not None:
         key, why = invalid
