@@ -536,10 +536,6 @@ class Channel(Ledger[Record], Publisher):
     def _on_basic_reject(self, m: commands.Basic.Reject) -> None:
         self._settle(m.delivery_tag or 0, False, m.requeue)
 
-    def requeue_all(self) -> None:
-        """Give every unacked delivery back to its queue, in delivery order."""
-        self._apply_settle(self.take_all(), True)
-
     # -- channel ----------------------------------------------------------------------
 
     def _on_channel_flow(self, m: commands.Channel.Flow) -> None:
