@@ -46,7 +46,6 @@ from leveret.errors import (
     UNEXPECTED_FRAME,
     AMQPConnectionError,
 )
-from leveret.exchanges.model import Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Entry, Queue
@@ -59,6 +58,7 @@ from leveret.session.publish import (
     fold,
     size_error,
 )
+from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -112,6 +112,9 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         self.node_counters = server.counters
         self.conn = connection
         self.id = channel_id
+        # Who runs this channel's commands (leveret.session.topology): its user, over
+        # this connection (the owner of the exclusive queues it declares).
+        self.actor = Actor(self.access, self.user, self.vhost, connection)
         self.memory = self.vhost.memory
         self.open = True
         self.content = Content.IDLE
@@ -197,15 +200,6 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
                 "expected content body, got non content body frame instead",
                 (BASIC_CLASS, 40),
             )
-
-    def _permit(self, kind: str, resource: str, name: str) -> None:
-        """403 unless the user may ``kind`` (configure/write/read) the resource."""
-        self.access.check(self.conn.user, self.vhost.name, kind, resource, name)
-
-    def _permit_topic(self, kind: str, exchange: Exchange | None, routing_key: str) -> None:
-        """403 unless the user's topic permission on ``exchange`` (checked when it is a topic
-        exchange the user has one for) lets it ``kind`` (write/read) ``routing_key``."""
-        self.access.check_topic(self.conn.user, self.vhost.name, kind, exchange, routing_key)
 
     def send(self, method: Any) -> None:
         """Send a pamqp method on this channel."""
@@ -521,10 +515,6 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
 
     def _on_basic_reject(self, m: commands.Basic.Reject) -> None:
         self._settle(m.delivery_tag or 0, False, m.requeue)
-
-    def requeue_all(self) -> None:
-        """Give every unacked delivery back to its queue, in delivery order."""
-        self._apply_settle(self.take_all(), True)
 
     # -- channel ----------------------------------------------------------------------
 
