@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leveret import firehose
@@ -25,7 +25,7 @@ from leveret.arguments import type_name as arg_type
 from leveret.churn import NodeCounters
 from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
-from leveret.equivalence import assert_args, delayed_problem, unknown_type
+from leveret.equivalence import assert_args, unknown_type
 from leveret.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -35,8 +35,6 @@ from leveret.errors import (
     AMQPError,
     ChannelCrashError,
 )
-from leveret.exchanges.chash import ExchangeTypeCrashError
-from leveret.exchanges.delayed import DelayCrashError, delay_of
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -48,13 +46,14 @@ from leveret.exchanges.model import (
     ExchangeDeclared,
     ExchangeDeleted,
     ExchangeType,
+    ExchangeTypeCrashError,
     QueueDeclared,
     QueueDeleted,
 )
 from leveret.exchanges.model import Queue as QueueDef
 from leveret.exchanges.policies import Policy, apply_alternates
 from leveret.exchanges.projection import Projection
-from leveret.exchanges.routing import route
+from leveret.exchanges.routing import route, route_kept
 from leveret.exchanges.types import validate_binding, validate_exchange
 from leveret.limits import reached
 from leveret.memory import MemoryMonitor, default_watermark
@@ -107,9 +106,8 @@ class VHost(VHostPolicies):
         self.exchange_stats: dict[str, list[int]] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
-        # x-delayed-message exchanges: while there is one, every publish's headers are
-        # read (for x-delay), and route() reports the exchanges that keep a message back.
-        self._delayed_exchanges: set[str] = set()
+        # The messages exchanges keep back (projection.keeping: x-delayed-message), until
+        # they are routed from there.
         self.delayed = DelayedMessages(self)
         # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
@@ -139,13 +137,10 @@ class VHost(VHostPolicies):
         if isinstance(event, ExchangeDeclared):
             if event.exchange.type is ExchangeType.HEADERS:
                 self._headers_exchanges.add(event.exchange.name)
-            elif event.exchange.type is ExchangeType.DELAYED:
-                self._delayed_exchanges.add(event.exchange.name)
             if self.policies:
                 apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
-            self._delayed_exchanges.discard(event.name)
             self.exchange_stats.pop(event.name, None)
         elif isinstance(event, QueueDeclared) and (self.policies or self.operator_policies):
             queue = self.queues.get(event.queue.name)
@@ -155,12 +150,12 @@ class VHost(VHostPolicies):
 
     @property
     def projection_uses_headers(self) -> bool:
-        """Whether any headers exchange has bindings, or a delayed exchange exists, so
-        routing may read headers. Recomputed lazily after a topology change, so publishing
-        stays cheap."""
+        """Whether any headers exchange has bindings, or an exchange that may keep a message
+        back exists (its type's ``keeps`` reads the headers), so routing may read headers.
+        Recomputed lazily after a topology change, so publishing stays cheap."""
         if self._uses_headers is None:
             has = self.projection.has_bindings_from
-            self._uses_headers = bool(self._delayed_exchanges) or any(
+            self._uses_headers = bool(self.projection.keeping) or any(
                 has(name) for name in self._headers_exchanges
             )
         return self._uses_headers
@@ -242,10 +237,7 @@ class VHost(VHostPolicies):
                 )
             # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
             try:
-                if type_ is ExchangeType.DELAYED:
-                    problem = delayed_problem(arguments)
-                else:
-                    problem = validate_exchange(type_, arguments)
+                problem = validate_exchange(type_, arguments)
             except ExchangeTypeCrashError:
                 raise ChannelCrashError() from None
             if problem is not None:
@@ -518,22 +510,22 @@ class VHost(VHostPolicies):
         payload = message.header
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
-        # somewhere in the vhost, a delayed exchange, or sender-selected CC/BCC keys.
+        # somewhere in the vhost, an exchange that may keep messages back, or
+        # sender-selected CC/BCC keys.
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
-        holds: list[str] | None = [] if self._delayed_exchanges else None
+        exchange = message.exchange if source is None else source
+        kept: Sequence[str] = ()
         try:
-            names = route(
-                self.projection,
-                message.exchange if source is None else source,
-                message.routing_key,
-                headers,
-                payload,
-                holds,
-            )
-        except DelayCrashError:
+            if self.projection.keeping:
+                names, kept = route_kept(
+                    self.projection, exchange, message.routing_key, headers, payload
+                )
+            else:
+                names = route(self.projection, exchange, message.routing_key, headers, payload)
+        except ExchangeTypeCrashError:  # a type's keeps hook (an x-delay the plugin crashes on)
             raise ChannelCrashError() from None
-        held = self.delayed.hold(message, holds, delay_of(headers)) if holds else 0
+        held = self.delayed.hold(message, kept) if kept else 0
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()
