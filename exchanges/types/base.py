@@ -66,7 +66,7 @@ class ExchangeTypeModule:
     (ValueError: these arguments make no exchange of the type, refused by ``validate``);
     ``route`` is its router; ``validate(arguments)`` and ``validate_binding(exchange,
     routing_key, arguments)`` give RabbitMQ's explanation for a refused declare or bind
-    (406), else None.
+    (406), else None; ``description`` is what the management API lists (``description/0``).
 
     ``keeps(headers)``, when set, tells whether an exchange of this type keeps the message
     back instead of routing it now: routing goes nowhere from it for now (so its alternate
@@ -85,6 +85,7 @@ class ExchangeTypeModule:
     route: Router
     validate: Callable[[Mapping[str, Any]], str | None] = no_exchange_problem
     validate_binding: Callable[[Exchange, str, Mapping[str, Any]], str | None] = no_binding_problem
+    description: str = ""
     keeps: Keeps | None = None
     wraps: Callable[[Mapping[str, Any]], ExchangeTypeModule | None] | None = None
 

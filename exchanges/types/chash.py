@@ -38,4 +38,6 @@ CONSISTENT_HASH = ExchangeTypeModule(
     route_consistent_hash,
     validate=exchange_problem,
     validate_binding=weight_problem,
+    # rabbit_exchange_type_consistent_hash:description/0 (seen in 3.10.8's /api/overview)
+    description="Consistent Hashing Exchange",
 )

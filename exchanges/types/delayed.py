@@ -114,6 +114,8 @@ DELAYED = ExchangeTypeModule(
     route_delayed,
     validate=validate,
     validate_binding=validate_binding,
+    # rabbit_exchange_type_delayed_message:description/0
+    description="Delayed Message Exchange.",
     keeps=keeps,
     wraps=wrapped,
 )

@@ -196,4 +196,5 @@ HEADERS = ExchangeTypeModule(
     pair(HeadersIndex),
     route_headers,
     validate_binding=binding_problem,
+    description="AMQP headers exchange, as per the AMQP specification",
 )
