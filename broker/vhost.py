@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret import firehose
@@ -515,7 +515,7 @@ class VHost(VHostPolicies):
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
         exchange = message.exchange if source is None else source
-        kept: Sequence[str] = ()
+        kept: tuple[str, ...] = ()
         try:
             if self.projection.keeping:
                 names, kept = route_kept(

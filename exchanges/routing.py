@@ -21,7 +21,7 @@ Nothing here does I/O or mutates the projection.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from leveret.exchanges.model import EMPTY
 from leveret.exchanges.projection import ExchangeIndex, Projection
@@ -29,7 +29,7 @@ from leveret.exchanges.types.base import Content, Headers, Names
 
 # The queues a message reaches now, and the exchanges on the way that keep it back (each
 # once, in the order reached), which it is to be routed from later.
-Routed = tuple[Names, Sequence[str]]
+Routed = tuple[Names, tuple[str, ...]]
 
 
 def sender_selected_keys(routing_key: str, headers: Headers) -> tuple[str, ...]:
@@ -85,7 +85,8 @@ def route(
             return EMPTY
     elif index.is_default:
         return projection.queue_routes.get(routing_key, EMPTY)
-    elif index.e2e == 0 and index.keeps is None:
+    elif index.e2e == 0 and (index.keeps is None or not index.keeps(headers)):
+        # One exchange, its type's router (one that may keep a message asks first).
         found = index.router(index.queues, (routing_key,), headers, content)
         if found or index.alternate is None:
             return found
@@ -104,15 +105,18 @@ def route_kept(
     index = projection.indexes.get(exchange_name)
     if index is None:
         return EMPTY, ()
-    if index.e2e == 0 and index.alternate is None and index.keeps is None:
-        # The route visits this exchange only, which keeps nothing: route()'s fast paths.
+    if index.e2e == 0 and index.alternate is None:
+        # The route visits this exchange only: kept by it, or route()'s fast paths.
+        keeps = index.keeps
+        if keeps is not None and keeps(headers):
+            return EMPTY, (exchange_name,)
         return route(projection, exchange_name, routing_key, headers, content), ()
     if headers is not None and ("CC" in headers or "BCC" in headers):
         keys = sender_selected_keys(routing_key, headers)
     else:
         keys = (routing_key,)
     kept: list[str] = []
-    return _walk(projection, index, keys, headers, content, kept), kept
+    return _walk(projection, index, keys, headers, content, kept), tuple(kept)
 
 
 def _walk(

@@ -104,9 +104,9 @@ def test_the_generic_walk_asks_the_keeps_hook() -> None:
     )
     assert p.keeping == {"t", "ae"}
     assert route(p, "t", "abc") == {"now"}
-    assert route_kept(p, "t", "abc") == ({"now"}, [])
+    assert route_kept(p, "t", "abc") == ({"now"}, ())
     # Kept by t, so routed nowhere from it: its alternate exchange (a toy too) keeps it as well.
-    assert route_kept(p, "t", "abc", {"later": True}) == (set(), ["t", "ae"])
+    assert route_kept(p, "t", "abc", {"later": True}) == (set(), ("t", "ae"))
     q = build(
         ExchangeDeclared(Exchange("f", ExchangeType.FANOUT)),
         toy("t"),
@@ -115,5 +115,5 @@ def test_the_generic_walk_asks_the_keeps_hook() -> None:
         to_exchange("f", "t"),
         to_queue("t", "now", "3"),
     )
-    assert route_kept(q, "f", "abc", {"later": 1}) == ({"fan"}, ["t"])
+    assert route_kept(q, "f", "abc", {"later": 1}) == ({"fan"}, ("t",))
     assert route(q, "f", "abc") == {"fan", "now"}
