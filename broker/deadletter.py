@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
-from leveret.exchanges.delayed import DelayCrashError, delay_of
-from leveret.exchanges.routing import route
+from leveret.exchanges.model import ExchangeTypeCrashError
+from leveret.exchanges.routing import route_kept
 from leveret.message import (
     PROPERTIES_AT,
     Message,
@@ -173,17 +173,19 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     copy._properties = death.properties
     headers = death.headers
     targets: set[str] = set()
-    holds: list[str] = []
+    kept: dict[str, None] = {}
     for key in death.keys:
         try:
-            targets.update(route(vhost.projection, dlx, key, headers, copy.header, holds))
-        except DelayCrashError:
-            # An x-delay the delayed-message plugin crashes on: RabbitMQ's queue process
-            # crashes; here this routing key reaches nothing.
+            found, kept_by = route_kept(vhost.projection, dlx, key, headers, copy.header)
+        except ExchangeTypeCrashError:
+            # A type's keeps hook crashed (an x-delay the delayed-message plugin crashes
+            # on): RabbitMQ's queue process crashes; here this routing key reaches nothing.
             continue
-    if holds:
-        # A delayed exchange on the way keeps it back once, whatever the number of keys.
-        vhost.delayed.hold(copy, list(dict.fromkeys(holds)), delay_of(headers))
+        targets.update(found)
+        kept.update(dict.fromkeys(kept_by))
+    if kept:
+        # An exchange on the way that keeps it does so once, whatever the number of keys.
+        vhost.delayed.hold(copy, list(kept))
     for name in sorted(targets):
         target = vhost.queues.get(name)
         if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):

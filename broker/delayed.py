@@ -1,8 +1,9 @@
 """The messages a vhost's ``x-delayed-message`` exchanges keep back, and their release.
 
-Routing (:func:`leveret.exchanges.routing.route`) says which delayed exchanges keep a message; this
-module keeps it until its delay is up, then routes it from that exchange, as the plugin's
-``rabbit_delayed_message`` server does (rabbitmq-delayed-message-exchange, 3.10-era):
+Routing (:func:`leveret.exchanges.routing.route_kept`) says which exchanges keep a message
+(the type's ``keeps`` hook, :mod:`leveret.exchanges.types.delayed`); this module keeps it until
+its delay is up, then routes it from that exchange, as the plugin's ``rabbit_delayed_message``
+server does (rabbitmq-delayed-message-exchange, 3.10-era):
 
 * the due time is the publish time plus the delay; messages are released in due order,
   those due at the same millisecond in publish order;
@@ -29,6 +30,7 @@ import heapq
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.exchanges.delayed import DELAY_HEADER, delay_of
@@ -76,13 +78,14 @@ class DelayedMessages:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0
 
-    def hold(self, message: Message, exchanges: list[str], delay: int) -> int:
-        """Keep ``message`` back for ``delay`` ms, once for each exchange in ``exchanges``.
+    def hold(self, message: Message, exchanges: Sequence[str]) -> int:
+        """Keep ``message`` back for its delay (its ``x-delay``), once for each exchange in
+        ``exchanges``, which kept it.
 
         Returns the group-commit generation that makes it durable (0 without a data dir):
         a publisher confirm waits for it.
         """
-        due = now_ms() + delay
+        due = now_ms() + delay_of(message.headers)
         persistence = self.vhost.persistence
         generation = 0
         for exchange in exchanges:

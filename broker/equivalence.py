@@ -14,9 +14,7 @@ from typing import Any
 
 from leveret.arguments import type_name as arg_type
 from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
-from leveret.exchanges.delayed import declare_problem, underlying_type
-from leveret.exchanges.model import ExchangeType
-from leveret.exchanges.types import validate_exchange
+from leveret.exchanges.types.base import unknown_type_problem
 
 _MISSING = object()
 _INT_TYPES = frozenset(
@@ -70,19 +68,7 @@ def arg_mismatch(key: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> st
 def unknown_type(name: str) -> AMQPChannelError:
     """An exchange type Leveret does not have: RabbitMQ 4.x's channel-level 406 (3.x closes
     the connection with 503), chosen by DESIGN.md's profile."""
-    return AMQPChannelError(PRECONDITION_FAILED, f"unknown exchange type '{name}'")
-
-
-def delayed_problem(arguments: Mapping[str, Any]) -> str | None:
-    """The delayed-message plugin's validate/1: ``x-delayed-type`` must name another
-    type, which then validates the arguments as its own (leveret.exchanges.delayed)."""
-    problem = declare_problem(arguments)
-    if problem is not None:
-        return problem
-    kind = underlying_type(arguments)
-    if not isinstance(kind, ExchangeType):
-        raise unknown_type(str(kind))  # rabbit_exchange:check_type/1
-    return validate_exchange(kind, arguments)
+    return AMQPChannelError(PRECONDITION_FAILED, unknown_type_problem(name))
 
 
 def assert_args(

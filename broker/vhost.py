@@ -20,7 +20,6 @@ from leveret.churn import NodeCounters
 from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
 from leveret.errors import AMQPError, ChannelCrashError
-from leveret.exchanges.delayed import DelayCrashError, delay_of
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -32,13 +31,14 @@ from leveret.exchanges.model import (
     ExchangeDeclared,
     ExchangeDeleted,
     ExchangeType,
+    ExchangeTypeCrashError,
     QueueDeclared,
     QueueDeleted,
 )
 from leveret.exchanges.model import Queue as QueueDef
 from leveret.exchanges.policies import Policy, apply_alternates
 from leveret.exchanges.projection import Projection
-from leveret.exchanges.routing import route
+from leveret.exchanges.routing import route, route_kept
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
 from leveret.queue import Owner, Queue
@@ -88,9 +88,8 @@ class VHost(VHostPolicies):
         self.exchange_stats: dict[str, list[int]] = {}
         self._headers_exchanges: set[str] = set()
         self._uses_headers: bool | None = False
-        # x-delayed-message exchanges: while there is one, every publish's headers are
-        # read (for x-delay), and route() reports the exchanges that keep a message back.
-        self._delayed_exchanges: set[str] = set()
+        # The messages exchanges keep back (projection.keeping: x-delayed-message), until
+        # they are routed from there.
         self.delayed = DelayedMessages(self)
         # Policies by name (exchanges/policies.py); persisted by the server beside the users.
         self.policies: dict[str, Policy] = {}
@@ -120,13 +119,10 @@ class VHost(VHostPolicies):
         if isinstance(event, ExchangeDeclared):
             if event.exchange.type is ExchangeType.HEADERS:
                 self._headers_exchanges.add(event.exchange.name)
-            elif event.exchange.type is ExchangeType.DELAYED:
-                self._delayed_exchanges.add(event.exchange.name)
             if self.policies:
                 apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))
         elif isinstance(event, ExchangeDeleted):
             self._headers_exchanges.discard(event.name)
-            self._delayed_exchanges.discard(event.name)
             self.exchange_stats.pop(event.name, None)
         elif isinstance(event, QueueDeclared) and (self.policies or self.operator_policies):
             queue = self.queues.get(event.queue.name)
@@ -136,12 +132,12 @@ class VHost(VHostPolicies):
 
     @property
     def projection_uses_headers(self) -> bool:
-        """Whether any headers exchange has bindings, or a delayed exchange exists, so
-        routing may read headers. Recomputed lazily after a topology change, so publishing
-        stays cheap."""
+        """Whether any headers exchange has bindings, or an exchange that may keep a message
+        back exists (its type's ``keeps`` reads the headers), so routing may read headers.
+        Recomputed lazily after a topology change, so publishing stays cheap."""
         if self._uses_headers is None:
             has = self.projection.has_bindings_from
-            self._uses_headers = bool(self._delayed_exchanges) or any(
+            self._uses_headers = bool(self.projection.keeping) or any(
                 has(name) for name in self._headers_exchanges
             )
         return self._uses_headers
@@ -291,22 +287,22 @@ class VHost(VHostPolicies):
         payload = message.header
         headers = None
         # Decode the headers table only when routing can use it: a headers exchange
-        # somewhere in the vhost, a delayed exchange, or sender-selected CC/BCC keys.
+        # somewhere in the vhost, an exchange that may keep messages back, or
+        # sender-selected CC/BCC keys.
         if self.projection_uses_headers or b"CC" in payload:
             headers = message.headers
-        holds: list[str] | None = [] if self._delayed_exchanges else None
+        exchange = message.exchange if source is None else source
+        kept: tuple[str, ...] = ()
         try:
-            names = route(
-                self.projection,
-                message.exchange if source is None else source,
-                message.routing_key,
-                headers,
-                payload,
-                holds,
-            )
-        except DelayCrashError:
+            if self.projection.keeping:
+                names, kept = route_kept(
+                    self.projection, exchange, message.routing_key, headers, payload
+                )
+            else:
+                names = route(self.projection, exchange, message.routing_key, headers, payload)
+        except ExchangeTypeCrashError:  # a type's keeps hook (an x-delay the plugin crashes on)
             raise ChannelCrashError() from None
-        held = self.delayed.hold(message, holds, delay_of(headers)) if holds else 0
+        held = self.delayed.hold(message, kept) if kept else 0
         if headers is not None and "BCC" in headers:
             # BCC is routing-only: stripped before delivery (docs/sender-selected.md).
             props = message.copy_properties()

@@ -28,15 +28,10 @@ from typing import Any
 
 from leveret.exchanges.erlhash import UNDEFINED, Atom, jump_consistent_hash, phash2
 from leveret.exchanges.fields import FIELD_TYPES, erlang_integer, property_spans
-from leveret.exchanges.model import EMPTY, Binding, DestKind
+from leveret.exchanges.model import EMPTY, Binding, DestKind, ExchangeTypeCrashError
 
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 _MEMO_LIMIT = 65536
-
-
-class ExchangeTypeCrashError(ValueError):
-    """An exchange argument RabbitMQ's plugin does not handle: its channel process crashes
-    (``hash-header`` or ``hash-property`` that is not a longstr)."""
 
 
 def hash_on(arguments: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -10,8 +10,9 @@ alternate exchange applies. When it is routed at last its ``x-delay`` header has
 negative delay (a signedint), so that another delayed exchange downstream does not delay it
 again.
 
-This module holds what routing and declaring need, without I/O; keeping messages back and
-routing them later is the broker's (``broker/delayed.py``).
+This module holds the plugin's rules, without I/O; the exchange type built on them is
+:mod:`leveret.exchanges.types.delayed`, and keeping messages back and routing them later is
+the broker's (``broker/delayed.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from leveret.exchanges.fields import erlang_integer
-from leveret.exchanges.model import ExchangeType
+from leveret.exchanges.model import ExchangeType, ExchangeTypeCrashError
 
 DELAYED_TYPE = "x-delayed-type"
 DELAY_HEADER = "x-delay"
@@ -30,7 +31,7 @@ DELAY_HEADER = "x-delay"
 MAX_DELAY = 4294967295
 
 
-class DelayCrashError(Exception):
+class DelayCrashError(ExchangeTypeCrashError):
     """The ``x-delay`` header is a value the plugin's ``get_delay/1`` crashes on: a string
     that is no integer (``binary_to_integer/1``), a decimal (``trunc/1`` of a tuple). The
     crash happens in the publishing channel, which RabbitMQ then closes with 541."""

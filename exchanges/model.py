@@ -32,6 +32,12 @@ class ExchangeType(StrEnum):
     DELAYED = "x-delayed-message"
 
 
+class ExchangeTypeCrashError(ValueError):
+    """A value an exchange type's module (a plugin's) does not handle, where RabbitMQ's
+    channel process crashes (a 541 for the client): a consistent-hash ``hash-header`` that is
+    no longstr at declare, an ``x-delay`` that is no integer at publish."""
+
+
 class XMatch(StrEnum):
     """Values of a headers binding's ``x-match`` argument (``all`` is the default)."""
 

@@ -33,8 +33,8 @@ from leveret.exchanges.model import (
     freeze,
 )
 from leveret.exchanges.refs import RefSet
-from leveret.exchanges.types import routing_type
-from leveret.exchanges.types.base import BindingIndex, Router
+from leveret.exchanges.types import TYPES
+from leveret.exchanges.types.base import BindingIndex, Keeps, Router
 from leveret.exchanges.types.direct import DirectIndex
 
 DEFAULT_EXCHANGE = ""
@@ -47,16 +47,17 @@ class ExchangeIndex:
 
     ``queues`` and ``exchanges`` are two indexes of the exchange's type, one per destination
     kind. ``plain_direct`` marks the hot case (a direct exchange with no E2E bindings) where
-    ``route`` only looks up ``direct[routing_key]``.
+    ``route`` only looks up ``direct[routing_key]``. ``keeps`` is the type's hook for
+    keeping a message back (None for every type that routes at once).
     """
 
     __slots__ = (
         "alternate",
-        "delayed",
         "direct",
         "e2e",
         "exchanges",
         "is_default",
+        "keeps",
         "name",
         "plain_direct",
         "queues",
@@ -69,14 +70,12 @@ class ExchangeIndex:
         self.type = exchange.type
         self.alternate = exchange.alternate_exchange
         self.is_default = exchange.name == DEFAULT_EXCHANGE
-        # x-delayed-message: indexed as the type it routes as; route() keeps back the
-        # messages that ask for a delay (leveret.exchanges.delayed).
-        self.delayed = exchange.type is ExchangeType.DELAYED
-        kind = routing_type(exchange)
+        kind = TYPES[exchange.type]
         self.queues: BindingIndex
         self.exchanges: BindingIndex
         self.queues, self.exchanges = kind.indexes(exchange.arguments)
         self.router: Router = kind.route
+        self.keeps: Keeps | None = kind.keeps
         self.e2e = 0  # number of bindings to exchanges
         self.direct: dict[str, RefSet] = (
             self.queues.by_key if isinstance(self.queues, DirectIndex) else {}
@@ -86,7 +85,10 @@ class ExchangeIndex:
 
     def _update_flags(self) -> None:
         self.plain_direct = (
-            self.type is ExchangeType.DIRECT and not self.is_default and self.e2e == 0
+            self.type is ExchangeType.DIRECT
+            and self.keeps is None
+            and not self.is_default
+            and self.e2e == 0
         )
 
     def bind(self, binding: Binding) -> None:
@@ -118,7 +120,16 @@ class Projection:
     Everything else is a query.
     """
 
-    __slots__ = ("_bindings", "_from", "_to", "exchanges", "indexes", "queue_routes", "queues")
+    __slots__ = (
+        "_bindings",
+        "_from",
+        "_to",
+        "exchanges",
+        "indexes",
+        "keeping",
+        "queue_routes",
+        "queues",
+    )
 
     def __init__(self) -> None:
         self.exchanges: dict[str, Exchange] = {}
@@ -127,6 +138,9 @@ class Projection:
         # For the default exchange: queue name -> frozenset({name}), so that a publish
         # through it returns a shared set instead of allocating one.
         self.queue_routes: dict[str, frozenset[str]] = {}
+        # Exchanges whose type may keep a message back (a ``keeps`` hook): while there is
+        # none, a publish need not ask which exchanges kept it (routing.route_kept).
+        self.keeping: set[str] = set()
         self._bindings: dict[BindingKey, Binding] = {}
         self._from: dict[str, dict[BindingKey, Binding]] = {}
         self._to: dict[tuple[DestKind, str], dict[BindingKey, Binding]] = {}
@@ -150,8 +164,11 @@ class Projection:
             case ExchangeDeclared(exchange):
                 # Re-declaring keeps the first: the broker has checked equivalence already.
                 if exchange.name not in self.exchanges:
+                    index = ExchangeIndex(exchange)
                     self.exchanges[exchange.name] = exchange
-                    self.indexes[exchange.name] = ExchangeIndex(exchange)
+                    self.indexes[exchange.name] = index
+                    if index.keeps is not None:
+                        self.keeping.add(exchange.name)
             case ExchangeDeleted(name):
                 if name in self.exchanges:
                     for key in [
@@ -161,6 +178,7 @@ class Projection:
                         self._remove_binding(key)
                     del self.exchanges[name]
                     del self.indexes[name]
+                    self.keeping.discard(name)
             case QueueDeclared(queue):
                 if queue.name not in self.queues:
                     self.queues[queue.name] = queue

@@ -12,9 +12,9 @@ Each exchange type has a router that reads only its own index (RabbitMQ's
   (``mc_amqpl:message/4`` stores ``[RoutingKey | CC ++ BCC]``, which every exchange type
   reads; docs: sender-selected.md);
 * the default exchange (``""``) routes to the queue named by each routing key, if it exists;
-* an ``x-delayed-message`` exchange keeps back a message that asks for a delay: it routes
-  nowhere from there now (so its alternate exchange applies), and the caller learns which
-  exchanges keep it (``holds``) to route it from each of them later (leveret.exchanges.delayed).
+* an exchange whose type keeps the message back (its ``keeps`` hook says so) routes nowhere
+  from there now, so its alternate exchange applies; :func:`route_kept` tells the caller
+  which exchanges keep it, to route it from each of them later.
 
 Nothing here does I/O or mutates the projection.
 """
@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from leveret.exchanges.delayed import DELAY_HEADER, delay_of
 from leveret.exchanges.model import EMPTY
 from leveret.exchanges.projection import ExchangeIndex, Projection
 from leveret.exchanges.types.base import Content, Headers, Names
+
+# The queues a message reaches now, and the exchanges on the way that keep it back (each
+# once, in the order reached), which it is to be routed from later.
+Routed = tuple[Names, tuple[str, ...]]
 
 
 def sender_selected_keys(routing_key: str, headers: Headers) -> tuple[str, ...]:
@@ -54,16 +57,14 @@ def route(
     routing_key: str,
     headers: Headers = None,
     content: Content = None,
-    holds: list[str] | None = None,
 ) -> Names:
-    """Names of the queues that a message published to ``exchange_name`` reaches.
+    """Names of the queues that a message published to ``exchange_name`` reaches now.
 
     ``content`` (the raw content header) matters only to consistent-hash exchanges that
-    hash a header or property; without it those see the message as having none.
-    ``holds``, when given, gets the names of the ``x-delayed-message`` exchanges that keep
-    the message back (:func:`leveret.exchanges.delayed.delay_of` of ``headers`` is a delay); it
-    routes nowhere from those now. Raises :class:`leveret.exchanges.delayed.DelayCrashError` for an
-    ``x-delay`` the plugin crashes on, when a delayed exchange reads it.
+    hash a header or property; without it those see the message as having none. An
+    exchange that keeps the message back routes nowhere from there (:func:`route_kept` also
+    names it). Raises :class:`leveret.exchanges.model.ExchangeTypeCrashError` where a type's
+    ``keeps`` hook crashes, as the plugin does.
 
     An unknown exchange reaches nothing (the broker checks existence first). The result is
     shared when it comes straight from an index: treat it as read-only.
@@ -73,7 +74,7 @@ def route(
         return EMPTY
     if headers is not None and ("CC" in headers or "BCC" in headers):
         keys = sender_selected_keys(routing_key, headers)
-        return _walk(projection, index, keys, headers, content, holds)
+        return _walk(projection, index, keys, headers, content)
     if index.plain_direct:
         # The hot path: a direct exchange without E2E bindings. Two dict lookups, and the
         # result is the index's own frozenset.
@@ -84,11 +85,38 @@ def route(
             return EMPTY
     elif index.is_default:
         return projection.queue_routes.get(routing_key, EMPTY)
-    elif index.e2e == 0 and (not index.delayed or headers is None or DELAY_HEADER not in headers):
+    elif index.e2e == 0 and (index.keeps is None or not index.keeps(headers)):
+        # One exchange, its type's router (one that may keep a message asks first).
         found = index.router(index.queues, (routing_key,), headers, content)
         if found or index.alternate is None:
             return found
-    return _walk(projection, index, (routing_key,), headers, content, holds)
+    return _walk(projection, index, (routing_key,), headers, content)
+
+
+def route_kept(
+    projection: Projection,
+    exchange_name: str,
+    routing_key: str,
+    headers: Headers = None,
+    content: Content = None,
+) -> Routed:
+    """:func:`route`, and the exchanges on the way that keep the message back, which the
+    caller routes it from later (each is reached once, so named once)."""
+    index = projection.indexes.get(exchange_name)
+    if index is None:
+        return EMPTY, ()
+    if index.e2e == 0 and index.alternate is None:
+        # The route visits this exchange only: kept by it, or route()'s fast paths.
+        keeps = index.keeps
+        if keeps is not None and keeps(headers):
+            return EMPTY, (exchange_name,)
+        return route(projection, exchange_name, routing_key, headers, content), ()
+    if headers is not None and ("CC" in headers or "BCC" in headers):
+        keys = sender_selected_keys(routing_key, headers)
+    else:
+        keys = (routing_key,)
+    kept: list[str] = []
+    return _walk(projection, index, keys, headers, content, kept), tuple(kept)
 
 
 def _walk(
@@ -97,27 +125,25 @@ def _walk(
     keys: tuple[str, ...],
     headers: Headers,
     content: Content,
-    holds: list[str] | None = None,
+    kept: list[str] | None = None,
 ) -> Names:
-    """The general case: E2E bindings, alternate exchanges, several routing keys, delayed
-    exchanges."""
+    """The general case: E2E bindings, alternate exchanges, several routing keys, exchanges
+    that may keep the message back (appended to ``kept``, when given)."""
     indexes = projection.indexes
     queues: set[str] = set()
     seen = {first.name}
     work = [first]
-    delay = -1  # not read yet
     while work:
         index = work.pop()
         exchanges: Names = EMPTY
-        if index.delayed and delay < 0:
-            delay = delay_of(headers)
+        keeps = index.keeps
         if index.is_default:
             found: Names = {key for key in keys if key in projection.queues}
-        elif index.delayed and delay:
-            # The plugin's route/2: kept back, so routed nowhere from here now.
+        elif keeps is not None and keeps(headers):
+            # Kept back (rabbit_exchange_type:route/2 gives []): routed nowhere from here now.
             found = EMPTY
-            if holds is not None:
-                holds.append(index.name)
+            if kept is not None:
+                kept.append(index.name)
         else:
             router = index.router
             found = router(index.queues, keys, headers, content)

@@ -23,12 +23,12 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from leveret.exchanges.delayed import DelayCrashError
 from leveret.exchanges.model import (
     Binding,
     BindingAdded,
     DestKind,
     ExchangeDeclared,
+    ExchangeTypeCrashError,
     Queue,
     QueueDeclared,
 )
@@ -117,12 +117,12 @@ class Router:
         """Queues reached, sorted: :func:`leveret.exchanges.routing.route` on the vhost's
         projection.
 
-        A message a delayed exchange keeps back reaches nothing from there, as the broker
-        records it at publish time; one whose ``x-delay`` the plugin crashes on reaches
-        nothing at all (the broker closes the publisher's connection)."""
+        A message an exchange keeps back reaches nothing from there, as the broker records
+        it at publish time; one a type's module crashes on reaches nothing at all (the broker
+        closes the publisher's connection)."""
         try:
             return sorted(route(self.projection(vhost), exchange, routing_key, headers))
-        except DelayCrashError:
+        except ExchangeTypeCrashError:
             return []
 
     def matched_bindings(
@@ -136,7 +136,7 @@ class Router:
             return []
         try:
             names = route(attribution, exchange, routing_key, headers)
-        except DelayCrashError:
+        except ExchangeTypeCrashError:
             return []
         size = len(BINDING_PREFIX)
         return sorted(int(name[size:]) for name in names if name.startswith(BINDING_PREFIX))

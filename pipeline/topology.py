@@ -42,7 +42,6 @@ from typing import Any
 
 from leveret.exchanges import fields
 from leveret.exchanges.chash import hash_on
-from leveret.exchanges.delayed import underlying_type
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -61,6 +60,7 @@ from leveret.exchanges.model import (
 from leveret.exchanges.policies import Policy, PolicyError, apply_alternates
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.exchanges.projection import Projection
+from leveret.exchanges.types import TYPES
 
 DEFAULT_VHOST = "/"
 
@@ -256,15 +256,16 @@ def _exchange(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Exchange 
         )
         return None
     arguments = _arguments(obj, f"exchange {name!r}")
-    routes_as = underlying_type(arguments) if kind is ExchangeType.DELAYED else kind
-    if not isinstance(routes_as, ExchangeType) or routes_as is ExchangeType.DELAYED:
+    module = TYPES[kind]
+    routes_as = module if module.wraps is None else module.wraps(arguments)
+    if routes_as is None:
         notes.append(
-            f"exchange {name!r} in vhost {vhost!r} is an x-delayed-message exchange whose "
-            f"'x-delayed-type' ({arguments.get('x-delayed-type')!r}) names no type it can "
-            "route as: it and its bindings are left out (its traffic counts as unroutable)"
+            f"exchange {name!r} in vhost {vhost!r} is an {kind.value} exchange whose arguments "
+            f"({arguments!r}) name no type it can route as: it and its bindings are left out "
+            "(its traffic counts as unroutable)"
         )
         return None
-    if routes_as is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
+    if routes_as.kind is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
         # The trace keeps no message properties, and header values without their AMQP
         # types, which the hash covers: such an exchange's choices cannot be replayed.
         notes.append(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 import leveret.management.views as views
-from leveret.exchanges.model import ExchangeType
+from leveret.exchanges.types import TYPES
 from leveret.management.access import (
     SERVER_KEY,
     current_user,
@@ -36,19 +36,6 @@ if TYPE_CHECKING:
     from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
-
-# Descriptions as RabbitMQ's exchange type modules give them; types without one (plugin
-# types such as x-rtopic) are listed with a generic text.
-EXCHANGE_DESCRIPTIONS = {
-    "direct": "AMQP direct exchange, as per the AMQP specification",
-    "fanout": "AMQP fanout exchange, as per the AMQP specification",
-    "topic": "AMQP topic exchange, as per the AMQP specification",
-    "headers": "AMQP headers exchange, as per the AMQP specification",
-    # rabbit_exchange_type_consistent_hash:description/0 (seen in 3.10.8's /api/overview)
-    "x-consistent-hash": "Consistent Hashing Exchange",
-    # rabbit_exchange_type_delayed_message:description/0 (rabbitmq-delayed-message-exchange)
-    "x-delayed-message": "Delayed Message Exchange.",
-}
 
 
 @dataclass
@@ -180,13 +167,15 @@ def contexts(request: web.Request) -> list[dict[str, Any]]:
 
 def exchange_types() -> list[dict[str, Any]]:
     """The exchange types the node offers (``exchange_types`` of the overview and nodes)."""
+    # Descriptions as RabbitMQ's exchange type modules give them (description/0); a type
+    # without one (a plugin type such as x-rtopic) is listed with a generic text.
     return [
         {
-            "name": t.value,
-            "description": EXCHANGE_DESCRIPTIONS.get(t.value, f"{t.value} exchange"),
+            "name": kind.value,
+            "description": module.description or f"{kind.value} exchange",
             "enabled": True,
         }
-        for t in ExchangeType
+        for kind, module in TYPES.items()
     ]
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from leveret.arguments import QUEUE_TYPE_ARGUMENTS, copy_args, declare_error, queue_type
 from leveret.arguments import type_name as arg_type
-from leveret.equivalence import assert_args, delayed_problem, unknown_type
+from leveret.equivalence import assert_args, unknown_type
 from leveret.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -33,8 +33,13 @@ from leveret.errors import (
     AMQPChannelError,
     ChannelCrashError,
 )
-from leveret.exchanges.chash import ExchangeTypeCrashError
-from leveret.exchanges.model import Binding, DestKind, Exchange, ExchangeType
+from leveret.exchanges.model import (
+    Binding,
+    DestKind,
+    Exchange,
+    ExchangeType,
+    ExchangeTypeCrashError,
+)
 from leveret.exchanges.types import validate_binding, validate_exchange
 from leveret.limits import reached
 
@@ -197,10 +202,7 @@ def exchange_declared(
             )
         # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
         try:
-            if type_ is ExchangeType.DELAYED:
-                problem = delayed_problem(arguments)
-            else:
-                problem = validate_exchange(type_, arguments)
+            problem = validate_exchange(type_, arguments)
         except ExchangeTypeCrashError:
             raise ChannelCrashError() from None
         if problem is not None:

@@ -1,7 +1,9 @@
 """Exchange types, one module each behind one contract (:mod:`.base`), as RabbitMQ's
 ``rabbit_exchange_type`` modules: direct, fanout, topic, headers, x-rtopic,
 x-consistent-hash and x-delayed-message. Adding a type touches its module and one line of
-:data:`TYPES`.
+:data:`TYPES` (and names it in :class:`~leveret.exchanges.model.ExchangeType`, the wire
+names the model, the log and the declare path parse): the projection, routing, the checks
+and the management API's list of types all read the module through the registry.
 
 The door: pure like the rest of ``exchanges/``; the type modules import the data structures
 of ``exchanges/`` (tries, the hash ring), never the projection or routing, which use them.
@@ -28,23 +30,10 @@ TYPES: Mapping[ExchangeType, ExchangeTypeModule] = {
 }
 
 
-def routing_type(exchange: Exchange) -> ExchangeTypeModule:
-    """The type whose indexes and router serve ``exchange``: its own, or for a type that
-    wraps another (x-delayed-message) the one it routes as. Raises ValueError when that is no
-    type (refused at declare)."""
-    module = TYPES[exchange.type]
-    if module.routes_as is None:
-        return module
-    kind = module.routes_as(exchange.arguments)
-    if not isinstance(kind, ExchangeType) or TYPES[kind].routes_as is not None:
-        raise ValueError(f"{exchange.type.value} exchange {exchange.name!r} routes as {kind!r}")
-    return TYPES[kind]
-
-
 def validate_exchange(kind: ExchangeType, arguments: Mapping[str, Any]) -> str | None:
     """RabbitMQ's explanation when a new exchange's arguments are invalid for its type (the
     type module's ``validate/1``), else None; raises
-    :class:`leveret.exchanges.chash.ExchangeTypeCrashError` where RabbitMQ's module crashes."""
+    :class:`leveret.exchanges.model.ExchangeTypeCrashError` where RabbitMQ's module crashes."""
     return TYPES[kind].validate(arguments)
 
 
@@ -53,7 +42,7 @@ def validate_binding(
 ) -> str | None:
     """RabbitMQ's explanation when a binding is invalid for ``exchange`` (the type module's
     ``validate_binding/2``), else None."""
-    return TYPES[exchange.type].validate_binding(routing_key, arguments)
+    return TYPES[exchange.type].validate_binding(exchange, routing_key, arguments)
 
 
-__all__ = ["TYPES", "ExchangeTypeModule", "routing_type", "validate_binding", "validate_exchange"]
+__all__ = ["TYPES", "ExchangeTypeModule", "validate_binding", "validate_exchange"]

@@ -15,7 +15,7 @@ from leveret.exchanges.chash import (
     route_consistent_hash,
 )
 from leveret.exchanges.erlang import erlang_binary
-from leveret.exchanges.model import DestKind, ExchangeType
+from leveret.exchanges.model import DestKind, Exchange, ExchangeType
 from leveret.exchanges.types.base import ExchangeTypeModule
 
 
@@ -25,7 +25,9 @@ def indexes(arguments: Mapping[str, Any]) -> tuple[ConsistentHashIndex, Consiste
     return ConsistentHashIndex(ring, DestKind.QUEUE), ConsistentHashIndex(ring, DestKind.EXCHANGE)
 
 
-def weight_problem(routing_key: str, arguments: Mapping[str, Any]) -> str | None:
+def weight_problem(
+    exchange: Exchange, routing_key: str, arguments: Mapping[str, Any]
+) -> str | None:
     """``validate_binding/2``: the binding key is the bucket weight."""
     return binding_problem(routing_key, erlang_binary)
 
@@ -36,4 +38,6 @@ CONSISTENT_HASH = ExchangeTypeModule(
     route_consistent_hash,
     validate=exchange_problem,
     validate_binding=weight_problem,
+    # rabbit_exchange_type_consistent_hash:description/0 (seen in 3.10.8's /api/overview)
+    description="Consistent Hashing Exchange",
 )

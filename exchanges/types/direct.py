@@ -52,4 +52,9 @@ def route_direct(
     return found
 
 
-DIRECT = ExchangeTypeModule(ExchangeType.DIRECT, pair(DirectIndex), route_direct)
+DIRECT = ExchangeTypeModule(
+    ExchangeType.DIRECT,
+    pair(DirectIndex),
+    route_direct,
+    description="AMQP direct exchange, as per the AMQP specification",
+)

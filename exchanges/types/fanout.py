@@ -29,4 +29,9 @@ def route_fanout(
     return index.names()
 
 
-FANOUT = ExchangeTypeModule(ExchangeType.FANOUT, pair(FanoutIndex), route_fanout)
+FANOUT = ExchangeTypeModule(
+    ExchangeType.FANOUT,
+    pair(FanoutIndex),
+    route_fanout,
+    description="AMQP fanout exchange, as per the AMQP specification",
+)

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from leveret.exchanges.erlang import erlang_binary, erlang_field
-from leveret.exchanges.model import EMPTY, Binding, ExchangeType, XMatch
+from leveret.exchanges.model import EMPTY, Binding, Exchange, ExchangeType, XMatch
 from leveret.exchanges.types.base import Content, ExchangeTypeModule, Headers, Names, pair
 
 BindingKey = tuple[Any, ...]
@@ -171,7 +171,9 @@ def _as_bytes(value: str | bytes | bytearray) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
-def binding_problem(routing_key: str, arguments: Mapping[str, Any]) -> str | None:
+def binding_problem(
+    exchange: Exchange, routing_key: str, arguments: Mapping[str, Any]
+) -> str | None:
     """``validate_binding/2``: ``x-match``, when present, is a longstr naming one of the four
     modes; RabbitMQ's explanation otherwise."""
     if "x-match" not in arguments:
@@ -190,5 +192,9 @@ def binding_problem(routing_key: str, arguments: Mapping[str, Any]) -> str | Non
 
 
 HEADERS = ExchangeTypeModule(
-    ExchangeType.HEADERS, pair(HeadersIndex), route_headers, validate_binding=binding_problem
+    ExchangeType.HEADERS,
+    pair(HeadersIndex),
+    route_headers,
+    validate_binding=binding_problem,
+    description="AMQP headers exchange, as per the AMQP specification",
 )

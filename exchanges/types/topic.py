@@ -30,4 +30,9 @@ def route_patterns(
     return found
 
 
-TOPIC = ExchangeTypeModule(ExchangeType.TOPIC, pair(TopicIndex), route_patterns)
+TOPIC = ExchangeTypeModule(
+    ExchangeType.TOPIC,
+    pair(TopicIndex),
+    route_patterns,
+    description="AMQP topic exchange, as per the AMQP specification",
+)

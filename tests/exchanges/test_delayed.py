@@ -1,5 +1,6 @@
-"""The pure rules of the delayed-message exchange (exchanges/delayed.py) and how route()
-reports the exchanges that keep a message back. The plugin's behaviour is cited in
+"""The pure rules of the delayed-message exchange (exchanges/delayed.py), its type module
+wrapping its x-delayed-type (exchanges/types/delayed.py), and how route_kept() reports the
+exchanges that keep a message back. The plugin's behaviour is cited in
 exchanges/delayed.py; the broker side is tested in tests/integration/test_delayed_exchange.py.
 """
 
@@ -18,8 +19,15 @@ from leveret.exchanges.delayed import (
     delay_of,
     underlying_type,
 )
-from leveret.exchanges.model import Exchange, ExchangeDeclared, ExchangeType
-from leveret.exchanges.routing import route
+from leveret.exchanges.model import (
+    Exchange,
+    ExchangeDeclared,
+    ExchangeType,
+    ExchangeTypeCrashError,
+)
+from leveret.exchanges.routing import route, route_kept
+from leveret.exchanges.types import TYPES, validate_binding, validate_exchange
+from leveret.exchanges.types.delayed import DelayedIndex
 from tests.exchanges.test_routing import build, queues, to_exchange, to_queue
 
 DELAYED = ExchangeType.DELAYED
@@ -82,18 +90,54 @@ def test_declare_rules() -> None:
 
 def test_a_delayed_message_is_held_and_routes_nowhere_now() -> None:
     p = build(delayed("d"), *queues("q"), to_queue("d", "q", "k"))
-    holds: list[str] = []
-    assert route(p, "d", "k", {"x-delay": 100}, holds=holds) == set()
-    assert holds == ["d"]
+    assert route_kept(p, "d", "k", {"x-delay": 100}) == (set(), ("d",))
+    assert p.keeping == {"d"}
 
 
 def test_without_a_delay_it_routes_as_its_type() -> None:
     p = build(delayed("d", "topic"), *queues("q"), to_queue("d", "q", "a.#"))
-    holds: list[str] = []
-    assert route(p, "d", "a.b", None, holds=holds) == {"q"}
+    assert route_kept(p, "d", "a.b", None) == ({"q"}, ())
     # released: the negated header routes at once
-    assert route(p, "d", "a.b", {"x-delay": -100}, holds=holds) == {"q"}
-    assert holds == []
+    assert route_kept(p, "d", "a.b", {"x-delay": -100}) == ({"q"}, ())
+
+
+def test_the_type_wraps_its_x_delayed_type() -> None:
+    # Indexes, routing and binding checks are the wrapped type's; keeping is its own.
+    module = TYPES[DELAYED]
+    assert module.wraps is not None and module.keeps is not None
+    assert (
+        module.wraps({"x-delayed-type": "x-consistent-hash"}) is TYPES[ExchangeType.CONSISTENT_HASH]
+    )
+    assert module.wraps({"x-delayed-type": "x-delayed-message"}) is None
+    assert module.wraps({"x-delayed-type": "nope"}) is None
+    queues_index, _ = module.indexes({"x-delayed-type": "fanout"})
+    assert isinstance(queues_index, DelayedIndex)
+    assert queues_index.route is TYPES[ExchangeType.FANOUT].route
+    hashed = Exchange("h", DELAYED, arguments={"x-delayed-type": "x-consistent-hash"})
+    weight = validate_binding(Exchange("c", ExchangeType.CONSISTENT_HASH), {}, "one")
+    assert weight is not None and validate_binding(hashed, {}, "one") == weight
+    assert validate_binding(hashed, {}, "1") is None
+    headers = Exchange("h", DELAYED, arguments={"x-delayed-type": "headers"})
+    assert "Invalid x-match" in str(validate_binding(headers, {"x-match": "nope"}))
+    assert keeps_nothing_without_headers(module.keeps)
+
+
+def keeps_nothing_without_headers(keeps: Any) -> bool:
+    return not keeps(None) and not keeps({}) and keeps({"x-delay": 1})
+
+
+def test_declare_checks_through_the_registry() -> None:
+    assert validate_exchange(DELAYED, {"x-delayed-type": "topic"}) is None
+    assert validate_exchange(DELAYED, {"x-delayed-type": "nope"}) == (
+        "unknown exchange type 'nope'"
+    )
+    assert "can't be used" in str(
+        validate_exchange(DELAYED, {"x-delayed-type": "x-delayed-message"})
+    )
+    assert (
+        validate_exchange(DELAYED, {"x-delayed-type": "x-consistent-hash", "hash-property": "nope"})
+        == "Unsupported property: nope"
+    )
 
 
 def test_the_alternate_exchange_routes_a_held_message_now() -> None:
@@ -104,9 +148,8 @@ def test_the_alternate_exchange_routes_a_held_message_now() -> None:
         to_queue("d", "q", "k"),
         to_queue("ae", "caught"),
     )
-    holds: list[str] = []
-    assert route(p, "d", "k", {"x-delay": 5}, holds=holds) == {"caught"}
-    assert holds == ["d"]
+    assert route_kept(p, "d", "k", {"x-delay": 5}) == ({"caught"}, ("d",))
+    assert route(p, "d", "k", {"x-delay": 5}) == {"caught"}
 
 
 def test_held_downstream_of_an_exchange_binding() -> None:
@@ -118,12 +161,20 @@ def test_held_downstream_of_an_exchange_binding() -> None:
         to_exchange("f", "d"),
         to_queue("d", "later", "k"),
     )
-    holds: list[str] = []
-    assert route(p, "f", "k", {"x-delay": 5}, holds=holds) == {"direct"}
-    assert holds == ["d"]
+    assert route_kept(p, "f", "k", {"x-delay": 5}) == ({"direct"}, ("d",))
+    # once, whatever the number of routing keys (CC)
+    assert route_kept(p, "f", "k", {"x-delay": 5, "CC": ["k2"]}) == ({"direct"}, ("d",))
 
 
-def test_without_a_holds_list_a_held_message_still_routes_nowhere() -> None:
+def test_a_crash_in_the_keeps_hook_is_the_type_s() -> None:
+    p = build(build_fanout("f"), delayed("d"), to_exchange("f", "d"))
+    with pytest.raises(ExchangeTypeCrashError):
+        route(p, "f", "k", {"x-delay": "five"})
+    with pytest.raises(DelayCrashError):
+        route_kept(p, "f", "k", {"x-delay": "five"})
+
+
+def test_without_route_kept_a_held_message_still_routes_nowhere() -> None:
     # The pipeline routes this way: it sees what the broker recorded at publish time.
     p = build(delayed("d"), *queues("q"), to_queue("d", "q", "k"))
     assert route(p, "d", "k", {"x-delay": 100}) == set()

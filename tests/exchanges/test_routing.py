@@ -114,9 +114,10 @@ def test_topic_routes_through_the_trie() -> None:
 
 def test_every_type_has_a_module() -> None:
     assert set(TYPES) == set(ExchangeType)
-    # x-delayed-message routes with the router of its x-delayed-type, which is no wrapper
-    wrappers = {kind for kind, module in TYPES.items() if module.routes_as is not None}
-    assert wrappers == {ExchangeType.DELAYED}
+    # x-delayed-message wraps its x-delayed-type and keeps messages back; no other type does
+    wrappers = {kind for kind, module in TYPES.items() if module.wraps is not None}
+    keepers = {kind for kind, module in TYPES.items() if module.keeps is not None}
+    assert wrappers == keepers == {ExchangeType.DELAYED}
 
 
 def test_missing_exchange_routes_nowhere() -> None:

@@ -111,6 +111,30 @@ def test_declare_refusals(ch: BlockingChannel, arguments: dict[str, Any], text: 
     assert caught.value.reply_text.startswith(f"PRECONDITION_FAILED - {text}")
 
 
+@pytest.mark.parametrize(
+    ("kind", "key", "arguments", "text"),
+    [
+        # the wrapped type's validate_binding/2 (the plugin's ?EXCHANGE(X):validate_binding)
+        (
+            "x-consistent-hash",
+            "heavy",
+            {},
+            'PRECONDITION_FAILED - The binding key must be an integer: <<"heavy">>',
+        ),
+        ("headers", "", {"x-match": "nope"}, "PRECONDITION_FAILED - Invalid x-match field value"),
+    ],
+)
+def test_bindings_are_checked_by_the_wrapped_type(
+    ch: BlockingChannel, kind: str, key: str, arguments: dict[str, Any], text: str
+) -> None:
+    exchange = delayed_exchange(ch, kind)
+    queue = ch.queue_declare("", exclusive=True).method.queue
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.queue_bind(queue, exchange, key, arguments=arguments)
+    assert caught.value.reply_code == 406
+    assert caught.value.reply_text.startswith(text)
+
+
 def test_redeclare_and_passive_declare(ch: BlockingChannel) -> None:
     exchange = delayed_exchange(ch)
     ch.exchange_declare(

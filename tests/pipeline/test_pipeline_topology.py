@@ -281,7 +281,7 @@ def test_delayed_exchanges_route_as_their_type_or_are_left_out() -> None:
     assert route(root, "later", "a.b", {"x-delay": 500}) == set()
     assert "untyped" not in root.exchanges
     assert parsed.notes == (
-        "exchange 'untyped' in vhost '/' is an x-delayed-message exchange whose "
-        "'x-delayed-type' (None) names no type it can route as: it and its bindings are "
-        "left out (its traffic counts as unroutable)",
+        "exchange 'untyped' in vhost '/' is an x-delayed-message exchange whose arguments "
+        "({}) name no type it can route as: it and its bindings are left out (its traffic "
+        "counts as unroutable)",
     )
