@@ -7,7 +7,9 @@ row count or dictionary size, and by :meth:`TraceWriter.flush` and :meth:`TraceW
 ``trace-<UTC start>-<n>.parquet``, one row per published message, in row groups of up to
 ``row_group_rows`` rows (zstd)::
 
-    ts      timestamp[us, UTC]  not null   publish time
+    ts      timestamp[us, UTC]  not null   publish time: when the broker routed it, read
+                                           once per event-loop turn (the messages of one
+                                           turn, usually one socket read, share it)
     key     int64               not null   the message's key, an id of the dictionary below:
                                            (vhost, exchange, routing key, headers)
     queues  int64               not null   the set of queues it reached, an id of the
