@@ -83,7 +83,7 @@ class Batch:
 
 
 class Recorder:
-    """The publish path's side of the trace: rows in typed columns, handed off in batches
+    """The publish path's side of the trace: rows as interned values, handed off in batches
     to :attr:`ready` for a writer (:class:`leveret.trace.writer.TraceWriter`)."""
 
     def __init__(

@@ -58,8 +58,12 @@ dictionary's strings) for people and ``jq``; ``leveret trace convert`` turns the
 traces of versions 1 and 2 (earlier brokers) into segments. The Spark pipeline reads both.
 
 The broker's side (:mod:`leveret.trace.recorder`, :mod:`leveret.trace.writer`): the publish
-path appends a row to typed columns and a background thread turns them into segments
-(:mod:`leveret.trace.segment`); :mod:`leveret.trace.reading` reads and converts them.
+path appends one interned value per message (key, queues, mode and size) and reads the clock
+once per event-loop turn, and a background thread turns them into segments
+(:mod:`leveret.trace.segment`); :mod:`leveret.trace.reading` reads and converts them. ``ts``
+has been the turn's time since the recorder began reading the clock once per turn; the
+format did not change (still version 3): a reader sees runs of equal times where it saw
+times microseconds apart.
 """
 
 from __future__ import annotations
