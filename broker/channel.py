@@ -35,6 +35,8 @@ from pamqp import commands
 
 from leveret import channel_consume, channel_topology, channel_tx, codec, firehose
 from leveret.acktimeout import DeliveryClock
+from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
+from leveret.channel_stats import record_bytes as _record_bytes
 from leveret.consumer import Consumer
 from leveret.errors import (
     CHANNEL_ERROR,
@@ -44,18 +46,19 @@ from leveret.errors import (
     UNEXPECTED_FRAME,
     AMQPConnectionError,
 )
-from leveret.exchanges.model import Exchange
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Entry, Queue
-from leveret.session.get import basic_get, delivery_header
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
+    PublishCounters,
     Publisher,
+    fold,
     size_error,
 )
+from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -81,39 +84,37 @@ Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
 
 
-def _record_bytes(queue: Queue, message: Message) -> int:
-    """What an unacknowledged delivery of ``message`` from ``queue`` holds (leveret.memory):
-    the message and the record, or only the record for a stream (its log holds the
-    message)."""
-    if queue.stream:
-        return UNACKED_OVERHEAD
-    return len(message.header) + message.body_size + DELIVERY_OVERHEAD
-
-
 class Content(Enum):
     IDLE = 0
     AWAIT_HEADER = 1
     AWAIT_BODY = 2
 
 
-class Channel(Ledger[Record], Publisher):
-    """One open channel of a connection, with the session's delivery-tag ledger and
-    publish rules (inherited, so the hot path reads ``unacked``, ``next_tag`` and the
-    publish permission cache as plain attributes)."""
+class Channel(Ledger[Record], Publisher, DeliveryCounters):
+    """One open channel of a connection, with the session's delivery-tag ledger, publish
+    rules and message counters (inherited, so the hot path reads ``unacked``, ``next_tag``,
+    the publish permission cache and the counters as plain attributes)."""
 
     def __init__(self, connection: Connection, channel_id: int) -> None:
         Ledger.__init__(self)
+        DeliveryCounters.__init__(self)
         server = connection.server
+        # Publishes count into the channel's own counters (leveret.channel_stats), folded
+        # into the node's when it closes.
         Publisher.__init__(
             self,
             server.access,
             connection.vhost,
             connection.user,
-            server.counters,
+            PublishCounters(),
             connection.config.max_message_size,
         )
+        self.node_counters = server.counters
         self.conn = connection
         self.id = channel_id
+        # Who runs this channel's commands (leveret.session.topology): its user, over
+        # this connection (the owner of the exclusive queues it declares).
+        self.actor = Actor(self.access, self.user, self.vhost, connection)
         self.memory = self.vhost.memory
         self.open = True
         self.content = Content.IDLE
@@ -199,15 +200,6 @@ class Channel(Ledger[Record], Publisher):
                 "expected content body, got non content body frame instead",
                 (BASIC_CLASS, 40),
             )
-
-    def _permit(self, kind: str, resource: str, name: str) -> None:
-        """403 unless the user may ``kind`` (configure/write/read) the resource."""
-        self.access.check(self.conn.user, self.vhost.name, kind, resource, name)
-
-    def _permit_topic(self, kind: str, exchange: Exchange | None, routing_key: str) -> None:
-        """403 unless the user's topic permission on ``exchange`` (checked when it is a topic
-        exchange the user has one for) lets it ``kind`` (write/read) ``routing_key``."""
-        self.access.check_topic(self.conn.user, self.vhost.name, kind, exchange, routing_key)
 
     def send(self, method: Any) -> None:
         """Send a pamqp method on this channel."""
@@ -387,9 +379,11 @@ class Channel(Ledger[Record], Publisher):
         self.next_tag = tag + 1
         queue = consumer.queue
         content_header = message.header
-        if redelivered and queue.quorum:  # leveret.session.get.delivery_header, inlined
-            content_header = with_header(content_header, "x-delivery-count", redelivered)
-            redelivered = True
+        if redelivered:  # leveret.session.get.delivery_header, inlined
+            self.redelivered += 1
+            if queue.quorum:
+                content_header = with_header(content_header, "x-delivery-count", redelivered)
+                redelivered = True
         if not consumer.no_ack:
             self.unacked[tag] = (queue, entry, consumer)
             # Held until settled (leveret.memory; a stream's log keeps counting the message).
@@ -445,31 +439,7 @@ class Channel(Ledger[Record], Publisher):
     _on_basic_qos = channel_consume.basic_qos
     _on_basic_recover = channel_consume.basic_recover
 
-    def _on_basic_get(self, m: commands.Basic.Get) -> None:
-        queue, entry = basic_get(
-            self.access, self.user, self.vhost, self._queue_name(m.queue), m.no_ack, self.conn
-        )
-        if entry is None:
-            self.send(B.GetEmpty())
-            return
-        message = entry[0]
-        content_header, redelivered = delivery_header(queue, entry)
-        tag = self.record(None if m.no_ack else (queue, entry, None))
-        if not m.no_ack:
-            self.memory.add(_record_bytes(queue, message))
-        self.conn.write(
-            codec.get_ok_method(
-                self.id,
-                tag,
-                redelivered,
-                message.exchange,
-                message.routing_key,
-                queue.message_count,
-            )
-            + codec.content_frames(self.id, content_header, message.body, self.conn.frame_max)
-        )
-        if self.vhost.firehose:
-            firehose.delivered(message, queue.name, bool(redelivered), self)
+    _on_basic_get = basic_get_on_wire  # counts the channel's gets (leveret.channel_stats)
 
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
@@ -500,8 +470,11 @@ class Channel(Ledger[Record], Publisher):
                 requeued.setdefault(queue, []).append((entry, consumer))
             elif requeue is None:
                 queue.ack(entry[0], consumer)
+                self.acked += 1
             else:
                 queue.reject(entry[0], consumer)
+        if requeue is not None:
+            self.returned += len(taken)  # nacked, rejected or recovered (channel_stats)
         # Released before the requeued messages count again as ready in their queues.
         self.memory.remove(released)
         for queue, returned in requeued.items():
@@ -529,6 +502,7 @@ class Channel(Ledger[Record], Publisher):
                     memory.fall()
                 consumer = record[2]
                 queue.ack(message, consumer)
+                self.acked += 1
                 if consumer is not None:
                     self.conn.drain_later_one(consumer.queue)
                 if self.global_prefetch:
@@ -541,10 +515,6 @@ class Channel(Ledger[Record], Publisher):
 
     def _on_basic_reject(self, m: commands.Basic.Reject) -> None:
         self._settle(m.delivery_tag or 0, False, m.requeue)
-
-    def requeue_all(self) -> None:
-        """Give every unacked delivery back to its queue, in delivery order."""
-        self._apply_settle(self.take_all(), True)
 
     # -- channel ----------------------------------------------------------------------
 
@@ -561,6 +531,7 @@ class Channel(Ledger[Record], Publisher):
         if not self.open:
             return
         self.open = False
+        fold(self.counters, self.node_counters)  # the node's totals keep what it counted
         self.tx = None
         self._release_held()
         self.rollback()  # acks of an uncommitted transaction are undone

@@ -1,8 +1,10 @@
-"""A channel's consumers: basic.consume (and direct reply-to's), basic.cancel, qos, recover.
+"""A channel's consumers, as frames: basic.consume (and direct reply-to's), basic.cancel,
+qos, recover.
 
-A consume checks the queue's arguments and its type's rules before the consumer exists
-(:meth:`leveret.queue.Queue.check_consume`), and a reply-to consumer is a pseudo-queue's
-(docs/direct-reply-to.md). These run when consumers come and go, not per delivery:
+The checks and the limits are the session's (:mod:`leveret.session.consume`); what stays
+here is the wire's: the consumer and its encoded tag, the -Oks (consume-ok before the
+first delivery), a reply-to consumer's pseudo-queue (docs/direct-reply-to.md) and the
+server's basic.cancel. These run when consumers come and go, not per delivery:
 :meth:`Channel.deliver` and the acks stay in :mod:`leveret.channel`, and these are functions
 that take the channel, bound as its handlers.
 """
@@ -14,17 +16,9 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from leveret import codec
-from leveret.arguments import consume_error, queue_type
 from leveret.consumer import Consumer
-from leveret.errors import (
-    ACCESS_REFUSED,
-    NOT_ALLOWED,
-    NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
-    AMQPChannelError,
-    AMQPConnectionError,
-)
 from leveret.queue import Queue
+from leveret.session import consume
 from leveret.session.publish import REPLY_TO
 from leveret.vhost import generated_name
 
@@ -46,31 +40,24 @@ def cancel_by_server(channel: Channel, consumer: Consumer) -> None:
 
 
 def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
-    """basic.consume: read permission, the arguments and the queue type's checks, then
-    the consumer subscribes."""
-    if m.consumer_tag and m.consumer_tag in channel.consumers:
-        raise AMQPConnectionError(NOT_ALLOWED, f"attempt to reuse consumer tag '{m.consumer_tag}'")
+    """basic.consume: the session's checks (:mod:`leveret.session.consume`), then the
+    consumer exists, consume-ok goes out and only then does it subscribe (its first
+    deliveries follow the -Ok)."""
+    consume.check_tag(m.consumer_tag, channel.consumers)
     if m.queue == REPLY_TO:
         consume_replies(channel, m)
         return
-    queue_name = channel._queue_name(m.queue)
-    channel._permit("read", "queue", queue_name)
-    queue = channel.vhost.queue(queue_name, channel.conn)
-    invalid = consume_error(queue_type(queue.arguments), m.arguments or {})
-    if invalid is not None:
-        key, why = invalid
-        raise AMQPChannelError(
-            PRECONDITION_FAILED,
-            f"invalid arg '{key}' for {channel.vhost.rs('queue', queue.name)}{why}",
-        )
-    queue.check_consume(
-        m.no_ack, channel.prefetch_count, channel.global_prefetch, m.arguments or {}
+    arguments = m.arguments or {}
+    queue = consume.consumable_queue(
+        channel.actor,
+        channel._queue_name(m.queue),
+        m.no_ack,
+        m.exclusive,
+        channel.prefetch_count,
+        channel.global_prefetch,
+        arguments,
     )
-    if queue.exclusive_consumer or (m.exclusive and queue.consumers):
-        raise AMQPChannelError(
-            ACCESS_REFUSED, f"{channel.vhost.rs('queue', queue.name)} in exclusive use"
-        )
-    tag = m.consumer_tag or generated_name("amq.ctag")
+    tag = consume.new_tag(m.consumer_tag)
     consumer = Consumer(
         channel,
         queue,
@@ -78,7 +65,7 @@ def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
         m.no_ack,
         m.exclusive,
         channel.prefetch_count,
-        dict(m.arguments or {}),
+        dict(arguments),
         codec.shortstr(tag),
     )
     channel.consumers[tag] = consumer
@@ -89,11 +76,8 @@ def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
 
 def consume_replies(channel: Channel, m: commands.Basic.Consume) -> None:
     """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
-    if not m.no_ack:
-        raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer cannot acknowledge")
-    if channel.reply_consumer is not None:
-        raise AMQPChannelError(PRECONDITION_FAILED, "reply consumer already set")
-    tag = m.consumer_tag or generated_name("amq.ctag")
+    consume.check_reply_consume(m.no_ack, channel.reply_consumer is not None)
+    tag = consume.new_tag(m.consumer_tag)
     # A queue object that is never registered in the vhost: it only carries the
     # consumer; replies are delivered to the consumer directly.
     pseudo = Queue(channel.vhost, REPLY_TO, False, None, False, {})
@@ -127,22 +111,15 @@ def basic_cancel(channel: Channel, m: commands.Basic.Cancel) -> None:
 
 
 def basic_qos(channel: Channel, m: commands.Basic.Qos) -> None:
-    """basic.qos: prefetch counts (a prefetch size is not implemented, as in RabbitMQ)."""
-    if m.prefetch_size != 0:
-        raise AMQPConnectionError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
-    channel.qos(m.prefetch_count, m.global_)
-    if m.global_:
-        for consumer in channel.consumers.values():
-            consumer.queue.drain()
+    """basic.qos (:func:`leveret.session.consume.qos`)."""
+    consume.qos(channel, channel.consumers.values(), m.prefetch_size, m.prefetch_count, m.global_)
     channel.send(B.QosOk())
 
 
 def basic_recover(
     channel: Channel, m: commands.Basic.Recover | commands.Basic.RecoverAsync
 ) -> None:
-    """basic.recover(-async): every unacked delivery back to its queue (requeue only)."""
-    if not m.requeue:
-        raise AMQPConnectionError(NOT_IMPLEMENTED, "requeue=false")
-    channel.requeue_all()
+    """basic.recover(-async): every unacked delivery back to its queue, redelivered."""
+    channel._apply_settle(consume.recover(channel, m.requeue), True)
     if isinstance(m, B.Recover):
         channel.send(B.RecoverOk())

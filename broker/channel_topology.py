@@ -1,11 +1,12 @@
-"""The channel's topology methods: exchange.declare/delete/bind/unbind, queue.declare/bind/
-unbind/purge/delete.
+"""The channel's topology methods, as frames: exchange.declare/delete/bind/unbind,
+queue.declare/bind/unbind/purge/delete.
 
-Each checks the user's permissions for the entity (configure, write, read, the topic
-permission of a binding's routing key) as ``rabbit_channel`` does, then leaves the rule to the
-vhost (:mod:`leveret.vhost`), and answers with its -Ok. None of it is on the publish, deliver
-or ack path, so it is kept out of :mod:`leveret.channel`: functions that take the channel,
-bound as its handlers.
+Each turns its frame into a call of :mod:`leveret.session.topology` (the permissions and
+the rules, written once there for the channel and the management API) and answers with
+its -Ok. What stays here is the wire's: the name shortcuts of the channel's last queue,
+server-named queues' generated names, and direct reply-to's pseudo-queue, which is no
+queue at all. None of it is on the publish, deliver or ack path, so it is kept out of
+:mod:`leveret.channel`: functions that take the channel, bound as its handlers.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from leveret import codec
-from leveret.errors import NOT_FOUND, PRECONDITION_FAILED, AMQPChannelError
+from leveret.errors import NOT_FOUND, AMQPChannelError
 from leveret.exchanges.model import DestKind
+from leveret.session import topology
 from leveret.session.publish import REPLY_PREFIX, REPLY_TO
 from leveret.vhost import generated_name
 
@@ -25,25 +27,14 @@ if TYPE_CHECKING:
 
 
 def queue_name(channel: Channel, name: str) -> str:
-    """``name``, or for an empty one the channel's last declared queue (404 without one):
-    rabbit_channel:expand_queue_name_shortcut."""
-    if name:
-        return name
-    if channel.last_queue is None:
-        raise AMQPChannelError(NOT_FOUND, "no previously declared queue")
-    return channel.last_queue
+    """``name``, or for an empty one the channel's last declared queue (404 without one)."""
+    return topology.expand_queue_name(channel.last_queue, name)
 
 
 def exchange_declare(channel: Channel, m: commands.Exchange.Declare) -> None:
-    """exchange.declare: configure permission (and a linked exchange's), then the vhost's
-    declare."""
-    if not m.passive and m.exchange:
-        channel._permit("configure", "exchange", m.exchange)
-        if m.exchange not in channel.vhost.projection.exchanges:
-            channel.access.check_linked_exchange(
-                channel.conn.user, channel.vhost.name, "exchange", m.exchange, m.arguments or {}
-            )
-    channel.vhost.declare_exchange(
+    """exchange.declare."""
+    topology.declare_exchange(
+        channel.actor,
         m.exchange,
         m.exchange_type,
         m.passive,
@@ -57,10 +48,8 @@ def exchange_declare(channel: Channel, m: commands.Exchange.Declare) -> None:
 
 
 def exchange_delete(channel: Channel, m: commands.Exchange.Delete) -> None:
-    """exchange.delete: configure permission, then the vhost's delete."""
-    if m.exchange and not m.exchange.startswith("amq."):
-        channel._permit("configure", "exchange", m.exchange)
-    channel.vhost.delete_exchange(m.exchange, m.if_unused)
+    """exchange.delete."""
+    topology.delete_exchange(channel.actor, m.exchange, m.if_unused)
     if not m.nowait:
         channel.send(commands.Exchange.DeleteOk())
 
@@ -68,15 +57,14 @@ def exchange_delete(channel: Channel, m: commands.Exchange.Delete) -> None:
 def bind_exchange(
     channel: Channel, m: commands.Exchange.Bind | commands.Exchange.Unbind, add: bool
 ) -> None:
-    """exchange.bind (``add``) or exchange.unbind on the vhost, after the permissions."""
-    permit_binding(channel, "exchange", m.destination, m.source, m.routing_key)
-    channel.vhost.bind(
+    """exchange.bind (``add``) or exchange.unbind."""
+    topology.bind(
+        channel.actor,
         m.source,
         DestKind.EXCHANGE,
         m.destination,
         m.routing_key,
         m.arguments or {},
-        channel.conn,
         add,
     )
 
@@ -95,6 +83,19 @@ def exchange_unbind(channel: Channel, m: commands.Exchange.Unbind) -> None:
         channel.send(commands.Exchange.UnbindOk())
 
 
+def declare_ok(channel: Channel, name: str, messages: int, consumers: int) -> None:
+    """queue.declare-ok."""
+    channel.conn.write(
+        codec.simple_method(
+            channel.id,
+            commands.Queue.DeclareOk,
+            ("shortstr", name),
+            ("long", messages),
+            ("long", consumers),
+        )
+    )
+
+
 def queue_declare(channel: Channel, m: commands.Queue.Declare) -> None:
     """queue.declare: a server-named, reply-to or named queue, declared or checked (passive)."""
     name = m.queue
@@ -109,69 +110,32 @@ def queue_declare(channel: Channel, m: commands.Queue.Declare) -> None:
         if name != REPLY_TO and name[len(REPLY_PREFIX) :] not in channel.vhost.reply_consumers:
             raise AMQPChannelError(NOT_FOUND, f"no {channel.vhost.rs('queue', name)}")
         if not m.nowait:
-            channel.conn.write(
-                codec.simple_method(
-                    channel.id,
-                    commands.Queue.DeclareOk,
-                    ("shortstr", name),
-                    ("long", 0),
-                    ("long", 1),
-                )
-            )
+            declare_ok(channel, name, 0, 1)
         return
-    if not m.passive:
-        channel._permit("configure", "queue", name)
-        if name not in channel.vhost.queues:
-            channel.access.check_linked_exchange(
-                channel.conn.user, channel.vhost.name, "queue", name, m.arguments or {}
-            )
-    queue = channel.vhost.declare_queue(
+    queue, _created = topology.declare_queue(
+        channel.actor,
         name,
         m.passive,
         m.durable,
         m.exclusive,
         m.auto_delete,
         m.arguments or {},
-        channel.conn,
         server_named,
     )
     channel.last_queue = queue.name
     if not m.nowait:
-        channel.conn.write(
-            codec.simple_method(
-                channel.id,
-                commands.Queue.DeclareOk,
-                ("shortstr", queue.name),
-                ("long", queue.message_count),
-                ("long", len(queue.consumers)),
-            )
-        )
-
-
-def permit_binding(
-    channel: Channel, kind: str, destination: str, source: str, routing_key: str
-) -> None:
-    """The permissions a (un)bind needs: write on the destination, read on the source
-    (and its topic permission for the routing key)."""
-    # rabbit_channel:binding_action/10: write on the destination, read on the source
-    # (the default exchange refuses binding first, with its own 403), then, when the
-    # source is a topic exchange, the binding key against the user's topic permission.
-    if destination and source:
-        channel._permit("write", kind, destination)
-        channel._permit("read", "exchange", source)
-        channel._permit_topic("read", channel.vhost.projection.exchanges.get(source), routing_key)
+        declare_ok(channel, queue.name, queue.message_count, len(queue.consumers))
 
 
 def bind_queue(channel: Channel, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
-    """queue.bind (``add``) or queue.unbind on the vhost, after the permissions."""
+    """queue.bind (``add``) or queue.unbind."""
     name = channel._queue_name(m.queue)
     routing_key = m.routing_key
     if not m.queue and not routing_key:
         # rabbit_channel:expand_routing_key_shortcut/3
         routing_key = name
-    permit_binding(channel, "queue", name, m.exchange, routing_key)
-    channel.vhost.bind(
-        m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, channel.conn, add
+    topology.bind(
+        channel.actor, m.exchange, DestKind.QUEUE, name, routing_key, m.arguments or {}, add
     )
 
 
@@ -189,29 +153,15 @@ def queue_unbind(channel: Channel, m: commands.Queue.Unbind) -> None:
 
 
 def queue_purge(channel: Channel, m: commands.Queue.Purge) -> None:
-    """queue.purge: read permission, the queue type's check, then the ready messages go."""
-    name = channel._queue_name(m.queue)
-    channel._permit("read", "queue", name)
-    queue = channel.vhost.queue(name, channel.conn)
-    queue.check_purge()
-    count = queue.purge()
+    """queue.purge."""
+    count = topology.purge_queue(channel.actor, channel._queue_name(m.queue))
     if not m.nowait:
         channel.send(commands.Queue.PurgeOk(message_count=count))
 
 
 def queue_delete(channel: Channel, m: commands.Queue.Delete) -> None:
-    """queue.delete: configure permission, the if-unused and if-empty checks, then delete."""
+    """queue.delete."""
     name = channel._queue_name(m.queue)
-    channel._permit("configure", "queue", name)
-    queue = channel.vhost.queues.get(name)
-    count = 0
-    if queue is not None:
-        channel.vhost.check_exclusive(queue, channel.conn)
-        what = channel.vhost.rs("queue", name)
-        if m.if_unused and queue.consumers:
-            raise AMQPChannelError(PRECONDITION_FAILED, f"{what} in use")
-        if m.if_empty and queue.message_count:
-            raise AMQPChannelError(PRECONDITION_FAILED, f"{what} not empty")
-        count = channel.vhost.delete_queue(queue)
+    count = topology.delete_queue(channel.actor, name, m.if_unused, m.if_empty)
     if not m.nowait:
         channel.send(commands.Queue.DeleteOk(message_count=count))

@@ -1,6 +1,7 @@
-"""A channel's transactions and the confirms that wait for the disk.
+"""A channel's transactions and the confirms that wait for the disk, as frames.
 
-confirm.select and tx.select/commit/rollback (a channel is one or the other), and the fsync
+confirm.select and tx.select/commit/rollback (a channel is one or the other: the rules and
+the confirms' arithmetic are the session's, :mod:`leveret.session.tx`), and the fsync
 waits under both: a persistent publish is confirmed, and a commit answered, only once the
 group commit that holds it is synced (``persistence.subscribe``). :meth:`Channel._confirm`,
 run per publish in confirm mode, stays in :mod:`leveret.channel`; these run per select,
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.session import tx
 
 if TYPE_CHECKING:
     from leveret.channel import Channel
@@ -23,9 +24,8 @@ B = commands.Basic
 
 
 def confirm_select(channel: Channel, m: commands.Confirm.Select) -> None:
-    """confirm.select: publisher confirms from here (not on a transactional channel)."""
-    if channel.tx is not None:
-        raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    """confirm.select: publisher confirms from here (:func:`leveret.session.tx.confirm_select`)."""
+    tx.confirm_select(channel.tx is not None)
     channel.confirm = True
     if not m.nowait:
         channel.send(commands.Confirm.SelectOk())
@@ -33,28 +33,19 @@ def confirm_select(channel: Channel, m: commands.Confirm.Select) -> None:
 
 def tx_select(channel: Channel, _m: commands.Tx.Select) -> None:
     """tx.select: publishes and acks are held until tx.commit (not in confirm mode)."""
-    if channel.confirm:
-        raise AMQPChannelError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
-    if channel.tx is None:
-        channel.tx = []
+    channel.tx = tx.tx_select(channel.confirm, channel.tx)
     channel.send(commands.Tx.SelectOk())
 
 
 def tx_commit(channel: Channel, _m: commands.Tx.Commit) -> None:
     """tx.commit: run the held publishes and acks; commit-ok once their messages are on
     disk."""
-    if channel.tx is None:
-        raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
-    actions, channel.tx = channel.tx, []
-    channel.commit()
+    actions = tx.tx_commit(channel, channel.tx)
+    channel.tx = []
     channel.tx_publishes = 0
     # The committed messages count in their queues from here.
     channel._release_held()
-    generation = 0
-    for action in actions:
-        result = action()
-        if isinstance(result, tuple):
-            generation = max(generation, result[1])
+    generation = tx.run(actions)
     persistence = channel.vhost.persistence
     if channel.pending_commits or (persistence is not None and generation > persistence.synced):
         # Committed persistent messages must be on disk before commit-ok.
@@ -67,12 +58,10 @@ def tx_commit(channel: Channel, _m: commands.Tx.Commit) -> None:
 
 def tx_rollback(channel: Channel, _m: commands.Tx.Rollback) -> None:
     """tx.rollback: drop the held publishes; the acks are undone, deliveries unacked again."""
-    if channel.tx is None:
-        raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
+    tx.tx_rollback(channel, channel.tx)
     channel.tx = []
     channel.tx_publishes = 0
     channel._release_held()
-    channel.rollback()  # the deliveries whose acks are undone are unacked again
     channel.send(commands.Tx.RollbackOk())
 
 
@@ -101,21 +90,14 @@ def on_synced(channel: Channel, generation: int) -> None:
 
 
 def flush_confirms(channel: Channel) -> None:
-    """Confirm every publish so far: ``multiple`` acks between the (rare) nacks."""
+    """Confirm every publish so far (:func:`leveret.session.tx.confirms_due`)."""
     if not channel.open:
         return
-    start = channel.confirmed_upto
     # Persistent publishes not yet on disk hold back every later confirm.
     upto = channel.waiting[0][0] - 1 if channel.waiting else channel.publish_seq
-    nacks = channel.nacks
-    while nacks and nacks[0] <= upto:
-        nack = nacks.pop(0)
-        if nack - 1 > start:
-            channel.send(B.Ack(nack - 1, nack - 1 - start > 1))
-            channel.counters.confirmed += nack - 1 - start
-        channel.send(B.Nack(nack, False, False))
-        start = nack
-    if upto > start:
-        channel.send(B.Ack(upto, upto - start > 1))
-        channel.counters.confirmed += upto - start
-    channel.confirmed_upto = max(upto, start)
+    confirms, channel.confirmed_upto, acked = tx.confirms_due(
+        channel.confirmed_upto, upto, channel.nacks
+    )
+    for tag, multiple, ack in confirms:
+        channel.send(B.Ack(tag, multiple) if ack else B.Nack(tag, False, False))
+    channel.counters.confirmed += acked

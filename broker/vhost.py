@@ -1,10 +1,10 @@
 """A virtual host: its topology (through the pure projection) and its queues.
 
-Every topology command goes validate -> event -> ``projection.apply(event)``; routing
-reads the projection through :func:`leveret.exchanges.routing.route`. Validation raises
-:class:`leveret.errors.AMQPChannelError` with RabbitMQ's reply codes and texts (sources:
-``deps/rabbit/src/rabbit_channel.erl``, ``rabbit_exchange.erl``, ``rabbit_amqqueue.erl``
-and ``rabbit_misc.erl`` in rabbitmq-server).
+Every topology change goes event -> ``projection.apply(event)`` (recorded first when
+durable); routing reads the projection through :func:`leveret.exchanges.routing.route`.
+The rules of the commands that ask for a change (permissions, reserved names,
+equivalence, exclusive access, with RabbitMQ's codes and texts) are the session's
+(:mod:`leveret.session.topology`): the vhost applies what they allowed.
 """
 
 from __future__ import annotations
@@ -15,27 +15,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret import firehose
-from leveret.arguments import (
-    QUEUE_TYPE_ARGUMENTS,
-    copy_args,
-    declare_error,
-    queue_type,
-)
-from leveret.arguments import type_name as arg_type
+from leveret.arguments import copy_args, queue_type
 from leveret.churn import NodeCounters
 from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
-from leveret.equivalence import assert_args, delayed_problem, unknown_type
-from leveret.errors import (
-    ACCESS_REFUSED,
-    NOT_FOUND,
-    PRECONDITION_FAILED,
-    RESOURCE_LOCKED,
-    AMQPChannelError,
-    AMQPError,
-    ChannelCrashError,
-)
-from leveret.exchanges.chash import ExchangeTypeCrashError
+from leveret.errors import AMQPError, ChannelCrashError
 from leveret.exchanges.delayed import DelayCrashError, delay_of
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
@@ -55,8 +39,6 @@ from leveret.exchanges.model import Queue as QueueDef
 from leveret.exchanges.policies import Policy, apply_alternates
 from leveret.exchanges.projection import Projection
 from leveret.exchanges.routing import route
-from leveret.exchanges.types import validate_binding, validate_exchange
-from leveret.limits import reached
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
 from leveret.queue import Queue
@@ -165,127 +147,15 @@ class VHost(VHostPolicies):
             )
         return self._uses_headers
 
-    def exchange(self, name: str) -> Exchange:
-        """The exchange ``name``, or 404 (rabbit_exchange:lookup_or_die/1)."""
-        exchange = self.projection.exchanges.get(name)
-        if exchange is None:
-            raise AMQPChannelError(NOT_FOUND, f"no {self.rs('exchange', name)}")
-        return exchange
+    # -- exchanges (the rules of their commands: leveret.session.topology) --------------
 
-    def queue(self, name: str, connection: object | None, strict: bool = False) -> Queue:
-        """The queue ``name`` checked for exclusive access (``connection``: the one
-        asking, compared by identity; None outside AMQP), or 404 / 405."""
-        queue = self.queues.get(name)
-        if queue is None:
-            raise AMQPChannelError(NOT_FOUND, f"no {self.rs('queue', name)}")
-        self.check_exclusive(queue, connection, strict)
-        return queue
+    def add_exchange(self, exchange: Exchange) -> None:
+        """A new exchange, declared (recorded when durable)."""
+        self._apply(ExchangeDeclared(exchange))
 
-    def check_exclusive(
-        self, queue: Queue, connection: object | None, strict: bool = False
-    ) -> None:
-        """rabbit_amqqueue:check_exclusive_access/3 (``lax`` lets anyone use a
-        non-exclusive queue; ``strict`` also refuses an exclusive re-declare of one)."""
-        if queue.owner is connection:
-            return
-        if queue.owner is None and not strict:
-            return
-        raise AMQPChannelError(
-            RESOURCE_LOCKED,
-            f"cannot obtain exclusive access to locked {self.rs('queue', queue.name)}. It could "
-            "be originally declared on another connection or the exclusive property value does "
-            "not match that of the original declaration.",
-        )
-
-    @staticmethod
-    def check_not_default(name: str) -> None:
-        """rabbit_channel:check_not_default_exchange/1."""
-        if name == "":
-            raise AMQPChannelError(
-                ACCESS_REFUSED, "operation not permitted on the default exchange"
-            )
-
-    # -- exchanges --------------------------------------------------------------------
-
-    def declare_exchange(
-        self,
-        name: str,
-        type_name: str,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        """exchange.declare, as rabbit_channel handles it."""
-        if passive:
-            self.check_not_default(name)
-            self.exchange(name)
-            return
-        try:
-            type_ = ExchangeType(type_name)
-        except ValueError:
-            raise unknown_type(type_name) from None
-        self.check_not_default(name)
-        current = self.projection.exchanges.get(name)
-        if current is None:
-            if name.startswith("amq."):
-                raise AMQPChannelError(
-                    ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
-                )
-            ae = arguments.get("alternate-exchange")
-            if ae is not None and not isinstance(ae, str | bytes):
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED,
-                    f"invalid type '{arg_type(arguments, 'alternate-exchange')}' for arg "
-                    f"'alternate-exchange' in {self.rs('exchange', name)}",
-                )
-            # The type's validate/1, run for new exchanges only (rabbit_exchange:declare/7).
-            try:
-                if type_ is ExchangeType.DELAYED:
-                    problem = delayed_problem(arguments)
-                else:
-                    problem = validate_exchange(type_, arguments)
-            except ExchangeTypeCrashError:
-                raise ChannelCrashError() from None
-            if problem is not None:
-                raise AMQPChannelError(PRECONDITION_FAILED, problem)
-            self._apply(
-                ExchangeDeclared(
-                    Exchange(name, type_, durable, auto_delete, internal, copy_args(arguments))
-                )
-            )
-            return
-        what = self.rs("exchange", name)
-        for field, new, old in (
-            ("type", type_.value, current.type.value),
-            ("durable", durable, current.durable),
-            ("auto_delete", auto_delete, current.auto_delete),
-            ("internal", internal, current.internal),
-        ):
-            if new != old:
-                raise AMQPChannelError(
-                    PRECONDITION_FAILED,
-                    f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
-                    f"but current is '{str(old).lower()}'",
-                )
-        assert_args(what, ("alternate-exchange",), arguments, current.arguments)
-
-    def delete_exchange(self, name: str, if_unused: bool) -> None:
-        """exchange.delete: idempotent; 403 for the default and ``amq.*`` exchanges."""
-        self.check_not_default(name)
-        if name.startswith("amq."):
-            raise AMQPChannelError(
-                ACCESS_REFUSED,
-                f"deletion of system {self.rs('exchange', name)} not allowed",
-            )
-        if name not in self.projection.exchanges:
-            return
-        if if_unused and self.projection.has_bindings_from(name):
-            raise AMQPChannelError(PRECONDITION_FAILED, f"{self.rs('exchange', name)} in use")
-        self._delete_exchange(name)
-
-    def _delete_exchange(self, name: str) -> None:
+    def remove_exchange(self, name: str) -> None:
+        """Delete the exchange ``name`` with its bindings; a source left without bindings
+        that is auto-delete goes too."""
         sources = {b.source for b in self.projection.bindings_to(DestKind.EXCHANGE, name)}
         self._apply(ExchangeDeleted(name))
         self._auto_delete_sources(sources)
@@ -300,136 +170,34 @@ class VHost(VHostPolicies):
                 and exchange.auto_delete
                 and not self.projection.has_bindings_from(source)
             ):
-                self._delete_exchange(source)
+                self.remove_exchange(source)
 
     # -- bindings ---------------------------------------------------------------------
 
-    def bind(
-        self,
-        source: str,
-        kind: DestKind,
-        destination: str,
-        routing_key: str,
-        arguments: Mapping[str, Any],
-        connection: Connection | None,
-        add: bool,
-    ) -> None:
-        """queue.bind / exchange.bind (``add``) and their unbind twins."""
-        if kind is DestKind.EXCHANGE:
-            self.check_not_default(destination)
-        self.check_not_default(source)
-        binding = Binding(source, destination, kind, routing_key, dict(arguments))
-        if not add and not self.projection.has_binding(binding):
-            # Unbinding what is not bound is unbind-ok, whether the binding, its exchange or
-            # its queue is missing, and before the queue's exclusivity is checked (observed
-            # on RabbitMQ 3.10.8; clients rely on it: aio-pika's RPC unbinds after its
-            # auto-delete queue went).
-            return
-        exchange = self.exchange(source)
-        if kind is DestKind.QUEUE:
-            self.queue(destination, connection)
-        else:
-            self.exchange(destination)
-        if add:
-            problem = validate_binding(exchange, binding.arguments, routing_key)
-            if problem is not None:
-                raise AMQPChannelError(PRECONDITION_FAILED, problem)
-            self._apply(BindingAdded(binding))
-        else:
-            self._apply(BindingRemoved(binding))
-            self._auto_delete_sources({source})
+    def add_binding(self, binding: Binding) -> None:
+        """A new binding (both ends checked by the session)."""
+        self._apply(BindingAdded(binding))
+
+    def remove_binding(self, binding: Binding) -> None:
+        """Remove a binding; its source goes too if auto-delete and now unbound."""
+        self._apply(BindingRemoved(binding))
+        self._auto_delete_sources({binding.source})
 
     # -- queues -----------------------------------------------------------------------
 
-    def declare_queue(
+    def create_queue(
         self,
         name: str,
-        passive: bool,
+        kind: str,
         durable: bool,
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, Any],
-        connection: Connection,
-        server_named: bool = False,
+        owner: Connection | None,
     ) -> Queue:
-        """queue.declare (``name`` already generated for a server-named queue)."""
-        if passive:
-            found = self.queue(name, connection)
-            found.touch()
-            return found
-        kind = queue_type(arguments)
-        if server_named and kind != "classic":
-            # rabbit_channel: rabbit_amqqueue:is_server_named_allowed/1 is false for the
-            # replicated types.
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"Cannot declare a server-named queue for type rabbit_{kind}_queue",
-            )
-        if name.startswith("amq.") and not server_named:
-            # Checked before the existence lookup, so even an existing amq.* queue
-            # is refused (rabbit_channel:check_name/2).
-            raise AMQPChannelError(
-                ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
-            )
-        owner = connection if exclusive else None
-        durable = durable and not exclusive
-        queue = self.queues.get(name)
-        if queue is not None:
-            self.check_exclusive(queue, owner, strict=True)
-            what = self.rs("queue", name)
-            for field, new, old in (
-                ("durable", durable, queue.durable),
-                ("auto_delete", auto_delete, queue.auto_delete),
-            ):
-                if new != old:
-                    raise AMQPChannelError(
-                        PRECONDITION_FAILED,
-                        f"inequivalent arg '{field}' for {what}: received '{str(new).lower()}' "
-                        f"but current is '{str(old).lower()}'",
-                    )
-            # The queue type's arguments (rabbit_amqqueue:assert_args_equivalence/2).
-            compared = QUEUE_TYPE_ARGUMENTS[queue_type(queue.arguments)]
-            assert_args(what, compared, arguments, queue.arguments)
-            queue.touch()
-            self.churn.queue_declared(created=False)
-            return queue
-        limit = reached(self.limits, "max-queues", len(self.queues))
-        if limit is not None:
-            # rabbit_channel:check_vhost_queue_limit/2, for a queue that does not exist yet,
-            # before its arguments are looked at.
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) "
-                "is reached",
-            )
-        # Arguments are validated when the queue is created (rabbit_amqqueue:declare/6).
-        dlx = arguments.get("x-dead-letter-exchange")
-        if dlx is not None and not isinstance(dlx, str | bytes):
-            # rabbit_channel checks the DLX name itself (for permissions) first.
-            raise AMQPChannelError(
-                PRECONDITION_FAILED,
-                f"invalid type '{arg_type(arguments, 'x-dead-letter-exchange')}' for arg "
-                f"'x-dead-letter-exchange' in {self.rs('queue', name)}",
-            )
-        invalid = declare_error(kind, arguments)
-        if invalid is not None:
-            key, why = invalid
-            raise AMQPChannelError(
-                PRECONDITION_FAILED, f"invalid arg '{key}' for {self.rs('queue', name)}{why}"
-            )
-        if kind != "classic":
-            # rabbit_quorum_queue:declare/2: a quorum queue is durable, not exclusive and
-            # not auto-delete, checked in this order; a stream too (rabbit_stream_queue).
-            for refused, bad in (
-                ("auto-delete", auto_delete),
-                ("exclusive-owner", exclusive),
-                ("non-durable", not durable),
-            ):
-                if bad:
-                    raise AMQPChannelError(
-                        PRECONDITION_FAILED,
-                        f"invalid property '{refused}' for {self.rs('queue', name)}",
-                    )
+        """A new queue of type ``kind`` (its declare checked by the session), recorded
+        when durable; ``owner`` is the connection it is exclusive to (None: not
+        exclusive)."""
         queue = _QUEUE_CLASSES[kind](self, name, durable, owner, auto_delete, copy_args(arguments))
         self.queues[name] = queue
         try:
@@ -444,6 +212,12 @@ class VHost(VHostPolicies):
         if owner is not None:
             owner.exclusive_queues.add(queue)
         return queue
+
+    def queue_redeclared(self, queue: Queue) -> None:
+        """An equivalent declare of an existing queue: it is used (its expiry restarts)
+        and counted as a declare."""
+        queue.touch()
+        self.churn.queue_declared(created=False)
 
     def delete_queue(self, queue: Queue) -> int:
         """Remove ``queue``: cancel its consumers, drop its bindings and messages."""

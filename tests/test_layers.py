@@ -306,3 +306,33 @@ def test_the_guard_reader_tells_type_only_imports(tmp_path: Path) -> None:
         ("leveret.codec", False),
         ("leveret.connection", True),
     ]
+
+
+# Rules of the session that exist once: where each is decided, and the calls or texts that
+# would mean another place decides it again (issue 23: the management API had repeated the
+# channel's permission checks and exclusive-queue locking).
+SESSION_RULES = {
+    "check_linked_exchange(": "a new object's alternate or dead-letter exchange permission",
+    "check_exclusive(": "exclusive-queue locking (405)",
+    "check_not_default(": "the default exchange's 403",
+    "reserved prefix": "reserved amq.* names (403)",
+    "in exclusive use": "exclusive consumers (403)",
+    "attempt to reuse consumer tag": "consumer tag reuse (530)",
+    "is not transactional": "tx.commit/rollback outside a transaction (406)",
+    "cannot switch from": "tx and confirm modes (406)",
+    "prefetch_size!=0": "basic.qos with a prefetch size (540)",
+}
+
+
+@pytest.mark.parametrize("needle", sorted(SESSION_RULES))
+def test_session_rules_are_decided_only_in_the_session(needle: str) -> None:
+    """Outside broker/session/, the wire channel and the management API call the session
+    for these rules; none of them words or calls one itself."""
+    offences = [
+        str(path.relative_to(ROOT))
+        for path in sources("broker")
+        if "session" not in path.relative_to(ROOT).parts
+        and path.name != "auth.py"  # where check_linked_exchange is defined
+        and needle in path.read_text(encoding="utf-8")
+    ]
+    assert offences == [], SESSION_RULES[needle]

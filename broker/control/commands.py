@@ -341,11 +341,11 @@ async def import_definitions(server: Server, args: Args) -> Reply:
 def purge_queue(server: Server, args: Args) -> Reply:
     """purge_queue [-p VHOST] NAME."""
     from leveret.errors import AMQPError
-    from leveret.management import ops
+    from leveret.session.topology import purge
 
-    vhost, queue = queue_named(server, args)
+    _vhost, queue = queue_named(server, args)
     try:
-        ops.purge_queue(vhost, queue)
+        purge(queue)
     except AMQPError as exc:
         raise ControlError(exc.explanation, EX_SOFTWARE) from None
     return None, None
@@ -355,15 +355,16 @@ def delete_queue(server: Server, args: Args) -> Reply:
     """delete_queue [-p VHOST] NAME [--if-empty] [--if-unused]: the texts of
     delete_queue_command.ex's output clauses."""
     from leveret.management import ops
+    from leveret.session.topology import QueueInUseError, QueueNotEmptyError
 
     vhost, queue = queue_named(server, args)
     try:
         count = ops.delete_queue(
             server, vhost, queue, bool(args.get("if_unused")), bool(args.get("if_empty"))
         )
-    except ops.QueueInUseError:
+    except QueueInUseError:
         raise ControlError("Queue is in use", EX_USAGE) from None
-    except ops.QueueNotEmptyError:
+    except QueueNotEmptyError:
         raise ControlError("Queue is not empty", EX_USAGE) from None
     return f"Queue was successfully deleted with {count} messages", count
 

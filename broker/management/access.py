@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from leveret.auth import User, is_loopback
 from leveret.management.errors import not_authenticated, not_authorised
+from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
     from leveret.server import Server
@@ -125,31 +125,10 @@ def sees_user(viewer: User, owner: str) -> bool:
     return is_monitor(viewer) or viewer.name == owner
 
 
-def permit(request: web.Request, vhost: str, kind: str, resource: str, name: str) -> None:
-    """The AMQP permission check the operation would get on a channel (403 on refusal,
-    mapped to HTTP by the caller): management operations run as the logged-in user."""
+def actor(request: web.Request, vhost: VHost) -> Actor:
+    """The logged-in user on ``vhost`` as the session sees a management request (no
+    connection: it owns no exclusive queue and may use none). Management operations run
+    as that user, with the permission checks the operation would get on a channel
+    (rabbit_mgmt_util:direct_request/6 and with_channel/5 open one for it)."""
     server: Server = request.app[SERVER_KEY]
-    server.access.check(current_user(request).name, vhost, kind, resource, name)
-
-
-def permit_linked_exchange(
-    request: web.Request, vhost: VHost, resource: str, name: str, arguments: Mapping[str, Any]
-) -> None:
-    """The check a channel makes when it declares a new exchange with an alternate exchange
-    or a new queue with a dead-letter exchange (403 on refusal; see
-    :meth:`AccessControl.check_linked_exchange`)."""
-    exists = name in (vhost.projection.exchanges if resource == "exchange" else vhost.queues)
-    if not exists:
-        server: Server = request.app[SERVER_KEY]
-        server.access.check_linked_exchange(
-            current_user(request).name, vhost.name, resource, name, arguments
-        )
-
-
-def permit_topic(request: web.Request, vhost: VHost, kind: str, exchange: str, key: str) -> None:
-    """The topic-permission check a channel makes (403 on refusal): ``key`` is a publish's
-    routing key (``write``) or a binding's key (``read``) on ``exchange``, checked only
-    when that is a topic exchange (rabbit_channel:check_topic_authorisation/6)."""
-    server: Server = request.app[SERVER_KEY]
-    found = vhost.projection.exchanges.get(exchange)
-    server.access.check_topic(current_user(request).name, vhost.name, kind, found, key)
+    return Actor(server.access, current_user(request).name, vhost, None)

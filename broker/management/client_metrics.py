@@ -3,10 +3,11 @@ types and help texts of 3.10.8; see leveret.management.metrics for the queue and
 families and the views).
 
 The channel counters (``rabbitmq_channel_messages_published_total``...) are served in the
-aggregated view only, as node-wide totals since start: Leveret counts messages per queue
-and per node, not per channel, queue and exchange as RabbitMQ's per-object samples are
-labelled. A total here never goes down (RabbitMQ's aggregated sum drops when a channel
-that published closes, which Prometheus's ``rate()`` reads as a counter reset).
+aggregated view only, as node-wide totals since start: Leveret counts messages per channel
+(leveret.channel_stats) but not per channel and exchange or channel and queue, the labels
+RabbitMQ's per-object samples carry. A total here never goes down (a closed channel's
+counts are folded into the node's; RabbitMQ's aggregated sum drops when a channel that
+published closes, which Prometheus's ``rate()`` reads as a counter reset).
 """
 
 from __future__ import annotations
@@ -393,6 +394,11 @@ DEAD_LETTERED: tuple[tuple[Family, str, tuple[tuple[str, str], ...]], ...] = (
     ),
 )
 GLOBAL_CONSUMERS = Family("global_consumers", "gauge", "Current number of consumers")
+# Open channels that have published (rabbit_global_counters' publishers, as counted after
+# rabbitmq-server pull request 6244: from a channel's first basic.publish until it closes;
+# 3.10.8's own figure drifts below zero). Counted at scrape time from each channel's publish
+# counter (leveret.channel_stats.DeliveryCounters.has_published).
+GLOBAL_PUBLISHERS = Family("global_publishers", "gauge", "Current number of publishers")
 GLOBAL_RECEIVED_CONFIRM = Family(
     "global_messages_received_confirm_total",
     "counter",

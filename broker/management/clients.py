@@ -13,6 +13,7 @@ from leveret.management.access import current_user, sees_user
 from leveret.management.api import scoped_vhosts, server_of, vhost_of
 from leveret.management.errors import not_authorised, not_found
 from leveret.management.query import json_response, reply_list
+from leveret.management.state import state_of
 
 if TYPE_CHECKING:
     from leveret.channel import Channel
@@ -42,6 +43,24 @@ def connection_state(conn: Connection) -> str:
     return "blocked" if conn.blocked else STATE_NAMES.get(conn.state, "running")
 
 
+def connection_view(request: web.Request, conn: Connection) -> views.JSON:
+    """A connection's view with its rates (and samples, when the query asks for a
+    ``data_rates`` range)."""
+    series = state_of(server_of(request)).sampler.clients.connections
+    item = views.connection_view(conn, connection_state(conn), series.rates_of(conn))
+    series.add_samples(conn, item, request.query, "data_rates")
+    return item
+
+
+def channel_view(request: web.Request, conn: Connection, channel: Channel) -> views.JSON:
+    """A channel's view with its rates (and samples, when the query asks for a
+    ``msg_rates`` range)."""
+    series = state_of(server_of(request)).sampler.clients.channels
+    item = views.channel_view(conn, channel, series.rates_of(channel))
+    series.add_samples(channel, item["message_stats"], request.query, "msg_rates")
+    return item
+
+
 def find_connection(request: web.Request) -> Connection:
     """The connection named in the path (if the user may see it), or 404."""
     name = request.match_info["connection"]
@@ -58,7 +77,7 @@ def find_connection(request: web.Request) -> Connection:
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_connections(request: web.Request) -> web.Response:
     """GET /api/connections (paged; a vhost's list is not, as in RabbitMQ 3.10.8)."""
-    items = [views.connection_view(c, connection_state(c)) for c in visible_connections(request)]
+    items = [connection_view(request, c) for c in visible_connections(request)]
     return reply_list(items, request, pages="vhost" not in request.match_info)
 
 
@@ -66,7 +85,7 @@ async def list_connections(request: web.Request) -> web.Response:
 async def get_connection(request: web.Request) -> web.Response:
     """GET /api/connections/name."""
     conn = find_connection(request)
-    return json_response(views.connection_view(conn, connection_state(conn)))
+    return json_response(connection_view(request, conn))
 
 
 @routes.delete("/api/connections/{connection}")
@@ -94,7 +113,7 @@ def visible_channels(request: web.Request) -> list[tuple[Connection, Channel]]:
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_channels(request: web.Request) -> web.Response:
     """GET /api/channels (paged; a vhost's list is not, as in RabbitMQ 3.10.8)."""
-    items = [views.channel_view(conn, ch) for conn, ch in visible_channels(request)]
+    items = [channel_view(request, conn, ch) for conn, ch in visible_channels(request)]
     return reply_list(items, request, pages="vhost" not in request.match_info)
 
 
@@ -102,7 +121,7 @@ async def list_channels(request: web.Request) -> web.Response:
 async def connection_channels(request: web.Request) -> web.Response:
     """GET /api/connections/name/channels."""
     conn = find_connection(request)
-    return reply_list([views.channel_view(conn, ch) for ch in conn.channels.values()], request)
+    return reply_list([channel_view(request, conn, ch) for ch in conn.channels.values()], request)
 
 
 @routes.get("/api/channels/{channel}")
@@ -111,7 +130,7 @@ async def get_channel(request: web.Request) -> web.Response:
     name = request.match_info["channel"]
     for conn, channel in visible_channels(request):
         if views.channel_name(conn, channel) == name:
-            item = views.channel_view(conn, channel)
+            item = channel_view(request, conn, channel)
             # The single channel lists its consumers, as rabbit_mgmt_db:get_channel does.
             item["consumer_details"] = [
                 views.consumer_view(conn, consumer, channel.vhost.name)

@@ -32,14 +32,15 @@ from pamqp import commands
 from leveret.fieldtable import marshal_content_header
 from leveret.handshake import State
 from leveret.limits import reached
-from leveret.management import ops, views
-from leveret.management.access import permit, require_vhost
+from leveret.management import views
+from leveret.management.access import actor, require_vhost
 from leveret.management.api import listeners, server_of
 from leveret.management.errors import amqp_errors, bad_request, not_authorised, not_found
 from leveret.management.messages import session_publisher
 from leveret.management.query import erlang_integer, json_response
 from leveret.management.state import state_of
 from leveret.message import Message
+from leveret.session import topology
 from leveret.session.get import basic_get
 
 if TYPE_CHECKING:
@@ -122,8 +123,9 @@ async def aliveness_test(request: web.Request) -> web.Response:
     open_direct(server, vhost, user)
     publisher = session_publisher(request, vhost)
     with amqp_errors("channel"):
-        permit(request, vhost.name, "configure", "queue", ALIVENESS_QUEUE)
-        ops.declare_queue(vhost, ALIVENESS_QUEUE, False, False, {})
+        topology.declare_queue(
+            actor(request, vhost), ALIVENESS_QUEUE, False, False, False, False, {}
+        )
         publisher.check_exchange("", ALIVENESS_QUEUE)
         properties = commands.Basic.Properties()
         header = marshal_content_header(len(ALIVENESS_PAYLOAD), properties)

@@ -19,6 +19,7 @@ value at a point in time is the last one stored at or before it.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ from leveret.management.errors import bad_request
 RETENTION_MS = 605_000
 # At most this many points in one range (bounds the work of one request: 605 s at 1 s).
 MAX_POINTS = 606
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, RabbitMQ's sample timestamps."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

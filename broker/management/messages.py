@@ -25,12 +25,13 @@ from pamqp import commands
 
 from leveret.fieldtable import marshal_content_header
 from leveret.management import ops, views
-from leveret.management.access import current_user, permit
+from leveret.management.access import actor, current_user
 from leveret.management.api import server_of, vhost_of
 from leveret.management.errors import access_refused, amqp_errors, bad_request
 from leveret.management.query import erlang_integer, json_response, read_json
 from leveret.management.topology import exchange_name, queue_of
 from leveret.message import Message
+from leveret.session import topology
 from leveret.session.get import readable_queue
 from leveret.session.publish import Publisher
 
@@ -79,9 +80,7 @@ async def purge(request: web.Request) -> web.Response:
     """DELETE /api/queues/vhost/name/contents: 204."""
     vhost, queue = queue_of(request)
     with amqp_errors():
-        permit(request, vhost.name, "read", "queue", queue.name)
-        vhost.check_exclusive(queue, None)
-        ops.purge_queue(vhost, queue)
+        topology.purge_queue(actor(request, vhost), queue.name)
     return web.Response(status=204)
 
 

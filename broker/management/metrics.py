@@ -87,12 +87,6 @@ LEFT_OUT: dict[str, str] = {
         ),
         "Raft: Leveret's quorum queues are not replicated",
     ),
-    # rabbit_channel:terminate/2 in 3.10.8 decrements the publisher count only when the
-    # channel's publishing_mode is false, so the figure drifts below 0 (observed: -10 with
-    # no publisher; fixed after 3.10.8 by rabbitmq-server pull request 6244).
-    "rabbitmq_global_publishers": "3.10.8's own figure is wrong (it goes negative), and the "
-    "fixed meaning, open channels that have published, needs a per-channel flag on the "
-    "publish path that Leveret's channels do not keep (only their connection's)",
     **dict.fromkeys(
         (
             "rabbitmq_auth_attempts_detailed_total",

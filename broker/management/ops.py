@@ -1,9 +1,10 @@
 """Topology operations shared by the HTTP handlers and the definitions import.
 
-They call the same :class:`leveret.vhost.VHost` methods as a channel does, without a
-connection (the management plugin's ``direct_request`` runs ``rabbit_channel:handle_method``
-the same way), so validation, equivalence checks, 403/404/406 texts and persistence are
-the broker's own.
+They run the rules of :mod:`leveret.session.topology` (the channel's own) without a user
+or a connection, for callers RabbitMQ does not run through a channel's permissions either
+(the definitions import, ``leveret ctl``): validation, equivalence checks, 403/404/406
+texts and persistence are the broker's own. The HTTP handlers run the same commands as
+the logged-in user (:func:`leveret.management.access.actor`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
 from leveret.exchanges.model import DestKind
 from leveret.management.errors import bad_request
 from leveret.management.state import state_of
+from leveret.session import topology
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
     from leveret.queue import Queue
     from leveret.server import Server
     from leveret.vhost import VHost
@@ -81,25 +82,22 @@ def declare_exchange(
     internal: bool,
     arguments: Mapping[str, Any],
 ) -> bool:
-    """exchange.declare; returns whether the exchange is new."""
-    created = name not in vhost.projection.exchanges
-    vhost.declare_exchange(name, type_name, False, durable, auto_delete, internal, arguments)
-    return created
+    """exchange.declare's rules without a user (the definitions import); returns whether
+    the exchange is new."""
+    return topology.exchange_declared(
+        vhost, name, type_name, False, durable, auto_delete, internal, arguments
+    )
 
 
 def declare_queue(
     vhost: VHost, name: str, durable: bool, auto_delete: bool, arguments: Mapping[str, Any]
 ) -> tuple[Queue, bool]:
-    """queue.declare of a non-exclusive queue; returns (queue, whether it is new)."""
+    """queue.declare's rules of a non-exclusive queue without a user (the definitions
+    import); returns (queue, whether it is new)."""
     if not name:
         # A server-named queue makes no sense without a connection to own it.
         raise AMQPChannelError(PRECONDITION_FAILED, "queue name must not be empty")
-    created = name not in vhost.queues
-    # Non-exclusive declares need no connection: VHost.declare_queue only uses it as the
-    # owner of an exclusive queue.
-    no_connection: Connection = None  # type: ignore[assignment]
-    queue = vhost.declare_queue(name, False, durable, False, auto_delete, arguments, no_connection)
-    return queue, created
+    return topology.queue_declared(vhost, name, False, durable, False, auto_delete, arguments, None)
 
 
 def dest_kind(text: str) -> DestKind:
@@ -118,41 +116,21 @@ def bind(
     destination: str,
     routing_key: str,
     arguments: Mapping[str, Any],
-    add: bool = True,
 ) -> None:
-    """queue.bind/exchange.bind (or their unbind twins, ``add=False``)."""
-    vhost.bind(source, kind, destination, routing_key, arguments, None, add)
-
-
-class QueueInUseError(Exception):
-    """queue.delete with if-unused of a queue that has consumers."""
-
-
-class QueueNotEmptyError(Exception):
-    """queue.delete with if-empty of a queue that has messages."""
+    """queue.bind/exchange.bind's rules without a user (the definitions import)."""
+    topology.binding_changed(vhost, source, kind, destination, routing_key, arguments, None, True)
 
 
 def delete_queue(
     server: Server, vhost: VHost, queue: Queue, if_unused: bool = False, if_empty: bool = False
 ) -> int:
-    """Delete ``queue`` without a channel (management API, ``leveret ctl``): the if-unused
-    and if-empty conditions first (rabbit_amqqueue:delete/4's ``in_use`` and
-    ``not_empty``, worded by each caller), and the statistics sampler sees the queue
-    before it goes, so its counters stay in the overview's totals. Returns the number
-    of messages it held."""
-    if if_unused and queue.consumers:
-        raise QueueInUseError(queue.name)
-    if if_empty and queue.message_count:
-        raise QueueNotEmptyError(queue.name)
+    """Delete ``queue`` without a user (``leveret ctl``): queue.delete's if-unused and
+    if-empty conditions (:class:`leveret.session.topology.QueueInUseError`,
+    ``QueueNotEmptyError``), and the statistics sampler sees the queue before it goes, so
+    its counters stay in the overview's totals. Returns the number of messages it held."""
+    topology.check_delete(vhost, queue, if_unused, if_empty)
     state_of(server).sampler.refresh()
     return vhost.delete_queue(queue)
-
-
-def purge_queue(vhost: VHost, queue: Queue) -> int:
-    """queue.purge without a channel: the queue's type may refuse it (a stream, with the
-    channel's 540), as on a channel."""
-    queue.check_purge()
-    return queue.purge()
 
 
 def delete_vhost(server: Server, name: str) -> bool:

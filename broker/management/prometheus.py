@@ -31,6 +31,7 @@ from prometheus_client.core import Metric, SummaryMetricFamily
 from leveret.management import client_metrics as cm
 from leveret.management import metrics as m
 from leveret.management.listener import HttpListener, serve
+from leveret.management.stats import publish_totals
 from leveret.management.views import channel_name
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ async def read_objects(
 def total_families(server: Server) -> Iterator[Metric]:
     """The node-wide counters: channel totals, then queue counts; the aggregated view."""
     totals = server.churn.totals(q for v in server.vhosts.values() for q in v.queues.values())
-    counters = server.counters
+    counters = publish_totals(server)
     for family in cm.CHANNEL_TOTALS:
         yield m.single(family, total_of(family, counters, totals.values()))
 
@@ -209,6 +210,8 @@ def global_families(server: Server) -> Iterator[Metric]:
     channels = [ch for conn in server.connections for ch in conn.channels.values()]
     protocol = {"protocol": m.PROTOCOL}
     yield m.single(cm.GLOBAL_CONSUMERS, sum(len(ch.consumers) for ch in channels), protocol)
+    publishers = sum(1 for ch in channels if ch.has_published())
+    yield m.single(cm.GLOBAL_PUBLISHERS, publishers, protocol)
     for family in cm.GLOBAL_BY_QUEUE_TYPE:
         found = m.metric(PREFIX + family.name, family, ("protocol", "queue_type"))
         for kind in m.QUEUE_TYPES:
@@ -224,7 +227,7 @@ def global_families(server: Server) -> Iterator[Metric]:
             found.add_metric([kind, strategy], dead.get((kind, reason, strategy), 0))
         yield found
     for family in cm.GLOBAL_BY_PROTOCOL:
-        yield m.single(family, total_of(family, server.counters, ()), protocol)
+        yield m.single(family, total_of(family, publish_totals(server), ()), protocol)
     confirming = server.churn.received_confirm + sum(ch.publish_seq for ch in channels)
     yield m.single(cm.GLOBAL_RECEIVED_CONFIRM, confirming, protocol)
 

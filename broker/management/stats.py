@@ -16,7 +16,9 @@ into what RabbitMQ's management plugin shows:
 What the per-queue counters cannot give: messages received from publishers (a message
 routed to three queues counts three times in the queues' ``publish``) and unroutable
 messages (they reach no queue). Those come from the broker's per-publish counters
-(``Server.counters``, :class:`BrokerCounters`, kept by the channels and the API's publish).
+(:func:`publish_totals`: ``Server.counters``, kept by the API's publish and holding the
+closed channels' counts, plus each open channel's own). Channels and connections are
+sampled here too (client_stats.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from leveret.management.history import History, ranges, with_samples
+from leveret.management.client_stats import ClientStats
+from leveret.management.history import History, now_ms, ranges, with_samples
+from leveret.session.publish import PUBLISH_COUNTER_NAMES, PublishCounters
 
 if TYPE_CHECKING:
     from leveret.queue import Queue
@@ -69,9 +73,22 @@ class BrokerCounters(Protocol):
 
 
 def broker_counters(server: Server) -> BrokerCounters | None:
-    """The broker's own publish counters, when it has them."""
-    counters: BrokerCounters | None = getattr(server, "counters", None)
-    return counters
+    """The broker's own publish counters, when it has them: :func:`publish_totals`."""
+    if getattr(server, "counters", None) is None:
+        return None
+    return publish_totals(server)
+
+
+def publish_totals(server: Server) -> PublishCounters:
+    """The node's publish counters since start: ``Server.counters`` (the management API's
+    publishes and those of closed channels, folded in as each closed) plus every open
+    channel's own (leveret.channel_stats)."""
+    totals = PublishCounters()
+    sources: list[BrokerCounters] = [server.counters]
+    sources += [ch.counters for conn in server.connections for ch in conn.channels.values()]
+    for name in PUBLISH_COUNTER_NAMES:
+        setattr(totals, name, sum(getattr(source, name) for source in sources))
+    return totals
 
 
 def queue_counters(queue: Queue) -> tuple[int, ...]:
@@ -128,6 +145,8 @@ class Sampler:
         self.overview_history = History()
         self.queue_history = History()
         self.exchange_history = History()
+        # Channels' and connections' rates and history (client_stats.py).
+        self.clients = ClientStats()
         self.global_names: tuple[str, ...] = ()
 
     def live_queues(self) -> list[Queue]:
@@ -208,6 +227,9 @@ class Sampler:
             if kept is None or kept.values[-1] != current.values:  # inlined: 3,000 a sample
                 self.queue_history.record(key, at_ms, current.values)
         self._sample_exchanges(now, at_ms)
+        server = self._server()
+        if server is not None:
+            self.clients.sample(server.connections, now, at_ms)
 
     def _sample_exchanges(self, now: float, at_ms: int) -> None:
         server = self._server()
@@ -274,11 +296,6 @@ class Sampler:
                 self.sample()
             except Exception:  # a bad sample must not end sampling for good
                 log.exception("management statistics sample failed")
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds, RabbitMQ's sample timestamps."""
-    return int(time.time() * 1000)
 
 
 def _rates(previous: Sample, current: Sample, names: tuple[str, ...]) -> dict[str, float]:

@@ -18,6 +18,7 @@ from urllib.parse import quote_plus
 from leveret import __version__
 from leveret.arguments import queue_type
 from leveret.auth import Permission, User
+from leveret.channel_stats import CHANNEL_COUNTERS
 from leveret.config import NODE_NAME
 from leveret.exchanges.model import Binding, DestKind, Exchange, freeze
 from leveret.fieldtable import amqp_json
@@ -244,8 +245,9 @@ def connection_details(conn: Connection) -> JSON:
     return {"name": connection_name(conn), "peer_host": peer_host, "peer_port": peer_port}
 
 
-def connection_view(conn: Connection, state: str) -> JSON:
-    """A connection (rabbit_reader:info_keys/0 as the management plugin shows them)."""
+def connection_view(conn: Connection, state: str, rates: Mapping[str, float] | None = None) -> JSON:
+    """A connection (rabbit_reader:info_keys/0 as the management plugin shows them), with
+    ``recv_oct_details`` and ``send_oct_details`` (``rates``: the sampler's last)."""
     peer_host, peer_port, host, port = connection_endpoints(conn)
     ssl = bool(conn.transport and conn.transport.get_extra_info("sslcontext"))
     view: JSON = {
@@ -271,8 +273,10 @@ def connection_view(conn: Connection, state: str) -> JSON:
         "connected_at": int(conn.io.opened_at * 1000),
         # The socket's counters, as rabbit_reader reads them with inet:getstat.
         "recv_oct": conn.io.recv_oct,
+        "recv_oct_details": details((rates or {}).get("recv_oct")),
         "recv_cnt": conn.io.recv_cnt,
         "send_oct": conn.io.send_oct,
+        "send_oct_details": details((rates or {}).get("send_oct")),
         "send_cnt": conn.io.send_cnt,
         "send_pend": conn.transport.get_write_buffer_size() if conn.transport else 0,
     }
@@ -286,8 +290,12 @@ def channel_name(conn: Connection, channel: Subscriber) -> str:
     return f"{connection_name(conn)} ({channel.id})"
 
 
-def channel_view(conn: Connection, channel: Channel) -> JSON:
-    """A channel (rabbit_channel:info_keys/0 as the management plugin shows them)."""
+def channel_view(
+    conn: Connection, channel: Channel, rates: Mapping[str, float] | None = None
+) -> JSON:
+    """A channel (rabbit_channel:info_keys/0 as the management plugin shows them) with its
+    ``message_stats`` (leveret.channel_stats; ``rates``: the sampler's last)."""
+    counters = dict(zip(CHANNEL_COUNTERS, channel.message_counts(), strict=True))
     return {
         "name": channel_name(conn, channel),
         "node": NODE,
@@ -306,6 +314,7 @@ def channel_view(conn: Connection, channel: Channel) -> JSON:
         "global_prefetch_count": channel.global_prefetch,
         "confirm": channel.confirm,
         "transactional": channel.tx is not None,
+        "message_stats": message_stats(counters, rates or {}, CHANNEL_COUNTERS),
     }
 
 

@@ -12,6 +12,21 @@ are tested without a socket or an event loop (``tests/session/``). The wire chan
   counters, for the wire channel and the management API alike.
 - ``get``: basic.get's checks and the delivery header, for the channel, the management get
   and the aliveness test.
+- ``topology``: exchange and queue declare/delete, bind/unbind and purge: the permissions of
+  an :class:`~leveret.session.topology.Actor` (a channel's user over its connection, or a
+  management request's user), then the rules (reserved names, equivalence, exclusive
+  access, if-unused/if-empty); the vhost applies what they allow.
+- ``consume``: basic.consume's checks in RabbitMQ's order, direct reply-to's, basic.qos and
+  basic.recover.
+- ``tx``: tx and confirm modes, commit and rollback of held publishes and acks, and the
+  confirms' ``multiple`` acks between nacks.
+
+A rule lives here once, whoever asks: the wire channel (``leveret.channel_topology``,
+``channel_consume``, ``channel_tx``) only turns a frame into a call and the result into a
+frame, and the management API runs each request as its user through the same calls (as
+RabbitMQ's management plugin goes through a channel). Errors are
+:class:`leveret.errors.AMQPError` with RabbitMQ's codes and texts; each caller words them
+its way (a close frame, an HTTP status, ``leveret ctl``'s message).
 
 The session sits on the node (vhosts, queues, messages: ``leveret.vhost``,
 ``leveret.queue``...), which never imports it. ``tests/test_layers.py`` enforces both rules.

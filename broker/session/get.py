@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from leveret.message import with_header
+from leveret.session.topology import lookup_queue
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
@@ -21,7 +22,7 @@ def readable_queue(
     (404; 405 when exclusive to another connection than ``owner``, None outside AMQP),
     then a stream's 540."""
     access.check(user, vhost.name, "read", "queue", name)
-    queue = vhost.queue(name, owner)
+    queue = lookup_queue(vhost, name, owner)
     queue.check_get()
     return queue
 

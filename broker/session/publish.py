@@ -73,6 +73,33 @@ class Counters(Protocol):
     unroutable_returned: int
 
 
+class PublishCounters:
+    """Publish counters of one channel (rabbit_channel's ``ch_stats`` fine stats: publish,
+    confirm, return_unroutable, drop_unroutable), incremented where the node's used to be:
+    a channel's :class:`Publisher` counts into its own, which costs the publish path
+    nothing more, and the node's totals are its closed channels' (folded in with
+    :func:`fold` as each one closes) plus its open ones'
+    (leveret.management.stats.publish_totals)."""
+
+    __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")
+
+    def __init__(self) -> None:
+        self.confirmed = 0  # publisher confirms (basic.ack) sent, one per message
+        self.received = 0
+        self.routed = 0
+        self.unroutable_dropped = 0
+        self.unroutable_returned = 0
+
+
+PUBLISH_COUNTER_NAMES = PublishCounters.__slots__
+
+
+def fold(source: Counters, into: Counters) -> None:
+    """Add the counts of ``source`` (a closing channel's) to ``into`` (the node's)."""
+    for name in PUBLISH_COUNTER_NAMES:
+        setattr(into, name, getattr(into, name) + getattr(source, name))
+
+
 def size_error(body_size: int, limit: int) -> AMQPChannelError | None:
     """rabbit_channel:check_msg_size/3: 406 for a body over the configured maximum."""
     if body_size <= limit:

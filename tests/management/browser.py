@@ -7,6 +7,8 @@ collects them and :func:`logged_in` checks it when the test ends.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 import struct
 import zlib
@@ -102,6 +104,10 @@ async def screenshot(found: Browser, name: str, tmp_path: Path) -> bytes:
     """A PNG of the page (kept in ``tmp_path``), checked to be a real picture of the
     viewport's size with many colours, not a blank page."""
     data = await found.page.screenshot(path=str(tmp_path / f"{name}.png"))
+    # LEVERET_SCREENSHOTS=docs/screenshots keeps them where the README links them.
+    keep = os.environ.get("LEVERET_SCREENSHOTS")
+    if keep:
+        await asyncio.to_thread(Path(keep, f"{name}.png").write_bytes, data)
     width, height, bpp, rows = decode_png(data)
     viewport = found.page.viewport_size or {}
     assert (width, height) == (viewport.get("width"), viewport.get("height"))

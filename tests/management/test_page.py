@@ -71,7 +71,11 @@ async def test_declare_publish_get_purge_delete_a_queue(mgmt: Mgmt, tmp_path: Pa
         await found.open("queues")
         form = page.locator("form[name=add-queue]")
         await form.locator("input[name=name]").fill("jobs")
-        await form.locator("textarea[name=arguments]").fill('{"x-max-length": 10}')
+        # A typed row (args.js): the Number type sends an integer, as RabbitMQ's UI does.
+        row = form.locator("[data-rows=arguments] [data-row='0']")
+        await row.locator("input.key").fill("x-max-length")
+        await row.locator("input.value").fill("10")
+        await row.locator("select.type").select_option("number")
         await form.locator("button[type=submit]").click()
         await expect(page.locator("text=Queue 'jobs' added.")).to_be_visible()
         await expect(page.locator("[data-list=queues] a", has_text="jobs")).to_be_visible()
@@ -82,7 +86,9 @@ async def test_declare_publish_get_purge_delete_a_queue(mgmt: Mgmt, tmp_path: Pa
         await expect(page.locator("#queue-page h1")).to_contain_text("jobs")
         publish = page.locator("form[name=publish]")
         await publish.locator("textarea[name=payload]").fill("hello from the page")
-        await publish.locator("textarea[name=headers]").fill('{"trace": "t1"}')
+        header = publish.locator("[data-rows=headers] [data-row='0']")
+        await header.locator("input.key").fill("trace")
+        await header.locator("input.value").fill("t1")
         for _ in range(2):
             await publish.locator("button[type=submit]").click()
             await expect(page.locator("#publish .status")).to_have_text("Message published.")

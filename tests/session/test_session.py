@@ -6,61 +6,16 @@ socket is opened."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
-from pamqp import commands
 
 from leveret import channel as wire_channel
 from leveret.auth import AccessControl, Permission, TopicPermission
-from leveret.consumer import Consumer
-from leveret.errors import AMQPError
-from leveret.fieldtable import marshal_content_header
-from leveret.message import Message
-from leveret.queue import Entry, Queue
-from leveret.server import PublishCounters
 from leveret.session.get import basic_get
-from leveret.session.ledger import Ledger
-from leveret.session.publish import CHECKS, Publisher
+from leveret.session.publish import CHECKS
+from leveret.session.topology import exchange_declared, queue_declared
 from leveret.vhost import VHost
 
-MAX_SIZE = 1000
-
-
-class Collector(Ledger[tuple[Queue, Entry, Consumer]]):
-    """An in-process subscriber: what the wire channel would write, kept in a list."""
-
-    def __init__(self, prefetch: int = 0) -> None:
-        super().__init__()
-        self.id = 1
-        self.open = True
-        self.conn = SimpleNamespace(writable=True)
-        self.prefetch_count = prefetch
-        self.delivered: list[tuple[int, bytes, bool]] = []
-        self.cancelled: list[str] = []
-
-    def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        tag = self.record(None if consumer.no_ack else (consumer.queue, entry, consumer))
-        self.delivered.append((tag, entry[0].body, bool(entry[1])))
-
-    def cancel_by_server(self, consumer: Consumer) -> None:
-        self.cancelled.append(consumer.tag)
-
-    def consume(self, queue: Queue, tag: str = "c", no_ack: bool = False) -> Consumer:
-        consumer = Consumer(self, queue, tag, no_ack, False, self.prefetch_count, {}, b"")
-        queue.add_consumer(consumer)
-        return consumer
-
-    def ack(self, tag: int, multiple: bool = False) -> None:
-        for _tag, (queue, entry, consumer) in self.take(tag, multiple):
-            queue.ack(entry[0], consumer)
-            queue.drain()
-
-    def nack(self, tag: int) -> None:
-        for _tag, (queue, entry, consumer) in self.take(tag, False):
-            queue.requeue([(entry, consumer)])
+from .helpers import MAX_SIZE, Collector, declare, message, publish, publisher, refusal
 
 
 @pytest.fixture
@@ -70,47 +25,13 @@ def access() -> AccessControl:
     return access
 
 
-@pytest.fixture
-async def vhost() -> Iterator[VHost]:
-    vhost = VHost("/")
-    yield vhost
-    for queue in list(vhost.queues.values()):
-        vhost.delete_queue(queue)
-
-
-def publisher(access: AccessControl, vhost: VHost, user: str = "guest") -> Publisher:
-    return Publisher(access, vhost, user, PublishCounters(), MAX_SIZE)
-
-
-def message(exchange: str, key: str, body: bytes = b"x", **props: Any) -> Message:
-    header = marshal_content_header(len(body), commands.Basic.Properties(**props))
-    return Message(exchange, key, header, body)
-
-
-def publish(p: Publisher, exchange: str, key: str, body: bytes = b"x", **props: Any) -> Any:
-    """basic.publish through the session's checks, in order, then routed (mandatory)."""
-    p.check_size(len(body))
-    p.check_exchange(exchange, key)
-    return p.route(p.check_message(message(exchange, key, body, **props), None), True, None)
-
-
-def refusal(action: Any) -> tuple[int, str]:
-    with pytest.raises(AMQPError) as raised:
-        action()
-    return raised.value.code, raised.value.text
-
-
-def declare(vhost: VHost, name: str, **arguments: Any) -> Queue:
-    return vhost.declare_queue(name, False, False, False, False, arguments, None)  # type: ignore[arg-type]
-
-
 def test_the_fast_path_has_a_guard_for_every_check_in_order() -> None:
     assert tuple(wire_channel.FAST_PATH_GUARDS) == CHECKS
 
 
 async def test_publish_checks_come_in_rabbitmq_order(access: AccessControl, vhost: VHost) -> None:
-    vhost.declare_exchange("open.internal", "topic", False, False, False, True, {})
-    vhost.declare_exchange("open.topic", "topic", False, False, False, False, {})
+    exchange_declared(vhost, "open.internal", "topic", False, False, False, True, {})
+    exchange_declared(vhost, "open.topic", "topic", False, False, False, False, {})
     access.set_topic_permission("app", "/", "open.topic", TopicPermission(write="^ok", read=""))
     p = publisher(access, vhost, "app")
     big = b"x" * (MAX_SIZE + 1)
@@ -220,7 +141,7 @@ async def test_get_refusals(access: AccessControl, vhost: VHost) -> None:
         404,
         "NOT_FOUND - no queue 'nope' in vhost '/'",
     )
-    vhost.declare_queue("s", False, True, False, False, {"x-queue-type": "stream"}, None)  # type: ignore[arg-type]
+    queue_declared(vhost, "s", False, True, False, False, {"x-queue-type": "stream"}, None)[0]
     assert refusal(lambda: basic_get(access, "guest", vhost, "s", False, None)) == (
         540,
         "NOT_IMPLEMENTED - basic.get not supported by stream queues queue 's' in vhost '/'",
@@ -271,7 +192,9 @@ async def test_deleting_a_queue_cancels_its_consumers(access: AccessControl, vho
 
 
 async def test_a_stream_refuses_what_rabbitmq_refuses(access: AccessControl, vhost: VHost) -> None:
-    stream = vhost.declare_queue("s", False, True, False, False, {"x-queue-type": "stream"}, None)  # type: ignore[arg-type]
+    stream = queue_declared(
+        vhost, "s", False, True, False, False, {"x-queue-type": "stream"}, None
+    )[0]
     where = "queue 's' in vhost '/'"
     assert refusal(lambda: stream.check_consume(False, 0, 0, {})) == (
         406,
@@ -297,7 +220,9 @@ async def test_a_stream_refuses_what_rabbitmq_refuses(access: AccessControl, vho
 
 
 async def test_a_quorum_queue_refuses_global_qos(vhost: VHost) -> None:
-    quorum = vhost.declare_queue("qq", False, True, False, False, {"x-queue-type": "quorum"}, None)  # type: ignore[arg-type]
+    quorum = queue_declared(
+        vhost, "qq", False, True, False, False, {"x-queue-type": "quorum"}, None
+    )[0]
     quorum.check_consume(False, 0, 0, {})
     assert refusal(lambda: quorum.check_consume(False, 0, 5, {})) == (
         540,

@@ -23,10 +23,11 @@ export function useRange() {
   return [RANGES[range] || RANGES["60"], range, choose];
 }
 
-// The query string asking the API for the history of ``range``.
-export function rangeQuery(range) {
+// The query string asking the API for the history of ``range`` (``data_rates``: a
+// connection's bytes, as RabbitMQ's UI asks for them).
+export function rangeQuery(range, kinds = ["lengths", "msg_rates"]) {
   const { age, incr } = range;
-  return `lengths_age=${age}&lengths_incr=${incr}&msg_rates_age=${age}&msg_rates_incr=${incr}`;
+  return kinds.map((kind) => `${kind}_age=${age}&${kind}_incr=${incr}`).join("&");
 }
 
 export function RangePicker({ value, onChange }) {
@@ -57,7 +58,7 @@ function columns(source, names, asRates) {
 
 // A time chart of ``names`` ([key, label] pairs) of ``source`` (message_stats or an object
 // with messages_details...); ``rates``: the samples are counters, draw their rates.
-export function HistoryChart({ title, source, names, rates = false, unit, age = 60 }) {
+export function HistoryChart({ title, source, names, rates = false, unit, age = 60, digits }) {
   const box = useRef(null);
   const made = columns(source, names, rates);
   const key = made ? JSON.stringify(made.data) : "";
@@ -80,7 +81,7 @@ export function HistoryChart({ title, source, names, rates = false, unit, age = 
           label,
           stroke: COLOURS[i % COLOURS.length],
           width: 2,
-          value: (u, v) => (v === null || v === undefined ? "-" : v.toFixed(rates ? 1 : 0)),
+          value: (u, v) => (v === null || v === undefined ? "-" : v.toFixed(digits ?? (rates ? 1 : 0))),
         })),
       ],
     };
@@ -121,4 +122,24 @@ export const OVERVIEW_RATES = [
 export const EXCHANGE_RATES = [
   ["publish_in", "Publish (In)"],
   ["publish_out", "Publish (Out)"],
+];
+
+// A channel's message rates (rabbit_mgmt_format's channel stats, as RabbitMQ's channel page).
+export const CHANNEL_RATES = [
+  ["publish", "Publish"],
+  ["confirm", "Publisher confirm"],
+  ["deliver", "Deliver (manual ack)"],
+  ["deliver_no_ack", "Deliver (auto ack)"],
+  ["get", "Get (manual ack)"],
+  ["get_no_ack", "Get (auto ack)"],
+  ["redeliver", "Redelivered"],
+  ["ack", "Consumer ack"],
+  ["return_unroutable", "Unroutable (return)"],
+  ["drop_unroutable", "Unroutable (drop)"],
+];
+
+// A connection's data rates (its socket's bytes received and sent).
+export const CONNECTION_RATES = [
+  ["recv_oct", "Received"],
+  ["send_oct", "Sent"],
 ];

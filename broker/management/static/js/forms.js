@@ -1,6 +1,7 @@
 // Form helpers: run an API action, then say what happened (RabbitMQ's wording where its
 // UI has one) or show the API's reason for refusing it.
 import { useState } from "preact/hooks";
+import { ArgRows } from "./args.js";
 import { html } from "./lib.js";
 
 // [run, status]: ``run(action, message)`` awaits ``action()``; ``message`` may be a
@@ -62,8 +63,9 @@ export function Choice({ label, name, options }) {
 const NO_YES = [["false", "No"], ["true", "Yes"]];
 
 // The fields every declaration form has: virtual host, name (then ``children``),
-// durability, auto delete (then ``extra``) and arguments.
-export function DeclareFields({ vhosts, vhost, children, extra, example }) {
+// durability, auto delete (then ``extra``) and arguments (typed rows, args.js;
+// ``shortcuts``: the argument keys offered with their types).
+export function DeclareFields({ vhosts, vhost, children, extra, shortcuts }) {
   return html`
     <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} value=${vhost || "/"} /></${Field}>
     <${Field} label="Name"><input name="name" required /></${Field}>
@@ -71,7 +73,8 @@ export function DeclareFields({ vhosts, vhost, children, extra, example }) {
     <${Choice} label="Durability" name="durable" options=${[["true", "Durable"], ["false", "Transient"]]} />
     <${Choice} label="Auto delete" name="auto_delete" options=${NO_YES} />
     ${extra}
-    <${Field} label="Arguments (JSON)"><textarea name="arguments" placeholder=${example}></textarea></${Field}>`;
+    <${ArgRows} name="arguments" label="Arguments" shortcuts=${shortcuts || []}
+      keys=${(shortcuts || []).map(([key]) => key)} />`;
 }
 
 export { NO_YES };

@@ -2,8 +2,10 @@
 // API per refresh, with only the columns shown), and the forms that add an exchange or a
 // queue.
 import { useState } from "preact/hooks";
+import { EXCHANGE_ARGUMENTS, QUEUE_ARGUMENTS, typedRows } from "./args.js";
 import { Choice, DeclareFields, Form, NO_YES, Status, useAction } from "./forms.js";
-import { api, enc, fmtNum, fmtRate, html, links, parseObject } from "./lib.js";
+import { channelRateColumns } from "./clients.js";
+import { api, enc, fmtNum, fmtRate, html, links } from "./lib.js";
 import { PagedList } from "./table.js";
 
 // D (durable), AD (auto-delete), I (internal), Excl (exclusive) and the argument names,
@@ -52,12 +54,16 @@ export function ChannelsPage({ vhost }) {
     { label: "Prefetch", num: true, render: (c) => c.prefetch_count || "" },
     { label: "Unacked", sort: "messages_unacknowledged", num: true, render: (c) => c.messages_unacknowledged },
     { label: "Consumers", sort: "consumer_count", num: true, render: (c) => c.consumer_count },
+    ...channelRateColumns,
   ];
   return html`<div><h1>Channels</h1>
     <${PagedList} path=${(v) => (v ? `/vhosts/${enc(v)}/channels` : "/channels")}
       vhost=${vhost} noun="channels" columns=${columns}
       rowKey=${(c) => c.name}
-      fields="name,vhost,user,state,confirm,transactional,messages_unconfirmed,prefetch_count,messages_unacknowledged,consumer_count" />
+      fields=${"name,vhost,user,state,confirm,transactional,messages_unconfirmed,prefetch_count,"
+        + "messages_unacknowledged,consumer_count,message_stats.publish_details.rate,"
+        + "message_stats.confirm_details.rate,message_stats.deliver_get_details.rate,"
+        + "message_stats.ack_details.rate"} />
   </div>`;
 }
 
@@ -70,7 +76,7 @@ function AddExchange({ vhosts, vhost, onDone }) {
         durable: v.durable === "true",
         auto_delete: v.auto_delete === "true",
         internal: v.internal === "true",
-        arguments: parseObject(v.arguments, "Arguments"),
+        arguments: typedRows(v.arguments, "Argument"),
       };
       await api("PUT", `/exchanges/${enc(v.vhost)}/${enc(v.name)}`, body);
       form.name.value = "";
@@ -78,7 +84,7 @@ function AddExchange({ vhosts, vhost, onDone }) {
   const types = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-delayed-message"];
   return html`<details class="add"><summary>Add a new exchange</summary>
     <${Form} name="add-exchange" onSubmit=${submit}>
-      <${DeclareFields} vhosts=${vhosts} vhost=${vhost} example='{"alternate-exchange": "unrouted"}'
+      <${DeclareFields} vhosts=${vhosts} vhost=${vhost} shortcuts=${EXCHANGE_ARGUMENTS}
         extra=${html`<${Choice} label="Internal" name="internal" options=${NO_YES} />`}>
         <${Choice} label="Type" name="type" options=${types.map((t) => [t, t])} />
       </${DeclareFields}>
@@ -110,7 +116,7 @@ function AddQueue({ vhosts, vhost, onDone }) {
   const [run, status] = useAction(onDone);
   const submit = (v, form) =>
     run(async () => {
-      const args = parseObject(v.arguments, "Arguments");
+      const args = typedRows(v.arguments, "Argument");
       if (v.type !== "classic") args["x-queue-type"] = v.type;
       const body = { durable: v.durable === "true", auto_delete: v.auto_delete === "true", arguments: args };
       await api("PUT", `/queues/${enc(v.vhost)}/${enc(v.name)}`, body);
@@ -118,8 +124,7 @@ function AddQueue({ vhosts, vhost, onDone }) {
     }, `Queue '${v.name}' added.`);
   return html`<details class="add" open><summary>Add a new queue</summary>
     <${Form} name="add-queue" onSubmit=${submit}>
-      <${DeclareFields} vhosts=${vhosts} vhost=${vhost}
-        example='{"x-message-ttl": 60000, "x-max-length": 1000}'>
+      <${DeclareFields} vhosts=${vhosts} vhost=${vhost} shortcuts=${QUEUE_ARGUMENTS}>
         <${Choice} label="Type" name="type"
           options=${[["classic", "Classic"], ["quorum", "Quorum"], ["stream", "Stream"]]} />
       </${DeclareFields}>

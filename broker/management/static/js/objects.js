@@ -4,8 +4,9 @@ import { useState } from "preact/hooks";
 import {
   EXCHANGE_RATES, HistoryChart, QUEUE_RATES, QUEUED, RangePicker, rangeQuery, useRange,
 } from "./charts.js";
+import { ArgRows, NUMERIC_PROPERTIES, PROPERTIES, typedRows } from "./args.js";
 import { confirmed, Field, Form, Status, useAction } from "./forms.js";
-import { api, enc, fmtBytes, fmtNum, get, html, json, links, parseObject, usePoll } from "./lib.js";
+import { api, enc, fmtBytes, fmtNum, get, html, json, links, usePoll } from "./lib.js";
 import { Features } from "./lists.js";
 import { Facts, Table } from "./table.js";
 
@@ -16,8 +17,8 @@ function Publish({ vhost, exchange, routingKey, onDone }) {
   const [run, status] = useAction(onDone);
   const submit = (v) =>
     run(async () => {
-      const properties = parseObject(v.properties, "Properties");
-      const headers = parseObject(v.headers, "Headers");
+      const properties = typedRows(v.properties, "Property", NUMERIC_PROPERTIES);
+      const headers = typedRows(v.headers, "Header");
       if (Object.keys(headers).length) properties.headers = headers;
       if (v.delivery_mode) properties.delivery_mode = Number(v.delivery_mode);
       const body = {
@@ -34,9 +35,8 @@ function Publish({ vhost, exchange, routingKey, onDone }) {
       <${Field} label="Delivery mode"><select name="delivery_mode">
         <option value="1">1 - Non-persistent</option><option value="2">2 - Persistent</option>
       </select></${Field}>
-      <${Field} label="Headers (JSON)"><textarea name="headers" placeholder='{"x-trace": "on"}'></textarea></${Field}>
-      <${Field} label="Properties (JSON)"><textarea name="properties"
-        placeholder='{"content_type": "text/plain", "message_id": "m1"}'></textarea></${Field}>
+      <${ArgRows} name="headers" label="Headers" />
+      <${ArgRows} name="properties" label="Properties" types=${false} keys=${PROPERTIES} />
       <${Field} label="Payload"><textarea name="payload" rows="4"></textarea></${Field}>
       <${Field} label="Payload encoding"><select name="payload_encoding">
         <option value="string">String (default)</option><option value="base64">Base64</option>
@@ -94,7 +94,7 @@ function Bindings({ vhost, rows, own, onDone, queueName }) {
     run(() => api("DELETE", `/bindings/${enc(vhost)}/e/${enc(b.source)}/${b.destination_type === "queue" ? "q" : "e"}/${enc(b.destination)}/${enc(b.properties_key)}`), "Binding removed.");
   const add = (v) =>
     run(async () => {
-      const body = { routing_key: v.routing_key, arguments: parseObject(v.arguments, "Arguments") };
+      const body = { routing_key: v.routing_key, arguments: typedRows(v.arguments, "Argument") };
       const [source, kind, destination] = queueName !== undefined
         ? [v.source, "q", queueName] : [own, v.kind, v.destination];
       await api("POST", `/bindings/${enc(vhost)}/e/${enc(source)}/${kind}/${enc(destination)}`, body);
@@ -119,7 +119,7 @@ function Bindings({ vhost, rows, own, onDone, queueName }) {
             <option value="e">To exchange</option></select></${Field}>
           <${Field} label="Destination"><input name="destination" required /></${Field}>`}
       <${Field} label="Routing key"><input name="routing_key" /></${Field}>
-      <${Field} label="Arguments (JSON)"><textarea name="arguments"></textarea></${Field}>
+      <${ArgRows} name="arguments" label="Arguments" />
       <button type="submit">Bind</button>
     </${Form}>
     <${Status} status=${status} />
