@@ -8,6 +8,7 @@ these tests see what a user of the trace sees.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -138,3 +139,57 @@ def test_dump_of_a_recorded_trace_is_json(tmp_path: Path) -> None:
     writer.close(timeout=None)  # the whole trace written, however loaded the machine
     (line,) = dumped(tmp_path)
     assert json.loads(json.dumps(line))["headers"] == {"a": [1, "b"]}
+
+
+async def test_on_a_loop_the_rows_of_a_turn_share_its_time(tmp_path: Path) -> None:
+    """The clock is read by a turn's first record: rows routed in one turn share its time,
+    the next turn's rows have a later one, and a hand-off inside a turn (a flush) makes
+    the next row read the clock again, so each batch's rows have times."""
+    writer = TraceWriter(tmp_path, flush_interval=60)
+    for n in range(3):
+        writer.record("v", "x", "k", raw_header(n), n, ("q",))
+    await asyncio.sleep(0.002)
+    writer.record("v", "x", "k", raw_header(3), 3, ("q",))
+    writer.hand_off()
+    writer.record("v", "x", "k", raw_header(4), 4, ("q",))
+    await asyncio.sleep(0)
+    writer.record("v", "x", "k", raw_header(5), 5, ("q",))
+    writer.close(timeout=None)
+    got = dumped(tmp_path)
+    assert [m["size"] for m in got] == list(range(6))
+    times = [float(m["ts"]) for m in got]  # type: ignore[arg-type]
+    assert times[0] == times[1] == times[2] < times[3] <= times[4] <= times[5]
+
+
+async def test_on_a_loop_combo_lists_start_over_inside_a_turn(tmp_path: Path) -> None:
+    """Keys that never repeat, many per turn: the combo list starts over in the middle of
+    turns, each new batch starts at its turn's time, and every row keeps its key, size and
+    place."""
+    writer = TraceWriter(tmp_path, flush_interval=60)
+    writer.max_combos = 5
+    sent = []
+    for turn in range(40):
+        for n in range(turn % 7):
+            key = f"k{turn}.{n}"
+            size = turn * 10 + n
+            writer.record("v", "x", key, raw_header(size, delivery_mode=2), size, ("q",))
+            sent.append((key, size))
+        await asyncio.sleep(0)
+    writer.close(timeout=None)
+    got = dumped(tmp_path)
+    assert [(m["key"], m["size"]) for m in got] == sent
+    times = [float(m["ts"]) for m in got]  # type: ignore[arg-type]
+    assert times == sorted(times)
+
+
+def test_the_body_size_is_the_messages_own(tmp_path: Path) -> None:
+    """Row values are cached by content header, which holds the body size: a message whose
+    body length differs from its header's (no path into the broker makes one: a channel
+    assembles exactly the announced size, the others marshal the header from the body) keeps
+    its own size and is not cached, so the messages that agree get theirs."""
+    writer = TraceWriter(tmp_path)
+    five = raw_header(5)
+    for size in (7, 5, 5):
+        writer.record("/", "x", "k", five, size, ())
+    writer.close(timeout=None)
+    assert [m["size"] for m in dumped(tmp_path)] == [7, 5, 5]

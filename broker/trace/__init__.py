@@ -2,7 +2,7 @@
 
 One module per concern: :mod:`~leveret.trace.schema` (the file format, schema version 3,
 documented there, and the dictionary ids), :mod:`~leveret.trace.recorder` (the publish path:
-rows in typed columns), :mod:`~leveret.trace.writer` (the thread that writes them),
+one shared int per row), :mod:`~leveret.trace.writer` (the thread that writes them),
 :mod:`~leveret.trace.segment` (one segment's files) and :mod:`~leveret.trace.reading`
 (``leveret trace dump`` and ``convert``).
 """

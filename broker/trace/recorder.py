@@ -1,28 +1,45 @@
-"""The trace recorder's publish path: one row per published message, in typed columns.
+"""The trace recorder's publish path: one row per published message, one list append each.
 
 :meth:`Recorder.record` runs on the event loop for every message published while the trace
-is on, so it does as little as it can: it reads the clock, interns what the row says besides
-its time and size (vhost, exchange, routing key, content header and the queues reached) to a
-small integer with one dict lookup, and appends three numbers to ``array.array`` columns.
-Those go to the writer thread in :class:`Batch` es of up to ``batch_rows`` rows, or every
-``flush_interval`` seconds, and Arrow reads them in place through the buffer protocol
-(:mod:`leveret.trace.writer`), so no Python object is made per message on either side.
+is on, so it does as little as it can: one dict lookup interns what the row says besides its
+time (vhost, exchange, routing key, content header, the queues reached) to a *row value*,
+a small integer that packs the body size and a combo index (``size << COMBO_BITS | combo``,
+so a value is one shared int object, appended to a list without allocating), and the clock
+is read once per event-loop turn, not per message (see *Time* below). Rows go to the writer
+thread in :class:`Batch` es of about ``batch_rows`` rows, or every ``flush_interval``
+seconds, and Arrow turns them into columns in C (:mod:`leveret.trace.writer`).
 
 A *combo* is the interned part of a row: the key (vhost, exchange, routing key, the headers
 table as raw bytes), the delivery mode and the queues reached. The dict from what the
 publish path has at hand (the content header's bytes, shared between the messages that
-repeat them, and the routed name set, whose hash Python caches) to a combo index misses
-when the content header differs (a ``message_id`` per message): then the headers table and
-delivery mode are read from it and a second dict, by the combo's own fields, finds the index.
-Both are bounded: the first is emptied when full (past half full, it takes only the headers
-of new combos), and when the combos reach ``max_combos`` (keys that never repeat) the batch
-is handed off and a new combo list begins.
+repeat them, and the routed name set, whose hash Python caches) to a row value misses when
+the content header differs (a ``message_id`` per message): then the headers table and
+delivery mode are read from it and a second dict, by the combo's own fields, finds the
+combo, packed with the message's body size. A content header holds the body size (octets 4
+to 12), which is the body's length for every message the broker routes (a channel assembles
+exactly the announced size; the management API, dead-lettering, delayed releases and the
+firehose marshal or copy the header with its body), so a row value found by the header's
+bytes carries the right size; a header found to say otherwise when it is interned is
+recorded with the body's own size and not cached. Both dicts are bounded:
+the first is emptied when full (past half full, it takes only the headers of new combos),
+and when the combos reach ``max_combos`` (keys that never repeat) the batch is handed off
+and a new combo list begins.
 
-Only the recording thread touches the open batch: a batch is handed off by :meth:`record`
-itself (full, or older than ``flush_interval``), by :meth:`hand_off` (flush and close are
+*Time.* A row's time is the wall clock read by the first :meth:`record` of an event-loop
+turn, for every message routed in that turn (a turn handles what the sockets gave it since
+the previous one: under load a few hundred messages and a few milliseconds; the broker
+cannot tell when within that read each message arrived anyway). That first call marks the
+batch (:attr:`Batch.marks`, the row where a time starts, and :attr:`Batch.stamps`, the time
+in microseconds) and schedules a callback that makes the next turn read the clock again.
+Without a running loop (tools, tests) every call reads the clock.
+
+Only the recording thread touches the open batch: a batch is handed off at the start of a
+turn (full, or older than ``flush_interval``), by :meth:`hand_off` (flush and close are
 called from the recording thread), or, when publishing has stopped, by the event loop at the
 writer's request (:meth:`stale`). When ``buffer_limit`` rows are waiting for the writer,
-rows are dropped and counted (:attr:`dropped`): publishing never waits for the trace.
+rows are dropped and counted (:attr:`dropped`): publishing never waits for the trace. The
+limits are checked once per turn, so a batch (and the rows waiting) may exceed them by one
+turn's rows.
 """
 
 from __future__ import annotations
@@ -41,25 +58,32 @@ Combo = tuple[str, str, str, bytes | None, int | None, Collection[str]]
 # What the publish path has at hand: vhost, exchange, routing key, raw content header, queues.
 _Lookup = tuple[str, str, str, bytes, Collection[str]]
 
+# A row value: the body size above COMBO_BITS bits of combo index. Sizes are at most 512 MiB
+# (2**29, RabbitMQ's hard limit), so a value fits an int64 with room to spare.
+COMBO_BITS = 24
+COMBO_MASK = (1 << COMBO_BITS) - 1
+
 
 class Batch:
-    """Rows handed from the publish path to the writer: publish times (seconds, float64),
-    combo indexes (int32) and body sizes (int64), and the combo list the indexes refer to."""
+    """Rows handed from the publish path to the writer: their values (``size << COMBO_BITS
+    | combo``), the combo list the indexes refer to, and their times as runs: ``stamps[i]``
+    (µs since the epoch) is the time of rows ``marks[i]`` up to ``marks[i + 1]`` (the last
+    run up to the end; ``marks`` starts at 0 and increases strictly)."""
 
-    __slots__ = ("combo", "combos", "size", "ts")
+    __slots__ = ("combos", "marks", "rows", "stamps")
 
-    def __init__(self, ts: array[float], combo: array[int], size: array[int], combos: list[Combo]):
-        self.ts = ts
-        self.combo = combo
-        self.size = size
+    def __init__(self, rows: list[int], marks: array[int], stamps: array[int], combos: list[Combo]):
+        self.rows = rows
+        self.marks = marks
+        self.stamps = stamps
         self.combos = combos
 
     def __len__(self) -> int:
-        return len(self.ts)
+        return len(self.rows)
 
 
 class Recorder:
-    """The publish path's side of the trace: rows in typed columns, handed off in batches
+    """The publish path's side of the trace: rows as interned values, handed off in batches
     to :attr:`ready` for a writer (:class:`leveret.trace.writer.TraceWriter`)."""
 
     def __init__(
@@ -73,7 +97,8 @@ class Recorder:
         self.buffer_limit = buffer_limit
         self.flush_interval = flush_interval
         self.batch_rows = max(1, batch_rows)
-        self.max_combos = max(1, max_combos)
+        # Indexes above COMBO_BITS bits would run into the size.
+        self.max_combos = min(max(1, max_combos), COMBO_MASK + 1)
         self.cache_size = max(1, cache_size)
         self.dropped = 0
         self.ready: deque[Batch] = deque()
@@ -84,9 +109,12 @@ class Recorder:
         self._combos: list[Combo] = []
         self._by_header: dict[_Lookup, int] = {}
         self._by_fields: dict[Combo, int] = {}
-        self._ts: array[float] = array("d")
-        self._combo: array[int] = array("i")
-        self._size: array[int] = array("q")
+        self._rows: list[int] = []
+        self._marks: array[int] = array("q")
+        self._stamps: array[int] = array("q")
+        # True when the next record must read the clock: a new turn, a new batch, no loop,
+        # or dropping. Set by _new_turn (scheduled once per turn), hand_off and stale.
+        self._fresh = True
         self._room = 0
         self._deadline = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -103,34 +131,70 @@ class Recorder:
     ) -> None:
         """Record one published message: ``header`` is its raw content header payload,
         ``queues`` the names of the queues it reached (a frozenset is cheapest). Called on
-        the publish path: no I/O, no decoding unless the content header is new."""
+        the publish path: no I/O, no decoding unless the content header is new, and the
+        clock read by the turn's first call only."""
+        if self._fresh and self._stamp():
+            self.dropped += 1
+            return
+        try:
+            # get, not [] and KeyError: a message_id per message misses every time.
+            row = self._by_header.get((vhost, exchange, routing_key, header, queues))
+        except TypeError:  # a set or a list of names: as a frozenset, hashable
+            queues = frozenset(queues)
+            row = self._by_header.get((vhost, exchange, routing_key, header, queues))
+        if row is None:
+            row = self._intern(vhost, exchange, routing_key, header, body_size, queues)
+        self._rows.append(row)
+
+    def _stamp(self) -> bool:
+        """The turn's first record: hand the batch off if it is full or old, note the time
+        from this row on, and have the next turn read the clock again. True when the row
+        is to be dropped (the writer is ``buffer_limit`` rows behind)."""
         now = time.time()
-        if len(self._ts) >= self._room or now >= self._deadline:
+        rows = len(self._rows)
+        if rows >= self._room or now >= self._deadline:
             self.hand_off(now)
             if self._room <= 0:
-                self.dropped += 1
-                return
-        lookup = (vhost, exchange, routing_key, header, queues)
+                return True  # still fresh: the next record checks again
+            rows = 0
+        stamp = int(now * 1_000_000)
+        if self._marks and self._marks[-1] == rows:  # no row since the last mark
+            self._stamps[-1] = stamp
+        else:
+            self._marks.append(rows)
+            self._stamps.append(stamp)
         try:
-            combo = self._by_header.get(lookup)
-        except TypeError:  # a set or a list of names: as a frozenset, hashable
-            lookup = (vhost, exchange, routing_key, header, frozenset(queues))
-            combo = self._by_header.get(lookup)
-        if combo is None:
-            combo = self._intern(lookup)
-        self._ts.append(now)
-        self._combo.append(combo)
-        self._size.append(body_size)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # recording from a thread without a loop (tools, tests)
+            return False
+        loop.call_soon(self._new_turn)
+        self._fresh = False
+        return False
 
-    def _intern(self, lookup: _Lookup) -> int:
-        vhost, exchange, routing_key, header, queues = lookup
+    def _new_turn(self) -> None:
+        self._fresh = True
+
+    def _intern(
+        self,
+        vhost: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body_size: int,
+        queues: Collection[str],
+    ) -> int:
         table, mode = headers_and_mode(header)
         fields = (vhost, exchange, routing_key, table, mode, queues)
         combo = self._by_fields.get(fields)
+        cache = True
         if combo is None:
             if len(self._combos) >= self.max_combos:
-                # The rows recorded so far refer to the full list: they go first.
+                # The rows recorded so far refer to the full list: they go first. The new
+                # batch's rows start at the time of this turn (record has stamped it).
+                stamp = self._stamps[-1]
                 self.hand_off()
+                self._marks.append(0)
+                self._stamps.append(stamp)
                 self._combos = []
                 self._by_fields.clear()
                 self._by_header.clear()
@@ -140,19 +204,25 @@ class Recorder:
             # Another content header for a known combo: a message_id or a timestamp per
             # message, most likely, which would only churn the cache. The first ones are
             # kept (body sizes that vary under the same properties), the rest looked up.
-            return combo
-        if len(self._by_header) >= self.cache_size:
-            self._by_header.clear()
-        self._by_header[lookup] = combo
-        return combo
+            cache = False
+        row = body_size << COMBO_BITS | combo
+        if cache and int.from_bytes(header[4:12], "big") == body_size:
+            if len(self._by_header) >= self.cache_size:
+                self._by_header.clear()
+            self._by_header[vhost, exchange, routing_key, header, queues] = row
+        return row
 
     def hand_off(self, now: float | None = None) -> None:
-        """Give the rows recorded so far to the writer (:attr:`ready`) and start a new batch.
-        Called from the recording thread only."""
-        if self._ts:
-            self.ready.append(Batch(self._ts, self._combo, self._size, self._combos))
-            self.handed += len(self._ts)
-            self._ts, self._combo, self._size = array("d"), array("i"), array("q")
+        """Give the rows recorded so far to the writer (:attr:`ready`) and start a new batch
+        (whose first record reads the clock). Called from the recording thread only."""
+        if self._marks and self._marks[-1] == len(self._rows):
+            del self._marks[-1], self._stamps[-1]  # a time no row has taken yet
+        if self._rows:
+            batch = Batch(self._rows, self._marks, self._stamps, self._combos)
+            self.ready.append(batch)
+            self.handed += len(self._rows)
+            self._rows, self._marks, self._stamps = [], array("q"), array("q")
+        self._fresh = True
         self._room = min(self.batch_rows, self.buffer_limit - (self.handed - self.taken))
         self._deadline = (time.time() if now is None else now) + self.flush_interval
         if self._loop is None:
@@ -166,12 +236,14 @@ class Recorder:
         (publishing has stopped), have the recording thread's event loop hand it off. Without
         a loop it waits for the next :meth:`record`, :meth:`hand_off` or close."""
         loop = self._loop
-        if self._ts and time.time() >= self._deadline and loop is not None:
+        if self._rows and time.time() >= self._deadline and loop is not None:
             try:
                 loop.call_soon_threadsafe(self._hand_off_stale)
             except RuntimeError:  # the loop is closed: close() hands off what is left
-                pass
+                # Nor will it run _new_turn: the next record (on another loop, or none)
+                # must read the clock itself.
+                self._fresh = True
 
     def _hand_off_stale(self) -> None:
-        if self._ts and time.time() >= self._deadline:
+        if self._rows and time.time() >= self._deadline:
             self.hand_off()

@@ -7,7 +7,9 @@ row count or dictionary size, and by :meth:`TraceWriter.flush` and :meth:`TraceW
 ``trace-<UTC start>-<n>.parquet``, one row per published message, in row groups of up to
 ``row_group_rows`` rows (zstd)::
 
-    ts      timestamp[us, UTC]  not null   publish time
+    ts      timestamp[us, UTC]  not null   publish time: when the broker routed it, read
+                                           once per event-loop turn (the messages of one
+                                           turn, usually one socket read, share it)
     key     int64               not null   the message's key, an id of the dictionary below:
                                            (vhost, exchange, routing key, headers)
     queues  int64               not null   the set of queues it reached, an id of the
@@ -56,8 +58,12 @@ dictionary's strings) for people and ``jq``; ``leveret trace convert`` turns the
 traces of versions 1 and 2 (earlier brokers) into segments. The Spark pipeline reads both.
 
 The broker's side (:mod:`leveret.trace.recorder`, :mod:`leveret.trace.writer`): the publish
-path appends a row to typed columns and a background thread turns them into segments
-(:mod:`leveret.trace.segment`); :mod:`leveret.trace.reading` reads and converts them.
+path appends one interned value per message (key, queues, mode and size) and reads the clock
+once per event-loop turn, and a background thread turns them into segments
+(:mod:`leveret.trace.segment`); :mod:`leveret.trace.reading` reads and converts them. ``ts``
+has been the turn's time since the recorder began reading the clock once per turn; the
+format did not change (still version 3): a reader sees runs of equal times where it saw
+times microseconds apart.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The trace writer: a thread that turns the recorder's batches into rolling segments.
 
-Each batch (:class:`leveret.trace.recorder.Batch`) becomes Arrow columns without a Python
-object per row: its ``array.array`` columns are wrapped as Arrow buffers in place, the
-combo indexes are mapped to key ids, queue set ids and delivery modes with ``take``, and
-times are converted to microseconds, all in Arrow's C++ code, which runs outside the
-interpreter lock, as do Parquet encoding and compression. Python work is per batch and per
-distinct combo, so the writer thread hardly competes with the event loop for the lock.
+Each batch (:class:`leveret.trace.recorder.Batch`) becomes Arrow columns without Python work
+per row: its list of row values is read into an int64 array in one C loop (the only step
+per row that holds the interpreter lock, a few nanoseconds a row), the combo indexes and
+body sizes are unpacked from it, the combos mapped to key ids, queue set ids and delivery
+modes with ``take``, and the runs of times expanded to one per row, all in Arrow's C++ code,
+which runs outside the interpreter lock, as do Parquet encoding and compression. Python work
+is per batch and per distinct combo, so the writer thread hardly competes with the event
+loop for the lock.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from array import array
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from leveret.trace.recorder import Batch, Combo, Recorder
+from leveret.trace.recorder import COMBO_BITS, COMBO_MASK, Batch, Combo, Recorder
 from leveret.trace.schema import Entry, arrow, headers_json, key_entry, queues_entry, schemas
-from leveret.trace.segment import Segment, segment_path, timestamps
+from leveret.trace.segment import Segment, segment_path
 
 log = logging.getLogger("leveret.trace")
 
@@ -69,6 +72,21 @@ class _Resolved:
                 pa.concat_arrays([self._arrays[2], parts[2]]),
             )
         return self._arrays
+
+
+def row_times(batch: Batch) -> Any:
+    """A batch's ``ts`` column (timestamp[us, UTC]): its runs of times (:class:`Batch`)
+    expanded to one per row, in Arrow."""
+    pa, pc, _ = arrow()
+    marks, stamps, count = batch.marks, batch.stamps, len(batch)
+    if not marks or marks[0] != 0 or len(stamps) != len(marks):
+        raise ValueError(f"a batch of {count} rows with runs of times at {marks[:3]}...")
+    ends = array("q", marks[1:])
+    ends.append(count)
+    runs = pa.RunEndEncodedArray.from_arrays(
+        pa.array(ends, pa.int64()), pa.array(stamps, pa.int64())
+    )
+    return pc.run_end_decode(runs).view(pa.timestamp("us", tz="UTC"))
 
 
 class TraceWriter(Recorder):
@@ -159,12 +177,13 @@ class TraceWriter(Recorder):
         resolved = self._resolved
         keys, queue_sets, modes = resolved.arrays()
         count = len(batch)
-        # The columns' memory, read in place (array.array exports it as a buffer).
-        combo = pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(batch.combo)])
-        seconds = pa.Array.from_buffers(pa.float64(), count, [None, pa.py_buffer(batch.ts)])
-        sizes = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(batch.size)])
+        # One pass over the list in C (the ints are the recorder's shared row values), then
+        # columns in Arrow: combo index and size unpacked, times from their runs.
+        packed = pa.array(batch.rows, pa.int64())
+        combo = pc.bit_wise_and(packed, COMBO_MASK).cast(pa.int32())
+        sizes = pc.shift_right(packed, COMBO_BITS)
         columns = [keys.take(combo), queue_sets.take(combo), sizes, modes.take(combo)]
-        rows = pa.record_batch([timestamps(seconds), *columns], schema=rows_schema)
+        rows = pa.record_batch([row_times(batch), *columns], schema=rows_schema)
         start = 0
         while start < count:
             segment = self._open_segment()
