@@ -20,6 +20,12 @@ MAX_EXPIRY = 315360000000
 MAX_PRIORITY = 255
 
 
+def int_arg(arguments: dict[str, Any], key: str) -> int | None:
+    """An integer argument (not a bool), or None when unset or of another type."""
+    value = arguments.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def copy_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of an argument table that keeps its wire types (if it has them)."""
     types = getattr(arguments, "types", None)

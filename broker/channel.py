@@ -37,7 +37,6 @@ from leveret import channel_consume, channel_topology, channel_tx, codec, fireho
 from leveret.acktimeout import DeliveryClock
 from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
 from leveret.channel_stats import record_bytes as _record_bytes
-from leveret.consumer import Consumer
 from leveret.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -48,7 +47,7 @@ from leveret.errors import (
 )
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
-from leveret.queue import Entry, Queue
+from leveret.queue import Consumer, Entry, Queue
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,

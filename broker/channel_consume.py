@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from leveret import codec
-from leveret.consumer import Consumer
-from leveret.queue import Queue
+from leveret.queue import Consumer, Queue
 from leveret.session import consume
 from leveret.session.publish import REPLY_TO
 from leveret.vhost import generated_name

@@ -6,27 +6,96 @@ consumer timeout from its ``x-`` arguments and the keys of its policy and operat
 runs on declare and on a policy change, never per message: publish reads the settled
 attributes (``plain`` among them). Functions over :class:`leveret.queue.Queue`, which binds
 them as its methods (a stream queue extends ``_configure``), kept apart so the queue module
-holds dispatch and the delivery verbs.
+holds dispatch and the delivery verbs; they see it as a :class:`ConfiguredQueue`, which
+lists what they use, so this module does not import :mod:`leveret.queue`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from leveret.arguments import arg_text
-from leveret.consumer import int_arg
+from leveret.arguments import arg_text, int_arg
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 
 if TYPE_CHECKING:
-    from leveret.queue import Queue
+    import asyncio
+    from collections import deque
+
+    from leveret.acktimeout import AckTimeouts
+    from leveret.prioritydeque import Entry, PriorityDeque
+
+
+class ConfiguredHome(Protocol):
+    """A queue's vhost as its settings see it."""
+
+    @property
+    def ack_timeouts(self) -> AckTimeouts | None:
+        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
+
+
+class ConfiguredQueue(Protocol):
+    """A queue as its feature settings see it (:class:`leveret.queue.Queue` implements
+    it; the functions below are its methods): what they read, and the settings they write."""
+
+    message_ttl: int | None
+    expires: int | None
+    max_length: int | None
+    max_length_bytes: int | None
+    overflow: str
+    dlx: str | None
+    dlrk: str | None
+    delivery_limit: int | None
+    consumer_timeout: float | None
+    plain: bool
+    expiring: bool
+    policy: Policy | None
+    operator_policy: Policy | None
+    policy_definition: dict[str, Any]
+    _expiry_timer: asyncio.TimerHandle | None
+
+    @property
+    def vhost(self) -> ConfiguredHome:
+        """Its vhost."""
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """Its declare arguments."""
+
+    @property
+    def quorum(self) -> bool:
+        """A quorum queue (the only type with a delivery limit)."""
+
+    @property
+    def max_priority(self) -> int | None:
+        """``x-max-priority`` (None: no priorities)."""
+
+    @property
+    def deleted(self) -> bool:
+        """Whether it was deleted."""
+
+    @property
+    def messages(self) -> deque[Entry] | PriorityDeque:
+        """The ready entries, oldest first."""
+
+    def _configure(self) -> None:
+        """:func:`configure` (a stream queue extends it)."""
+
+    def _enforce_drop_head(self) -> None:
+        """drop-head: the excess over the limits goes."""
+
+    def _expire_head(self, now: float | None = None) -> None:
+        """Drop (or dead-letter) the expired messages at the head."""
+
+    def touch(self) -> None:
+        """Restart the ``x-expires`` clock."""
 
 
 def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
     return arg_text(arguments.get(key))
 
 
-def configure(queue: Queue) -> None:
+def configure(queue: ConfiguredQueue) -> None:
     """The feature settings from the queue's arguments and its policy's keys
     (rabbit_amqqueue_process:process_args_policy/1)."""
     arguments = queue_arguments(queue.arguments, queue.policy_definition)
@@ -60,7 +129,7 @@ def configure(queue: Queue) -> None:
 
 
 def apply_policy(
-    queue: Queue, policy: Policy | None, operator_policy: Policy | None = None
+    queue: ConfiguredQueue, policy: Policy | None, operator_policy: Policy | None = None
 ) -> None:
     """Take ``policy`` and ``operator_policy`` (None: none) as a classic queue does on a
     policy change: the new limits apply now (drop-head drops the excess,

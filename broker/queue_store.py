@@ -5,22 +5,74 @@ to :mod:`leveret.storage.messages` on publish, marked delivered when a consumer 
 acked in the store when it leaves the queue for good, and read back at start-up. None of it
 runs for a transient message (``message.store_ids`` is None), so the plain path never enters
 here. Functions over :class:`leveret.queue.Queue`, which binds them as its methods, kept
-apart so the queue module holds dispatch and the delivery verbs.
+apart so the queue module holds dispatch and the delivery verbs; they see it as a
+:class:`StoredQueue`, which lists what they use, so this module does not import
+:mod:`leveret.queue`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leveret.message import Message
 
 if TYPE_CHECKING:
-    from leveret.queue import Queue
+    import asyncio
+
+    from leveret.persistence import Persistence
+    from leveret.prioritydeque import Entry
+    from leveret.storage.messages import MessageStore
     from leveret.storage.segments import StoredMessage
 
 
-def persist(queue: Queue, message: Message, ttl: int | None) -> None:
+class StoringHome(Protocol):
+    """A queue's vhost as its side of the store sees it."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name (half of the queue's key in the store)."""
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """The store's sync and marks (None: nothing is durable)."""
+
+
+class StoredQueue(Protocol):
+    """A durable queue as its side of the store sees it (:class:`leveret.queue.Queue`
+    implements it; the functions below are its methods)."""
+
+    expiring: bool
+    seq: int
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """Its event loop (recovered expiries become loop times)."""
+
+    @property
+    def vhost(self) -> StoringHome:
+        """Its vhost."""
+
+    @property
+    def name(self) -> str:
+        """Its name."""
+
+    @property
+    def store(self) -> MessageStore | None:
+        """The message store (None: not durable)."""
+
+    @property
+    def deleted(self) -> bool:
+        """Whether it was deleted."""
+
+    def _push(self, entry: Entry) -> None:
+        """Append a ready entry."""
+
+    def _schedule_ttl(self) -> None:
+        """Arm the head's expiry timer."""
+
+
+def persist(queue: StoredQueue, message: Message, ttl: int | None) -> None:
     """Write a persistent message of this durable queue to the message store."""
     store = queue.store
     assert store is not None
@@ -41,7 +93,7 @@ def persist(queue: Queue, message: Message, ttl: int | None) -> None:
     message.sync_gen = persistence.appended()
 
 
-def forget(queue: Queue, message: Message) -> None:
+def forget(queue: StoredQueue, message: Message) -> None:
     """The message left this queue for good: drop it from the store."""
     ids = message.store_ids
     msg_id = ids.pop(queue.name, None) if ids is not None else None
@@ -51,7 +103,7 @@ def forget(queue: Queue, message: Message) -> None:
         queue.vhost.persistence.marks_changed()
 
 
-def mark_delivered(queue: Queue, message: Message) -> None:
+def mark_delivered(queue: StoredQueue, message: Message) -> None:
     """A stored message went to a consumer: after a restart it comes back redelivered."""
     ids = message.store_ids
     msg_id = ids.get(queue.name) if ids is not None else None
@@ -61,7 +113,7 @@ def mark_delivered(queue: Queue, message: Message) -> None:
         queue.vhost.persistence.marks_changed()
 
 
-def restore(queue: Queue, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
+def restore(queue: StoredQueue, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
     """Put messages recovered from the store back, in order (start-up).
 
     ``all_redelivered``: flag every message ``redelivered``, whatever its delivered mark

@@ -40,8 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret.arguments import NAMED_OFFSETS, arg_text, interval_ms
-from leveret.consumer import Consumer, int_arg
+from leveret.arguments import NAMED_OFFSETS, arg_text, int_arg, interval_ms
 from leveret.errors import (
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
@@ -51,7 +50,7 @@ from leveret.errors import (
 )
 from leveret.memory import message_bytes
 from leveret.message import PROPERTIES_AT, Message, unmarshal_properties, with_header
-from leveret.queue import Entry, Queue
+from leveret.queue import Consumer, Entry, Queue
 
 if TYPE_CHECKING:
     from leveret.queue import Home, Owner

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from leveret import firehose
 from leveret.arguments import copy_args, queue_type
 from leveret.churn import NodeCounters
-from leveret.consumer import Consumer
 from leveret.delayed import DelayedMessages
 from leveret.errors import AMQPError, ChannelCrashError
 from leveret.exchanges.model import (
@@ -41,7 +40,7 @@ from leveret.exchanges.projection import Projection
 from leveret.exchanges.routing import route, route_kept
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
-from leveret.queue import Owner, Queue
+from leveret.queue import Consumer, Owner, Queue
 from leveret.stream import StreamQueue
 from leveret.vhost_policies import VHostPolicies
 

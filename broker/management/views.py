@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
     from leveret.channel import Channel
     from leveret.connection import Connection
-    from leveret.consumer import Consumer, Subscriber
-    from leveret.queue import Queue
+    from leveret.queue import Consumer, Queue, Subscriber
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"

@@ -33,8 +33,7 @@ from leveret.session.topology import lookup_queue
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
-    from leveret.consumer import Consumer
-    from leveret.queue import Queue
+    from leveret.queue import Consumer, Queue
     from leveret.session.ledger import Ledger
     from leveret.session.topology import Actor
 

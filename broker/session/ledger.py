@@ -9,7 +9,7 @@ kept in tag order, so a ``multiple`` ack, nack or reject covers every tag up to 
 Prefetch (basic.qos): ``prefetch_count`` is the limit given to consumers created from now
 on (``global=false``), ``global_prefetch`` a limit on the whole channel's unacked
 deliveries (``global=true``, as RabbitMQ 3.13 reads it); 0 is no limit. A consumer's own
-count and limit live on the consumer (leveret.consumer.Consumer, whose capacity check inlines
+count and limit live on the consumer (leveret.queue.Consumer, whose capacity check inlines
 :func:`has_room` and :meth:`Ledger.channel_has_room`, once per delivery).
 
 In a transaction, acks are taken out of the ledger at once (a later ack of the same tag is

@@ -1,5 +1,5 @@
 """What the session tests share: an in-process subscriber that keeps its own
-delivery-tag ledger, as the wire channel does (leveret.consumer.Subscriber), and
+delivery-tag ledger, as the wire channel does (leveret.queue.Subscriber), and
 shortcuts for declares, publishes and refusals."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import pytest
 from pamqp import commands
 
 from leveret.auth import AccessControl
-from leveret.consumer import Consumer
 from leveret.errors import AMQPError
 from leveret.fieldtable import marshal_content_header
 from leveret.message import Message
-from leveret.queue import Entry, Queue
+from leveret.queue import Consumer, Entry, Queue
 from leveret.session.ledger import Ledger
 from leveret.session.publish import Publisher
 from leveret.session.topology import queue_declared

@@ -1,7 +1,7 @@
 """Session semantics without a socket or a server: a vhost and its queues in process, the
 session's publish checks (leveret.session.publish), basic.get (leveret.session.get), and
 deliveries through an in-process subscriber that keeps its own delivery-tag ledger, as the
-wire channel does (leveret.consumer.Subscriber). An event loop runs (queues keep timers), no
+wire channel does (leveret.queue.Subscriber). An event loop runs (queues keep timers), no
 socket is opened."""
 
 from __future__ import annotations
