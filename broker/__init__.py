@@ -10,8 +10,8 @@ the session (what rabbit_channel decides) and the node (vhosts, queues, messages
 every connection and the management API share (vhosts, access control, counters, the
 connections) is one :class:`leveret.state.ServerState` at the top of the node, handed to
 them by the server; nothing below the server imports it. No import circle closes but a
-package and its own child, except two listed in ``tests/test_layers.py``, which enforces
-these rules.
+package and its own child (``tests/test_layers.py`` enforces these rules): the modules a
+class's methods are split into see the class through protocols, never import it.
 """
 
 __version__ = "0.1.0"

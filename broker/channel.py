@@ -20,7 +20,10 @@ Handlers raise :class:`leveret.errors.AMQPError`; the connection converts it (th
 place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
 Methods off that path are functions bound as its handlers: :mod:`leveret.channel_consume`,
-:mod:`leveret.channel_tx` and :mod:`leveret.channel_topology`.
+:mod:`leveret.channel_tx` and :mod:`leveret.channel_topology`. Each sees the channel
+through a protocol of its own that lists what it uses, and its connection through
+:class:`leveret.channel_parts.Wire`; the channel sees its connection as :class:`Link`.
+So imports run one way: connection -> channel -> its command modules -> channel_parts.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ import math
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret import channel_consume, channel_topology, channel_tx, codec, firehose
 from leveret.acktimeout import DeliveryClock
+from leveret.channel_parts import Record, Wire
 from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
 from leveret.channel_stats import record_bytes as _record_bytes
 from leveret.errors import (
@@ -60,7 +64,9 @@ from leveret.session.publish import (
 from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
+    from leveret.auth import AccessControl
+    from leveret.config import Config
+    from leveret.session.publish import Counters
 
 BASIC_CLASS = 60
 # The guards of _on_full_publish's condition, by the session's publish check each stands
@@ -78,9 +84,47 @@ FAST_PATH_GUARDS = {
     "expiration": "flags & CHECKED_FLAGS",
     "reply_to": "flags & CHECKED_FLAGS",
 }
-# An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
-Record = tuple[Queue, Entry, Consumer | None]
 B = commands.Basic
+
+
+class Node(Protocol):
+    """The node's state as a channel sees it (leveret.state.ServerState implements it)."""
+
+    @property
+    def access(self) -> AccessControl:
+        """Users, permissions and their checks."""
+
+    @property
+    def counters(self) -> Counters:
+        """The node's publish counters (a closed channel's fold into them)."""
+
+
+class Link(Wire, Protocol):
+    """A channel's connection as the channel sees it (the wire's Connection implements
+    it): :class:`leveret.channel_parts.Wire`, and what the channel itself reads and calls
+    on it, so that this module does not import :mod:`leveret.connection`."""
+
+    published: bool
+
+    @property
+    def server(self) -> Node:
+        """The node's state."""
+
+    @property
+    def config(self) -> Config:
+        """The broker's settings (the largest message)."""
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue the frames of one delivery for the socket."""
+
+    def confirm_pending(self, channel: Channel) -> None:
+        """``channel`` has publisher confirms to send at the end of this read."""
+
+    def drain_later(self, queues: set[Queue]) -> None:
+        """Deliver from ``queues`` once the current read is processed."""
+
+    def drain_later_one(self, queue: Queue) -> None:
+        """:meth:`drain_later` for a single queue."""
 
 
 class Content(Enum):
@@ -94,7 +138,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
     rules and message counters (inherited, so the hot path reads ``unacked``, ``next_tag``,
     the publish permission cache and the counters as plain attributes)."""
 
-    def __init__(self, connection: Connection, channel_id: int) -> None:
+    def __init__(self, connection: Link, channel_id: int) -> None:
         Ledger.__init__(self)
         DeliveryCounters.__init__(self)
         server = connection.server

@@ -6,28 +6,77 @@ here is the wire's: the consumer and its encoded tag, the -Oks (consume-ok befor
 first delivery), a reply-to consumer's pseudo-queue (docs/direct-reply-to.md) and the
 server's basic.cancel. These run when consumers come and go, not per delivery:
 :meth:`Channel.deliver` and the acks stay in :mod:`leveret.channel`, and these are functions
-that take the channel, bound as its handlers.
+that take the channel, bound as its handlers. They see it as :class:`Consuming`, which
+lists what they use, so this module does not import :mod:`leveret.channel`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret import codec
-from leveret.queue import Consumer, Queue
+from leveret.queue import Consumer, Queue, Subscriber
 from leveret.session import consume
 from leveret.session.publish import REPLY_TO
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
+    from leveret.channel_parts import Record, Wire
+    from leveret.session.topology import Actor
+    from leveret.vhost import VHost
+
+
+class Consuming(Subscriber, Protocol):
+    """A channel as its consumer commands see it (:class:`leveret.channel.Channel`
+    implements it; the functions below are its handlers): the queue's
+    :class:`~leveret.queue.Subscriber` (its consumers hold it), its consumers and
+    prefetch, direct reply-to's consumer, and its ledger's limits and unacked deliveries."""
+
+    reply_consumer: Consumer | None
+    reply_key: str
+
+    @property
+    def conn(self) -> Wire:
+        """Its connection."""
+
+    @property
+    def actor(self) -> Actor:
+        """Who runs its commands (the session's)."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its connection's vhost."""
+
+    @property
+    def consumers(self) -> dict[str, Consumer]:
+        """Its consumers, by tag."""
+
+    @property
+    def prefetch_count(self) -> int:
+        """basic.qos(global=false): the prefetch of consumers created from now on."""
+
+    def send(self, method: Any) -> None:
+        """Send a pamqp method on this channel."""
+
+    def _queue_name(self, name: str) -> str:
+        """A queue name with the channel's last-queue shortcut expanded."""
+
+    def qos(self, prefetch_count: int, global_: bool) -> None:
+        """The ledger's limits (leveret.session.ledger.Ledger.qos)."""
+
+    def take_all(self) -> list[tuple[int, Record]]:
+        """Every unacked delivery, taken from the ledger in tag order."""
+
+    def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
+        """Ack (None), requeue (True) or reject (False) deliveries taken from the ledger."""
+
 
 B = commands.Basic
 
 
-def cancel_by_server(channel: Channel, consumer: Consumer) -> None:
+def cancel_by_server(channel: Consuming, consumer: Consumer) -> None:
     """The queue went away: forget the consumer and tell the client if it can hear
     it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
     if channel.consumers.get(consumer.tag) is consumer:
@@ -38,7 +87,7 @@ def cancel_by_server(channel: Channel, consumer: Consumer) -> None:
             )
 
 
-def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
+def basic_consume(channel: Consuming, m: commands.Basic.Consume) -> None:
     """basic.consume: the session's checks (:mod:`leveret.session.consume`), then the
     consumer exists, consume-ok goes out and only then does it subscribe (its first
     deliveries follow the -Ok)."""
@@ -73,7 +122,7 @@ def basic_consume(channel: Channel, m: commands.Basic.Consume) -> None:
     queue.subscribe(consumer)
 
 
-def consume_replies(channel: Channel, m: commands.Basic.Consume) -> None:
+def consume_replies(channel: Consuming, m: commands.Basic.Consume) -> None:
     """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
     consume.check_reply_consume(m.no_ack, channel.reply_consumer is not None)
     tag = consume.new_tag(m.consumer_tag)
@@ -89,14 +138,14 @@ def consume_replies(channel: Channel, m: commands.Basic.Consume) -> None:
         channel.conn.write(codec.simple_method(channel.id, B.ConsumeOk, ("shortstr", tag)))
 
 
-def drop_reply_consumer(channel: Channel) -> None:
+def drop_reply_consumer(channel: Consuming) -> None:
     """Forget the channel's direct reply-to consumer, if it has one."""
     if channel.reply_consumer is not None:
         channel.vhost.reply_consumers.pop(channel.reply_key, None)
         channel.reply_consumer = None
 
 
-def basic_cancel(channel: Channel, m: commands.Basic.Cancel) -> None:
+def basic_cancel(channel: Consuming, m: commands.Basic.Cancel) -> None:
     """basic.cancel: the consumer goes (an auto-delete queue with its last one)."""
     consumer = channel.consumers.pop(m.consumer_tag or "", None)
     if consumer is not None and consumer is channel.reply_consumer:
@@ -109,14 +158,14 @@ def basic_cancel(channel: Channel, m: commands.Basic.Cancel) -> None:
         consumer.queue.remove_consumer(consumer)
 
 
-def basic_qos(channel: Channel, m: commands.Basic.Qos) -> None:
+def basic_qos(channel: Consuming, m: commands.Basic.Qos) -> None:
     """basic.qos (:func:`leveret.session.consume.qos`)."""
     consume.qos(channel, channel.consumers.values(), m.prefetch_size, m.prefetch_count, m.global_)
     channel.send(B.QosOk())
 
 
 def basic_recover(
-    channel: Channel, m: commands.Basic.Recover | commands.Basic.RecoverAsync
+    channel: Consuming, m: commands.Basic.Recover | commands.Basic.RecoverAsync
 ) -> None:
     """basic.recover(-async): every unacked delivery back to its queue, redelivered."""
     channel._apply_settle(consume.recover(channel, m.requeue), True)

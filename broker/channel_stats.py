@@ -17,12 +17,16 @@ nothing or for one integer increment on the path a message takes:
   are those, no-ack ones the rest, and a delivery costs no increment at all. Gets (off the
   hot path) and redeliveries (behind the check the path already made) are counted;
 - acks: one increment per acknowledged delivery.
+
+The channel inherits :class:`DeliveryCounters` and calls :func:`basic_get_on_wire`, which
+sees it as :class:`Getting` (what it uses), so this module does not import
+:mod:`leveret.channel`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
@@ -31,10 +35,13 @@ from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
 from leveret.session.get import basic_get, delivery_header
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
+    from leveret.auth import AccessControl
+    from leveret.channel_parts import Record, Wire
+    from leveret.memory import MemoryMonitor
     from leveret.message import Message
     from leveret.queue import Queue
     from leveret.session.publish import Counters
+    from leveret.vhost import VHost
 
 B = commands.Basic
 
@@ -116,7 +123,50 @@ class DeliveryCounters:
         return self.counters.received > 0 or self.tx_publishes > 0
 
 
-def basic_get_on_wire(channel: Channel, m: commands.Basic.Get) -> None:
+class Getting(Protocol):
+    """A channel as basic.get on the wire sees it (:class:`leveret.channel.Channel`
+    implements it): who asks, its ledger, its get counters and its connection."""
+
+    gets: int
+    gets_no_ack: int
+    gets_empty: int
+    redelivered: int
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def access(self) -> AccessControl:
+        """Users, permissions and their checks."""
+
+    @property
+    def user(self) -> str:
+        """Its connection's user."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its connection's vhost."""
+
+    @property
+    def conn(self) -> Wire:
+        """Its connection."""
+
+    @property
+    def memory(self) -> MemoryMonitor:
+        """The memory watermark (an unacked get counts against it)."""
+
+    def send(self, method: Any) -> None:
+        """Send a pamqp method on this channel."""
+
+    def record(self, delivery: Record | None) -> int:
+        """A delivery tag, and the unacked delivery in the ledger (None: no ack)."""
+
+    def _queue_name(self, name: str) -> str:
+        """A queue name with the channel's last-queue shortcut expanded."""
+
+
+def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
     """basic.get on a channel: take the head message (leveret.session.get), count it as
     the channel's get, get_no_ack or get_empty, and send get-ok or get-empty."""
     queue, entry = basic_get(

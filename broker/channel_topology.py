@@ -6,12 +6,14 @@ the rules, written once there for the channel and the management API) and answer
 its -Ok. What stays here is the wire's: the name shortcuts of the channel's last queue,
 server-named queues' generated names, and direct reply-to's pseudo-queue, which is no
 queue at all. None of it is on the publish, deliver or ack path, so it is kept out of
-:mod:`leveret.channel`: functions that take the channel, bound as its handlers.
+:mod:`leveret.channel`: functions that take the channel, bound as its handlers. They see
+it as :class:`Declaring`, which lists what they use, so this module does not import
+:mod:`leveret.channel`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
@@ -23,15 +25,46 @@ from leveret.session.publish import REPLY_PREFIX, REPLY_TO
 from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
+    from leveret.channel_parts import Wire
+    from leveret.session.topology import Actor
+    from leveret.vhost import VHost
 
 
-def queue_name(channel: Channel, name: str) -> str:
+class Declaring(Protocol):
+    """A channel as its topology commands see it (:class:`leveret.channel.Channel`
+    implements it; the functions below are its handlers)."""
+
+    last_queue: str | None
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def actor(self) -> Actor:
+        """Who runs its commands (the session's)."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its connection's vhost."""
+
+    @property
+    def conn(self) -> Wire:
+        """Its connection."""
+
+    def send(self, method: Any) -> None:
+        """Send a pamqp method on this channel."""
+
+    def _queue_name(self, name: str) -> str:
+        """:func:`queue_name`."""
+
+
+def queue_name(channel: Declaring, name: str) -> str:
     """``name``, or for an empty one the channel's last declared queue (404 without one)."""
     return topology.expand_queue_name(channel.last_queue, name)
 
 
-def exchange_declare(channel: Channel, m: commands.Exchange.Declare) -> None:
+def exchange_declare(channel: Declaring, m: commands.Exchange.Declare) -> None:
     """exchange.declare."""
     topology.declare_exchange(
         channel.actor,
@@ -47,7 +80,7 @@ def exchange_declare(channel: Channel, m: commands.Exchange.Declare) -> None:
         channel.send(commands.Exchange.DeclareOk())
 
 
-def exchange_delete(channel: Channel, m: commands.Exchange.Delete) -> None:
+def exchange_delete(channel: Declaring, m: commands.Exchange.Delete) -> None:
     """exchange.delete."""
     topology.delete_exchange(channel.actor, m.exchange, m.if_unused)
     if not m.nowait:
@@ -55,7 +88,7 @@ def exchange_delete(channel: Channel, m: commands.Exchange.Delete) -> None:
 
 
 def bind_exchange(
-    channel: Channel, m: commands.Exchange.Bind | commands.Exchange.Unbind, add: bool
+    channel: Declaring, m: commands.Exchange.Bind | commands.Exchange.Unbind, add: bool
 ) -> None:
     """exchange.bind (``add``) or exchange.unbind."""
     topology.bind(
@@ -69,21 +102,21 @@ def bind_exchange(
     )
 
 
-def exchange_bind(channel: Channel, m: commands.Exchange.Bind) -> None:
+def exchange_bind(channel: Declaring, m: commands.Exchange.Bind) -> None:
     """exchange.bind."""
     bind_exchange(channel, m, add=True)
     if not m.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
-def exchange_unbind(channel: Channel, m: commands.Exchange.Unbind) -> None:
+def exchange_unbind(channel: Declaring, m: commands.Exchange.Unbind) -> None:
     """exchange.unbind."""
     bind_exchange(channel, m, add=False)
     if not m.nowait:
         channel.send(commands.Exchange.UnbindOk())
 
 
-def declare_ok(channel: Channel, name: str, messages: int, consumers: int) -> None:
+def declare_ok(channel: Declaring, name: str, messages: int, consumers: int) -> None:
     """queue.declare-ok."""
     channel.conn.write(
         codec.simple_method(
@@ -96,7 +129,7 @@ def declare_ok(channel: Channel, name: str, messages: int, consumers: int) -> No
     )
 
 
-def queue_declare(channel: Channel, m: commands.Queue.Declare) -> None:
+def queue_declare(channel: Declaring, m: commands.Queue.Declare) -> None:
     """queue.declare: a server-named, reply-to or named queue, declared or checked (passive)."""
     name = m.queue
     server_named = not name and not m.passive
@@ -127,7 +160,9 @@ def queue_declare(channel: Channel, m: commands.Queue.Declare) -> None:
         declare_ok(channel, queue.name, queue.message_count, len(queue.consumers))
 
 
-def bind_queue(channel: Channel, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool) -> None:
+def bind_queue(
+    channel: Declaring, m: commands.Queue.Bind | commands.Queue.Unbind, add: bool
+) -> None:
     """queue.bind (``add``) or queue.unbind."""
     name = channel._queue_name(m.queue)
     routing_key = m.routing_key
@@ -139,27 +174,27 @@ def bind_queue(channel: Channel, m: commands.Queue.Bind | commands.Queue.Unbind,
     )
 
 
-def queue_bind(channel: Channel, m: commands.Queue.Bind) -> None:
+def queue_bind(channel: Declaring, m: commands.Queue.Bind) -> None:
     """queue.bind."""
     bind_queue(channel, m, add=True)
     if not m.nowait:
         channel.send(commands.Queue.BindOk())
 
 
-def queue_unbind(channel: Channel, m: commands.Queue.Unbind) -> None:
+def queue_unbind(channel: Declaring, m: commands.Queue.Unbind) -> None:
     """queue.unbind."""
     bind_queue(channel, m, add=False)
     channel.send(commands.Queue.UnbindOk())
 
 
-def queue_purge(channel: Channel, m: commands.Queue.Purge) -> None:
+def queue_purge(channel: Declaring, m: commands.Queue.Purge) -> None:
     """queue.purge."""
     count = topology.purge_queue(channel.actor, channel._queue_name(m.queue))
     if not m.nowait:
         channel.send(commands.Queue.PurgeOk(message_count=count))
 
 
-def queue_delete(channel: Channel, m: commands.Queue.Delete) -> None:
+def queue_delete(channel: Declaring, m: commands.Queue.Delete) -> None:
     """queue.delete."""
     name = channel._queue_name(m.queue)
     count = topology.delete_queue(channel.actor, name, m.if_unused, m.if_empty)

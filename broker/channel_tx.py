@@ -6,24 +6,87 @@ waits under both: a persistent publish is confirmed, and a commit answered, only
 group commit that holds it is synced (``persistence.subscribe``). :meth:`Channel._confirm`,
 run per publish in confirm mode, stays in :mod:`leveret.channel`; these run per select,
 commit or fsync, or once per read (``flush_confirms``), and are functions that take the
-channel, bound as its methods.
+channel, bound as its methods. They see it as :class:`Transacted`, which lists what they
+use, so this module does not import :mod:`leveret.channel`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret.session import tx
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
+    from collections import deque
+    from collections.abc import Callable
+
+    from leveret.session.publish import Counters
+    from leveret.vhost import VHost
+
+
+class Transacted(Protocol):
+    """A channel as its transactions and confirms see it (:class:`leveret.channel.Channel`
+    implements it; the functions below are its methods): its modes, the held publishes,
+    the confirms and commits that wait for an fsync, and its ledger's staged acks."""
+
+    tx: list[Callable[[], object]] | None
+    confirm: bool
+    tx_publishes: int
+    confirmed_upto: int
+
+    @property
+    def open(self) -> bool:
+        """Whether it is still open (a closed one confirms nothing)."""
+
+    @property
+    def vhost(self) -> VHost:
+        """Its connection's vhost (its store's fsyncs)."""
+
+    @property
+    def counters(self) -> Counters:
+        """Its publish counters (confirms)."""
+
+    @property
+    def publish_seq(self) -> int:
+        """The sequence number of its last publish in confirm mode."""
+
+    @property
+    def nacks(self) -> list[int]:
+        """Sequence numbers to nack at the next flush."""
+
+    @property
+    def waiting(self) -> deque[tuple[int, int]]:
+        """(seq, generation): persistent publishes whose confirm waits for an fsync."""
+
+    @property
+    def pending_commits(self) -> deque[int]:
+        """tx.commit-oks waiting for an fsync, by generation, in order."""
+
+    def send(self, method: Any) -> None:
+        """Send a pamqp method on this channel."""
+
+    def commit(self) -> None:
+        """The ledger's staged acks are final."""
+
+    def rollback(self) -> None:
+        """The ledger's staged acks are undone."""
+
+    def flush_confirms(self) -> None:
+        """:func:`flush_confirms`."""
+
+    def _on_synced(self, generation: int) -> None:
+        """:func:`on_synced`."""
+
+    def _release_held(self) -> None:
+        """Stop counting the uncommitted messages against the memory watermark."""
+
 
 B = commands.Basic
 
 
-def confirm_select(channel: Channel, m: commands.Confirm.Select) -> None:
+def confirm_select(channel: Transacted, m: commands.Confirm.Select) -> None:
     """confirm.select: publisher confirms from here (:func:`leveret.session.tx.confirm_select`)."""
     tx.confirm_select(channel.tx is not None)
     channel.confirm = True
@@ -31,13 +94,13 @@ def confirm_select(channel: Channel, m: commands.Confirm.Select) -> None:
         channel.send(commands.Confirm.SelectOk())
 
 
-def tx_select(channel: Channel, _m: commands.Tx.Select) -> None:
+def tx_select(channel: Transacted, _m: commands.Tx.Select) -> None:
     """tx.select: publishes and acks are held until tx.commit (not in confirm mode)."""
     channel.tx = tx.tx_select(channel.confirm, channel.tx)
     channel.send(commands.Tx.SelectOk())
 
 
-def tx_commit(channel: Channel, _m: commands.Tx.Commit) -> None:
+def tx_commit(channel: Transacted, _m: commands.Tx.Commit) -> None:
     """tx.commit: run the held publishes and acks; commit-ok once their messages are on
     disk."""
     actions = tx.tx_commit(channel, channel.tx)
@@ -56,7 +119,7 @@ def tx_commit(channel: Channel, _m: commands.Tx.Commit) -> None:
     channel.send(commands.Tx.CommitOk())
 
 
-def tx_rollback(channel: Channel, _m: commands.Tx.Rollback) -> None:
+def tx_rollback(channel: Transacted, _m: commands.Tx.Rollback) -> None:
     """tx.rollback: drop the held publishes; the acks are undone, deliveries unacked again."""
     tx.tx_rollback(channel, channel.tx)
     channel.tx = []
@@ -65,7 +128,7 @@ def tx_rollback(channel: Channel, _m: commands.Tx.Rollback) -> None:
     channel.send(commands.Tx.RollbackOk())
 
 
-def wait_for_sync(channel: Channel, seq: int, generation: int) -> None:
+def wait_for_sync(channel: Transacted, seq: int, generation: int) -> None:
     """Publish ``seq`` is confirmed only after ``generation``'s fsync."""
     persistence = channel.vhost.persistence
     assert persistence is not None
@@ -76,7 +139,7 @@ def wait_for_sync(channel: Channel, seq: int, generation: int) -> None:
     channel.waiting.append((seq, generation))
 
 
-def on_synced(channel: Channel, generation: int) -> None:
+def on_synced(channel: Transacted, generation: int) -> None:
     """An fsync finished: confirm what it covered, send due ``tx.commit-ok``s."""
     waiting = channel.waiting
     while waiting and waiting[0][1] <= generation:
@@ -89,7 +152,7 @@ def on_synced(channel: Channel, generation: int) -> None:
         channel.vhost.persistence.unsubscribe(channel._on_synced)
 
 
-def flush_confirms(channel: Channel) -> None:
+def flush_confirms(channel: Transacted) -> None:
     """Confirm every publish so far (:func:`leveret.session.tx.confirms_due`)."""
     if not channel.open:
         return

@@ -7,45 +7,146 @@ and its input used :data:`leveret.connection.READ_BUDGET` of loop time, so it yi
 other connections until the next loop iteration (the frames not yet handled wait, in
 order). These run when the state changes, not per frame, so they are kept out of
 :mod:`leveret.connection`, which binds them as its methods (``pause_writing`` and
-``resume_writing`` are its asyncio.Protocol callbacks).
+``resume_writing`` are its asyncio.Protocol callbacks); they see it as :class:`Paused`,
+which lists what they use, so this module does not import :mod:`leveret.connection`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret.handshake import State
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
+    import asyncio
+    from collections import deque
+    from collections.abc import Mapping
+
+    from leveret.codec import DropConnectionError
+    from leveret.errors import AMQPError
+    from leveret.queue import Consumer
+
+
+class Alarm(Protocol):
+    """A resource alarm (leveret.memory's monitor, broker/disk.py's)."""
+
+    @property
+    def alarm(self) -> bool:
+        """Whether it is set."""
+
+
+class Alarms(Protocol):
+    """The node's resource alarms (leveret.state.ServerState implements it)."""
+
+    @property
+    def memory(self) -> Alarm:
+        """The memory high watermark."""
+
+    @property
+    def disk(self) -> Alarm:
+        """The free disk space limit."""
+
+
+class Subscribed(Protocol):
+    """A channel as flow control sees it: its consumers, drained on a resumed socket."""
+
+    @property
+    def consumers(self) -> Mapping[str, Consumer]:
+        """Its consumers, by tag."""
+
+
+class Paused(Protocol):
+    """A connection as flow control sees it (:class:`leveret.connection.Connection`
+    implements it; the functions below are its methods): why it does not read, its
+    alarms, and the frames left over when its read budget ran out."""
+
+    writable: bool
+    blocked: bool
+    _spent: float
+    _backlog: tuple[list[tuple[int, Any]], int, Any] | None
+    _yield_handle: asyncio.Handle | None
+
+    @property
+    def _paused(self) -> set[str]:
+        """Why reading is paused: "write", "memory", "budget"."""
+
+    @property
+    def _held(self) -> deque[bytes]:
+        """Reads not yet handled."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """Its socket (None before it is made)."""
+
+    @property
+    def state(self) -> State:
+        """Where it is in its life."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """Its event loop."""
+
+    @property
+    def server(self) -> Alarms:
+        """The node's state (its alarms)."""
+
+    @property
+    def published(self) -> bool:
+        """Whether it has published (the alarms block publishers only)."""
+
+    @property
+    def channels(self) -> Mapping[int, Subscribed]:
+        """Its channels, by number."""
+
+    def client_capability(self, name: str) -> bool:
+        """Whether the client announced capability ``name``."""
+
+    def send_method(self, channel: int, method: Any) -> None:
+        """Send a pamqp method on ``channel``."""
+
+    def _run(self, data: bytes | None) -> None:
+        """Handle a read (None: what waited)."""
+
+    def _handle(
+        self,
+        frames: list[tuple[int, Any]],
+        index: int,
+        error: AMQPError | DropConnectionError | None,
+        deadline: float,
+    ) -> bool:
+        """Handle parsed frames from ``index``; False when the budget ran out."""
+
+    def _process(self, data: bytes, deadline: float) -> bool:
+        """Parse and handle a read; False when the budget ran out."""
+
 
 C = commands.Connection
 
 
-def pause(conn: Connection, reason: str) -> None:
+def pause(conn: Paused, reason: str) -> None:
     """Stop reading for ``reason`` ("write", "memory", "budget"); reading stops once."""
     if not conn._paused and conn.transport is not None:
         conn.transport.pause_reading()
     conn._paused.add(reason)
 
 
-def resume(conn: Connection, reason: str) -> None:
+def resume(conn: Paused, reason: str) -> None:
     """``reason`` no longer holds: read again once no reason is left."""
     conn._paused.discard(reason)
     if not conn._paused and conn.transport is not None and conn.state is not State.CLOSED:
         conn.transport.resume_reading()
 
 
-def pause_writing(conn: Connection) -> None:
+def pause_writing(conn: Paused) -> None:
     """asyncio.Protocol: the client reads slower than we write. Stop delivering to it and
     stop reading from it until its socket drains (no unbounded buffers)."""
     conn.writable = False
     pause(conn, "write")
 
 
-def resume_writing(conn: Connection) -> None:
+def resume_writing(conn: Paused) -> None:
     """asyncio.Protocol: the socket drained; read again and deliver what waited."""
     conn.writable = True
     resume(conn, "write")
@@ -54,12 +155,12 @@ def resume_writing(conn: Connection) -> None:
             consumer.queue.drain()
 
 
-def alarm_set(conn: Connection) -> bool:
+def alarm_set(conn: Paused) -> bool:
     """Whether the memory or the disk alarm is set."""
     return conn.server.memory.alarm or conn.server.disk.alarm
 
 
-def memory_alarm(conn: Connection, alarm: bool) -> None:
+def memory_alarm(conn: Paused, alarm: bool) -> None:
     """A resource alarm (memory or disk) changed: block publishers, or let them go again
     once neither is set."""
     if alarm and conn.published and not conn.blocked:
@@ -71,7 +172,7 @@ def memory_alarm(conn: Connection, alarm: bool) -> None:
         resume(conn, "memory")
 
 
-def block(conn: Connection) -> None:
+def block(conn: Paused) -> None:
     """docs/connection-blocked.md: a publishing connection is told (when it can hear it)
     and is no longer read from until the alarm clears; consumers keep draining."""
     conn.blocked = True
@@ -83,7 +184,7 @@ def block(conn: Connection) -> None:
     pause(conn, "memory")
 
 
-def yield_turn(conn: Connection) -> None:
+def yield_turn(conn: Paused) -> None:
     """The read budget ran out (Connection._run): stop reading until the next loop
     iteration, so other connections are served."""
     conn._spent = 0.0
@@ -95,7 +196,7 @@ def yield_turn(conn: Connection) -> None:
     conn._yield_handle = conn.loop.call_soon(resume_after_yield, conn)
 
 
-def resume_after_yield(conn: Connection) -> None:
+def resume_after_yield(conn: Paused) -> None:
     """The next loop iteration after a yield: handle what waited, then read again."""
     conn._yield_handle = None
     if conn.state is State.CLOSED:
@@ -109,7 +210,7 @@ def resume_after_yield(conn: Connection) -> None:
     resume(conn, "budget")
 
 
-def continue_backlog(conn: Connection, deadline: float) -> None:
+def continue_backlog(conn: Paused, deadline: float) -> None:
     """Handle the frames and reads left over when the budget ran out."""
     if conn._backlog is not None:
         frames, index, error = conn._backlog

@@ -18,7 +18,7 @@ size nor a recover without requeue: both are 540 NOT_IMPLEMENTED, a connection e
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from leveret.arguments import consume_error, queue_type
 from leveret.errors import (
@@ -34,10 +34,25 @@ from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
     from leveret.queue import Consumer, Queue
-    from leveret.session.ledger import Ledger
     from leveret.session.topology import Actor
 
 R = TypeVar("R")
+
+
+class Limited(Protocol):
+    """A delivery-tag ledger as basic.qos sets its limits
+    (:class:`leveret.session.ledger.Ledger` implements it)."""
+
+    def qos(self, prefetch_count: int, global_: bool) -> None:
+        """:meth:`leveret.session.ledger.Ledger.qos`."""
+
+
+class Taken(Protocol[R]):
+    """A delivery-tag ledger as basic.recover empties it
+    (:class:`leveret.session.ledger.Ledger` implements it)."""
+
+    def take_all(self) -> list[tuple[int, R]]:
+        """:meth:`leveret.session.ledger.Ledger.take_all`."""
 
 
 def check_tag(tag: str, in_use: Container[str]) -> None:
@@ -90,7 +105,7 @@ def check_reply_consume(no_ack: bool, has_reply_consumer: bool) -> None:
 
 
 def qos(
-    ledger: Ledger[Any],
+    ledger: Limited,
     consumers: Iterable[Consumer],
     prefetch_size: int,
     prefetch_count: int,
@@ -107,7 +122,7 @@ def qos(
             consumer.queue.drain()
 
 
-def recover(ledger: Ledger[R], requeue: bool) -> list[tuple[int, R]]:
+def recover(ledger: Taken[R], requeue: bool) -> list[tuple[int, R]]:
     """basic.recover(-async): every unacked delivery, taken from the ledger in tag order
     for the caller to requeue (redelivered); without ``requeue`` 540, as RabbitMQ."""
     if not requeue:

@@ -13,10 +13,9 @@ every later confirm.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
-from leveret.session.ledger import Ledger
 
 # A held publish or ack: run at commit. A publish returns (rejected, group-commit
 # generation that makes it durable).
@@ -39,13 +38,25 @@ def tx_select(confirm: bool, tx: list[Action] | None) -> list[Action]:
     return [] if tx is None else tx
 
 
+class Staged(Protocol):
+    """A delivery-tag ledger as a transaction ends it
+    (:class:`leveret.session.ledger.Ledger` implements it): its staged acks become final
+    or are undone."""
+
+    def commit(self) -> None:
+        """:meth:`leveret.session.ledger.Ledger.commit`."""
+
+    def rollback(self) -> None:
+        """:meth:`leveret.session.ledger.Ledger.rollback`."""
+
+
 def _transactional(tx: list[Action] | None) -> list[Action]:
     if tx is None:
         raise AMQPChannelError(PRECONDITION_FAILED, "channel is not transactional")
     return tx
 
 
-def tx_commit(ledger: Ledger[Any], tx: list[Action] | None) -> list[Action]:
+def tx_commit(ledger: Staged, tx: list[Action] | None) -> list[Action]:
     """tx.commit: 406 outside a transaction; the staged acks are final. Returns the held
     actions, for the caller to :func:`run` once it has let go of what it held for them."""
     actions = _transactional(tx)
@@ -64,7 +75,7 @@ def run(actions: list[Action]) -> int:
     return generation
 
 
-def tx_rollback(ledger: Ledger[Any], tx: list[Action] | None) -> None:
+def tx_rollback(ledger: Staged, tx: list[Action] | None) -> None:
     """tx.rollback: 406 outside a transaction; the held publishes are dropped (by the
     caller) and the staged acks undone, their deliveries unacked again in tag order."""
     _transactional(tx)

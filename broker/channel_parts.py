@@ -1,0 +1,54 @@
+"""What a channel's command modules share, below :mod:`leveret.channel`: the record of an
+unacked delivery and the connection as they see it.
+
+:mod:`leveret.channel_consume`, :mod:`leveret.channel_tx`, :mod:`leveret.channel_topology`
+and :mod:`leveret.channel_stats` are functions over the channel, which binds them as its
+methods (or calls them). Each sees the channel through a protocol of its own that lists what
+it uses, and the channel's connection through :class:`Wire`, so none imports
+:mod:`leveret.channel` (which imports them); the channel sees its connection through
+:class:`leveret.channel.Link`, which extends :class:`Wire`, and never imports
+:mod:`leveret.connection`. Annotations only: nothing here runs on a message's path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from leveret.queue import Consumer, Entry, Queue
+
+if TYPE_CHECKING:
+    from leveret.vhost import VHost
+
+# An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
+Record = tuple[Queue, Entry, Consumer | None]
+
+
+class Wire(Protocol):
+    """A channel's connection as the channel's commands see it (the wire's Connection
+    implements it): its socket, its client's capabilities and who it is."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's buffer is full."""
+
+    @property
+    def frame_max(self) -> int:
+        """The negotiated largest frame."""
+
+    @property
+    def vhost(self) -> VHost:
+        """The vhost it opened."""
+
+    @property
+    def name(self) -> str:
+        """Its name, as the management API and the firehose show it."""
+
+    @property
+    def user(self) -> str:
+        """The user it logged in as."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the socket."""
+
+    def client_capability(self, name: str) -> bool:
+        """Whether the client announced capability ``name``."""
