@@ -21,8 +21,8 @@ frames on that channel are dropped until the client's ``Channel.CloseOk``.
 The handshake (login, tune, Connection.Open, heartbeats; the states) is
 :mod:`leveret.handshake`, and what stops a connection reading (write back-pressure, resource
 alarms, the read budget) is :mod:`leveret.flow`. Both see the connection through protocols
-of their own (:class:`leveret.handshake.Handshaking`, :class:`leveret.flow.Paused`), and
-the channel through :class:`leveret.channel.Link`: none of them imports this module.
+of their own (:class:`leveret.handshake.Handshaking`, :class:`leveret.flow.Paused`), and a
+channel sees it as :class:`leveret.channel.Link`: none of them imports this module.
 """
 
 from __future__ import annotations
