@@ -31,14 +31,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret import channel_consume, channel_topology, channel_tx, codec, firehose
 from leveret.acktimeout import DeliveryClock
-from leveret.channel_parts import Record, Wire
+from leveret.channel_parts import Content, Node, Record, Wire
 from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
 from leveret.channel_stats import record_bytes as _record_bytes
 from leveret.errors import (
@@ -64,9 +63,7 @@ from leveret.session.publish import (
 from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
-    from leveret.auth import AccessControl
     from leveret.config import Config
-    from leveret.session.publish import Counters
 
 BASIC_CLASS = 60
 # The guards of _on_full_publish's condition, by the session's publish check each stands
@@ -85,18 +82,6 @@ FAST_PATH_GUARDS = {
     "reply_to": "flags & CHECKED_FLAGS",
 }
 B = commands.Basic
-
-
-class Node(Protocol):
-    """The node's state as a channel sees it (leveret.state.ServerState implements it)."""
-
-    @property
-    def access(self) -> AccessControl:
-        """Users, permissions and their checks."""
-
-    @property
-    def counters(self) -> Counters:
-        """The node's publish counters (a closed channel's fold into them)."""
 
 
 class Link(Wire, Protocol):
@@ -125,12 +110,6 @@ class Link(Wire, Protocol):
 
     def drain_later_one(self, queue: Queue) -> None:
         """:meth:`drain_later` for a single queue."""
-
-
-class Content(Enum):
-    IDLE = 0
-    AWAIT_HEADER = 1
-    AWAIT_BODY = 2
 
 
 class Channel(Ledger[Record], Publisher, DeliveryCounters):

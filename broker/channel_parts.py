@@ -1,5 +1,6 @@
 """What a channel's command modules share, below :mod:`leveret.channel`: the record of an
-unacked delivery and the connection as they see it.
+unacked delivery, the connection (:class:`Wire`) and the node's state (:class:`Node`) as
+they see them, and the states of a published message's content assembly.
 
 :mod:`leveret.channel_consume`, :mod:`leveret.channel_tx`, :mod:`leveret.channel_topology`
 and :mod:`leveret.channel_stats` are functions over the channel, which binds them as its
@@ -7,16 +8,20 @@ methods (or calls them). Each sees the channel through a protocol of its own tha
 it uses, and the channel's connection through :class:`Wire`, so none imports
 :mod:`leveret.channel` (which imports them); the channel sees its connection through
 :class:`leveret.channel.Link`, which extends :class:`Wire`, and never imports
-:mod:`leveret.connection`. Annotations only: nothing here runs on a message's path.
+:mod:`leveret.connection`. Protocols and plain types: nothing here runs code on a
+message's path.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.queue import Consumer, Entry, Queue
 
 if TYPE_CHECKING:
+    from leveret.auth import AccessControl
+    from leveret.session.publish import Counters
     from leveret.vhost import VHost
 
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
@@ -52,3 +57,23 @@ class Wire(Protocol):
 
     def client_capability(self, name: str) -> bool:
         """Whether the client announced capability ``name``."""
+
+
+class Node(Protocol):
+    """The node's state as a channel sees it (leveret.state.ServerState implements it)."""
+
+    @property
+    def access(self) -> AccessControl:
+        """Users, permissions and their checks."""
+
+    @property
+    def counters(self) -> Counters:
+        """The node's publish counters (a closed channel's fold into them)."""
+
+
+class Content(Enum):
+    """Where a channel is in assembling a published message's content."""
+
+    IDLE = 0
+    AWAIT_HEADER = 1
+    AWAIT_BODY = 2

@@ -57,6 +57,7 @@ from leveret.errors import (
     reply_text,
 )
 from leveret.handshake import HANDSHAKE_STATES, STATE_NAMES, State
+from leveret.listen import address_pair
 
 if TYPE_CHECKING:
     from leveret.acktimeout import Watched
@@ -85,12 +86,6 @@ _FRAMES_PER_CHECK = 8
 # Frames on an open channel the connection handles itself rather than the channel (a
 # heartbeat there is an error of the connection's).
 _CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk, codec.Heartbeat})
-
-
-def _address(pair: Any) -> tuple[str, int]:
-    if isinstance(pair, tuple) and len(pair) >= 2:
-        return str(pair[0]), int(pair[1])
-    return "", 0
 
 
 class Connection(asyncio.Protocol):
@@ -148,7 +143,7 @@ class Connection(asyncio.Protocol):
     def endpoints(self) -> tuple[str, int, str, int]:
         """(peer host, peer port, local host, local port)."""
         sockname = self.transport.get_extra_info("sockname") if self.transport else None
-        return (*_address(self.peer), *_address(sockname))
+        return (*address_pair(self.peer), *address_pair(sockname))
 
     @property
     def name(self) -> str:

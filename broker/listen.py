@@ -8,6 +8,7 @@ RabbitMQ's ``listeners.tcp.default = :::5672`` (Erlang's dual-stack sockets) ser
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 
 def dual_stack_socket(host: str | None, port: int, backlog: int = 1024) -> socket.socket | None:
@@ -18,3 +19,11 @@ def dual_stack_socket(host: str | None, port: int, backlog: int = 1024) -> socke
     return socket.create_server(
         (host, port), family=socket.AF_INET6, backlog=backlog, dualstack_ipv6=True
     )
+
+
+def address_pair(pair: Any) -> tuple[str, int]:
+    """Host and port of a socket address as the transport reports it (an IPv6 address is a
+    4-tuple; a unix socket or no address at all gives ``("", 0)``)."""
+    if isinstance(pair, tuple) and len(pair) >= 2:
+        return str(pair[0]), int(pair[1])
+    return "", 0

@@ -382,7 +382,7 @@ def persistent(queue: Queue, _unacked_bytes: int) -> float:
     """The queue's persistent messages, ready or unacknowledged: those its message store
     holds. As rabbit_variable_queue's persistent_count, a message counts when it is
     persistent and its queue durable (a non-durable queue has none). A Leveret quorum
-    queue stores every message whatever its delivery mode (broker/queue.py), as a
+    queue stores every message whatever its delivery mode (broker/queue/), as a
     RabbitMQ quorum queue keeps each in its log: all of them count."""
     store = queue.store
     return 0 if store is None else store.held((queue.vhost.name, queue.name))[0]

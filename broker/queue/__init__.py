@@ -10,7 +10,10 @@ and :meth:`Queue.deliver` write them.
 
 A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
 state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
-The :class:`Consumer` class lives here, next to the queue whose verbs write its counts.
+The :class:`Consumer` class, the :class:`Subscriber` protocol and the queue's view of its
+vhost (:class:`Home`) and of an exclusive owner (:class:`Owner`) live in the queue's child
+:mod:`leveret.queue.peers` (a package and its child is the one import pair allowed both
+ways), re-exported here.
 
 The queue's settings, clocks, side of the store and dead-lettering are functions in
 :mod:`leveret.queue_config`, :mod:`leveret.queue_expiry`, :mod:`leveret.queue_store` and
@@ -31,8 +34,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Mapping, Sized
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from leveret import queue_config, queue_expiry, queue_store
 from leveret.arguments import int_arg, queue_type
@@ -45,162 +48,15 @@ from leveret.message import Message
 from leveret.prioritydeque import Entry as Entry  # a ready entry: named here too
 from leveret.prioritydeque import PriorityDeque, merge_by_seq
 
+# The queue's child: what it names of its neighbours, re-exported for callers.
+from leveret.queue.peers import Consumer as Consumer
+from leveret.queue.peers import Home as Home
+from leveret.queue.peers import Owner as Owner
+from leveret.queue.peers import Subscriber as Subscriber
+from leveret.queue.peers import Writable as Writable
+
 if TYPE_CHECKING:
-    from leveret.acktimeout import AckTimeouts
-    from leveret.churn import NodeCounters
-    from leveret.delayed import DelayedMessages
-    from leveret.exchanges.projection import Projection
-    from leveret.memory import MemoryMonitor
-    from leveret.persistence import Persistence
     from leveret.storage.messages import MessageStore
-
-
-class Home(Protocol):
-    """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
-    implements it): the vhost is above its queues, so they name only this."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name."""
-
-    @property
-    def memory(self) -> MemoryMonitor:
-        """The broker's memory accounting."""
-
-    @property
-    def persistence(self) -> Persistence | None:
-        """The store (None: nothing is durable)."""
-
-    @property
-    def ack_timeouts(self) -> AckTimeouts | None:
-        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
-
-    @property
-    def churn(self) -> NodeCounters:
-        """The node's counters (dead letters, deleted queues)."""
-
-    @property
-    def projection(self) -> Projection:
-        """Its exchanges and bindings (dead-letter routing)."""
-
-    @property
-    def delayed(self) -> DelayedMessages:
-        """Its delayed-message exchanges' kept-back messages (dead letters to them)."""
-
-    @property
-    def queues(self) -> Mapping[str, Queue]:
-        """Its queues, by name (dead-letter targets)."""
-
-    def rs(self, kind: str, name: str) -> str:
-        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``, for error texts."""
-
-    def delete_queue(self, queue: Queue) -> int:
-        """Remove ``queue`` (auto-delete, expiry)."""
-
-
-class Owner(Protocol):
-    """The connection an exclusive queue belongs to (the wire's Connection implements
-    it), as the node sees it: the node keeps the owner's exclusive queues in step, so
-    that they go with it, and compares owners by identity; it never names the wire."""
-
-    @property
-    def exclusive_queues(self) -> set[Queue]:
-        """The exclusive queues it declared."""
-
-
-class Writable(Protocol):
-    """The connection of a subscriber's channel, as the queue sees it: whether its
-    socket takes more now (the wire's Connection implements it)."""
-
-    @property
-    def writable(self) -> bool:
-        """False while the socket's buffer is full: deliveries wait in the queue."""
-
-
-class Subscriber(Protocol):
-    """What a queue needs of the channel a consumer belongs to (the wire channel
-    implements it). Attributes, not methods, where the queue reads them once a delivery:
-    the consumer's capacity check costs no call."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def open(self) -> bool:
-        """Whether it may still take deliveries."""
-
-    @property
-    def global_prefetch(self) -> int:
-        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
-
-    @property
-    def unacked(self) -> Sized:
-        """Its unacknowledged deliveries (the channel's ledger)."""
-
-    @property
-    def conn(self) -> Writable:
-        """The connection (``writable``: its socket takes more now)."""
-
-    def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
-
-    def cancel_by_server(self, consumer: Consumer) -> None:
-        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
-
-
-class Consumer:
-    """A ``basic.consume`` subscription of one channel on one queue."""
-
-    __slots__ = (
-        "arguments",
-        "channel",
-        "exclusive",
-        "no_ack",
-        "prefetch",
-        "priority",
-        "queue",
-        "tag",
-        "tag_bytes",
-        "unacked",
-    )
-
-    def __init__(
-        self,
-        channel: Subscriber,
-        queue: Queue,
-        tag: str,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch: int,
-        arguments: dict[str, Any],
-        tag_bytes: bytes = b"",
-    ) -> None:
-        self.channel = channel
-        self.queue = queue
-        self.tag = tag
-        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
-        # the wire channel, so the queue needs no codec.
-        self.tag_bytes = tag_bytes
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch
-        self.unacked = 0  # written by the queue's verbs only
-        self.arguments = arguments
-        self.priority = int_arg(arguments, "x-priority") or 0
-
-    def has_capacity(self) -> bool:
-        """Whether one more message may be delivered to this consumer now."""
-        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
-        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        channel = self.channel
-        return (
-            channel.conn.writable
-            and channel.open
-            and (not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch)
-        )
 
 
 class Queue:

@@ -1,0 +1,173 @@
+"""What a queue names of its neighbours: its vhost (:class:`Home`), an exclusive queue's
+owner (:class:`Owner`), its consumers (:class:`Consumer`) and their channels
+(:class:`Subscriber`, whose connection is :class:`Writable`).
+
+The queue's child module: these name :class:`~leveret.queue.Queue` for types only, and the
+queue re-exports them, so callers import them from :mod:`leveret.queue`. The wire's
+connection and channel implement the protocols; the node never names the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
+
+from leveret.arguments import int_arg
+
+if TYPE_CHECKING:
+    from leveret.acktimeout import AckTimeouts
+    from leveret.churn import NodeCounters
+    from leveret.delayed import DelayedMessages
+    from leveret.exchanges.projection import Projection
+    from leveret.memory import MemoryMonitor
+    from leveret.persistence import Persistence
+    from leveret.prioritydeque import Entry
+    from leveret.queue import Queue
+
+
+class Home(Protocol):
+    """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
+    implements it): the vhost is above its queues, so they name only this."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name."""
+
+    @property
+    def memory(self) -> MemoryMonitor:
+        """The broker's memory accounting."""
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """The store (None: nothing is durable)."""
+
+    @property
+    def ack_timeouts(self) -> AckTimeouts | None:
+        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
+
+    @property
+    def churn(self) -> NodeCounters:
+        """The node's counters (dead letters, deleted queues)."""
+
+    @property
+    def projection(self) -> Projection:
+        """Its exchanges and bindings (dead-letter routing)."""
+
+    @property
+    def delayed(self) -> DelayedMessages:
+        """Its delayed-message exchanges' kept-back messages (dead letters to them)."""
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """Its queues, by name (dead-letter targets)."""
+
+    def rs(self, kind: str, name: str) -> str:
+        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``, for error texts."""
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove ``queue`` (auto-delete, expiry)."""
+
+
+class Owner(Protocol):
+    """The connection an exclusive queue belongs to (the wire's Connection implements
+    it), as the node sees it: the node keeps the owner's exclusive queues in step, so
+    that they go with it, and compares owners by identity; it never names the wire."""
+
+    @property
+    def exclusive_queues(self) -> set[Queue]:
+        """The exclusive queues it declared."""
+
+
+class Writable(Protocol):
+    """The connection of a subscriber's channel, as the queue sees it: whether its
+    socket takes more now (the wire's Connection implements it)."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's buffer is full: deliveries wait in the queue."""
+
+
+class Subscriber(Protocol):
+    """What a queue needs of the channel a consumer belongs to (the wire channel
+    implements it). Attributes, not methods, where the queue reads them once a delivery:
+    the consumer's capacity check costs no call."""
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def open(self) -> bool:
+        """Whether it may still take deliveries."""
+
+    @property
+    def global_prefetch(self) -> int:
+        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
+
+    @property
+    def unacked(self) -> Sized:
+        """Its unacknowledged deliveries (the channel's ledger)."""
+
+    @property
+    def conn(self) -> Writable:
+        """The connection (``writable``: its socket takes more now)."""
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
+
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
+
+
+class Consumer:
+    """A ``basic.consume`` subscription of one channel on one queue."""
+
+    __slots__ = (
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        channel: Subscriber,
+        queue: Queue,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+        tag_bytes: bytes = b"",
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
+        # the wire channel, so the queue needs no codec.
+        self.tag_bytes = tag_bytes
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0  # written by the queue's verbs only
+        self.arguments = arguments
+        self.priority = int_arg(arguments, "x-priority") or 0
+
+    def has_capacity(self) -> bool:
+        """Whether one more message may be delivered to this consumer now."""
+        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
+        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        channel = self.channel
+        return (
+            channel.conn.writable
+            and channel.open
+            and (not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch)
+        )
