@@ -237,7 +237,7 @@ class AccessControl:
         ``exchange``: only a topic exchange is checked (rabbit_channel:
         check_topic_authorisation/6), against the user's topic permission on it, if any
         (rabbit_access_control:check_topic_access/4)."""
-        if exchange is None or exchange.type is not ExchangeType.TOPIC:
+        if exchange is None or exchange.type != ExchangeType.TOPIC:
             return
         permission = self.topic_permission(user, vhost, exchange.name)
         if permission is not None and not permission.allows(kind, routing_key, user, vhost):

@@ -116,7 +116,7 @@ class VHost(VHostPolicies):
             self.persistence.record(self, event)
         self.projection.apply(event)
         if isinstance(event, ExchangeDeclared):
-            if event.exchange.type is ExchangeType.HEADERS:
+            if event.exchange.type == ExchangeType.HEADERS:
                 self._headers_exchanges.add(event.exchange.name)
             if self.policies:
                 apply_alternates(self.projection, self.policies.values(), (event.exchange.name,))

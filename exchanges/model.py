@@ -16,7 +16,10 @@ from leveret.exchanges.fields import nested_deeper_than
 
 
 class ExchangeType(StrEnum):
-    """Exchange types Leveret implements (names as on the wire)."""
+    """Names of the built-in exchange types (as on the wire), for code that compares against
+    one of them. A type's name is a plain ``str``: the registry
+    (:data:`leveret.exchanges.types.TYPES`) is the one place that knows which names are
+    types, and a new type needs no member here."""
 
     DIRECT = "direct"
     FANOUT = "fanout"
@@ -111,7 +114,7 @@ class Exchange:
     """A declared exchange."""
 
     name: str
-    type: ExchangeType
+    type: str  # a name in the registry, leveret.exchanges.types.TYPES
     durable: bool = True
     auto_delete: bool = False
     internal: bool = False

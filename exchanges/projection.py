@@ -85,7 +85,7 @@ class ExchangeIndex:
 
     def _update_flags(self) -> None:
         self.plain_direct = (
-            self.type is ExchangeType.DIRECT
+            self.type == ExchangeType.DIRECT
             and self.keeps is None
             and not self.is_default
             and self.e2e == 0

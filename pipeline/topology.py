@@ -60,11 +60,10 @@ from leveret.exchanges.model import (
 from leveret.exchanges.policies import Policy, PolicyError, apply_alternates
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.exchanges.projection import Projection
-from leveret.exchanges.types import TYPES
+from leveret.exchanges.types import TYPES, parse_type
 
 DEFAULT_VHOST = "/"
 
-_EXCHANGE_TYPES = {t.value: t for t in ExchangeType}
 _DEST_KINDS = {k.value: k for k in DestKind}
 
 
@@ -152,7 +151,7 @@ class Topology:
         """``(vhost, exchange, type)`` for every exchange after replay, predeclared included."""
         projections = self.projections() if projections is None else projections
         return [
-            (vhost, name, exchange.type.value)
+            (vhost, name, exchange.type)
             for vhost, p in projections.items()
             for name, exchange in p.exchanges.items()
         ]
@@ -248,7 +247,7 @@ def _arguments(obj: Mapping[str, Any], what: str) -> dict[str, Any]:
 
 def _exchange(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Exchange | None:
     name = str(obj["name"])
-    kind = _EXCHANGE_TYPES.get(str(obj.get("type", "")))
+    kind = parse_type(str(obj.get("type", "")))
     if kind is None:
         notes.append(
             f"exchange {name!r} in vhost {vhost!r} has type {obj.get('type')!r}, which Leveret "
@@ -260,12 +259,12 @@ def _exchange(obj: Mapping[str, Any], notes: list[str], vhost: str) -> Exchange 
     routes_as = module if module.wraps is None else module.wraps(arguments)
     if routes_as is None:
         notes.append(
-            f"exchange {name!r} in vhost {vhost!r} is an {kind.value} exchange whose arguments "
+            f"exchange {name!r} in vhost {vhost!r} is an {kind} exchange whose arguments "
             f"({arguments!r}) name no type it can route as: it and its bindings are left out "
             "(its traffic counts as unroutable)"
         )
         return None
-    if routes_as.kind is ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
+    if routes_as.kind == ExchangeType.CONSISTENT_HASH and hash_on(arguments) is not None:
         # The trace keeps no message properties, and header values without their AMQP
         # types, which the hash covers: such an exchange's choices cannot be replayed.
         notes.append(

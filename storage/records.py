@@ -64,11 +64,11 @@ from leveret.exchanges.model import (
     Exchange,
     ExchangeDeclared,
     ExchangeDeleted,
-    ExchangeType,
     Queue,
     QueueDeclared,
     QueueDeleted,
 )
+from leveret.exchanges.types import TYPES
 from leveret.storage.errors import CorruptRecordError, LogFormatError
 
 #: The newest payload version this module writes and reads (2: values tagged "W" may occur).
@@ -84,9 +84,9 @@ JSON_NESTING_MAX = 100
 #: payload. Keep it in any future payload version.
 PAYLOAD_MARK = b"["
 
-# Enum lookups through plain dicts: ExchangeType("topic") costs several times more, and
-# replaying 100k bindings is on the start-up path.
-_EXCHANGE_TYPES: dict[str, ExchangeType] = {t.value: t for t in ExchangeType}
+# Enum lookups through plain dicts: DestKind("queue") costs several times more, and
+# replaying 100k bindings is on the start-up path. Exchange types are the registry's keys,
+# read at each lookup (a type registered later is known too); an unknown one is a KeyError.
 _DEST_KINDS: dict[str, DestKind] = {k.value: k for k in DestKind}
 _VERSION_BYTES = {False: bytes([_PLAIN_VERSION]), True: bytes([RECORD_VERSION])}
 _READABLE = (_PLAIN_VERSION, RECORD_VERSION)
@@ -205,7 +205,7 @@ def _fields(event: Event) -> list[Any]:
             return [
                 "X",
                 x.name,
-                x.type.value,
+                x.type,
                 x.durable,
                 x.auto_delete,
                 x.internal,
@@ -245,7 +245,7 @@ _EVENTS: dict[str, Callable[[list[Any]], Event]] = {
     "B": lambda f: BindingAdded(_binding(f)),
     "b": lambda f: BindingRemoved(_binding(f)),
     "X": lambda f: ExchangeDeclared(
-        Exchange(f[2], _EXCHANGE_TYPES[f[3]], f[4], f[5], f[6], _arguments(f[7]))
+        Exchange(f[2], TYPES[f[3]].kind, f[4], f[5], f[6], _arguments(f[7]))
     ),
     "x": lambda f: ExchangeDeleted(f[2]),
     "Q": lambda f: QueueDeclared(Queue(f[2], f[3], f[4], f[5], _arguments(f[6]))),
@@ -361,7 +361,7 @@ def event_to_json(vhost: str, event: Event) -> dict[str, Any]:
     match event:
         case ExchangeDeclared(x):
             head = {"event": "exchange.declared", "vhost": vhost, "name": x.name}
-            head.update(type=x.type.value, durable=x.durable, auto_delete=x.auto_delete)
+            head.update(type=x.type, durable=x.durable, auto_delete=x.auto_delete)
             head.update(internal=x.internal, arguments=_arguments_json(x.arguments))
         case ExchangeDeleted(name):
             head = {"event": "exchange.deleted", "vhost": vhost, "name": name}

@@ -171,8 +171,8 @@ def exchange_types() -> list[dict[str, Any]]:
     # without one (a plugin type such as x-rtopic) is listed with a generic text.
     return [
         {
-            "name": kind.value,
-            "description": module.description or f"{kind.value} exchange",
+            "name": kind,
+            "description": module.description or f"{kind} exchange",
             "enabled": True,
         }
         for kind, module in TYPES.items()

@@ -254,7 +254,7 @@ def topology_families(server: ServerState[Connection], view: View) -> Iterator[M
                 if not name or name.startswith("amq.rabbitmq."):
                     continue
                 value = 1 if group == "exchange_names" else len(projection.bindings_from(name))
-                found.add_metric([vhost.name, name, exchange.type.value], value)
+                found.add_metric([vhost.name, name, exchange.type], value)
         yield found
 
 

@@ -116,7 +116,7 @@ def exchange_view(
     view: JSON = {
         "name": exchange.name,
         "vhost": vhost,
-        "type": exchange.type.value,
+        "type": exchange.type,
         "durable": exchange.durable,
         "auto_delete": exchange.auto_delete,
         "internal": exchange.internal,

@@ -37,10 +37,9 @@ from leveret.exchanges.model import (
     Binding,
     DestKind,
     Exchange,
-    ExchangeType,
     ExchangeTypeCrashError,
 )
-from leveret.exchanges.types import validate_binding, validate_exchange
+from leveret.exchanges.types import parse_type, validate_binding, validate_exchange
 from leveret.limits import reached
 
 if TYPE_CHECKING:
@@ -181,10 +180,9 @@ def exchange_declared(
         check_not_default(name)
         lookup_exchange(vhost, name)
         return False
-    try:
-        type_ = ExchangeType(type_name)
-    except ValueError:
-        raise unknown_type(type_name) from None  # rabbit_exchange:check_type/1
+    type_ = parse_type(type_name)
+    if type_ is None:
+        raise unknown_type(type_name)  # rabbit_exchange:check_type/1
     check_not_default(name)
     current = vhost.projection.exchanges.get(name)
     if current is None:
@@ -216,7 +214,7 @@ def exchange_declared(
     inequivalent(
         what,
         (
-            ("type", type_.value, current.type.value),
+            ("type", type_, current.type),
             ("durable", durable, current.durable),
             ("auto_delete", auto_delete, current.auto_delete),
             ("internal", internal, current.internal),

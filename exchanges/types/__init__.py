@@ -1,9 +1,11 @@
 """Exchange types, one module each behind one contract (:mod:`.base`), as RabbitMQ's
 ``rabbit_exchange_type`` modules: direct, fanout, topic, headers, x-rtopic,
 x-consistent-hash and x-delayed-message. Adding a type touches its module and one line of
-:data:`TYPES` (and names it in :class:`~leveret.exchanges.model.ExchangeType`, the wire
-names the model, the log and the declare path parse): the projection, routing, the checks
-and the management API's list of types all read the module through the registry.
+:data:`TYPES`, keyed by its wire name (the module's ``kind``): the declare path, the
+``x-delayed-type`` check, the log's replay, the pipeline's topology and the management API's
+list of types all parse names through :func:`parse_type`, and the projection, routing and
+the checks read the module through the registry. (:class:`~leveret.exchanges.model.ExchangeType`
+only names the built-in types for code that compares against one.)
 
 The door: pure like the rest of ``exchanges/``; the type modules import the data structures
 of ``exchanges/`` (tries, the hash ring), never the projection or routing, which use them.
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from leveret.exchanges.model import Exchange, ExchangeType
+from leveret.exchanges.model import Exchange
 from leveret.exchanges.types.base import ExchangeTypeModule
 from leveret.exchanges.types.chash import CONSISTENT_HASH
 from leveret.exchanges.types.delayed import DELAYED
@@ -24,13 +26,26 @@ from leveret.exchanges.types.headers import HEADERS
 from leveret.exchanges.types.rtopic import RTOPIC
 from leveret.exchanges.types.topic import TOPIC
 
-TYPES: Mapping[ExchangeType, ExchangeTypeModule] = {
+TYPES: dict[str, ExchangeTypeModule] = {
     module.kind: module
     for module in (DIRECT, FANOUT, TOPIC, HEADERS, RTOPIC, CONSISTENT_HASH, DELAYED)
 }
 
 
-def validate_exchange(kind: ExchangeType, arguments: Mapping[str, Any]) -> str | None:
+def parse_type(name: str) -> str | None:
+    """The exchange type named ``name`` (its registry key, the very object, so a built-in
+    one is its :class:`~leveret.exchanges.model.ExchangeType` member), or None when no
+    registered type has that name."""
+    module = TYPES.get(name)
+    return None if module is None else module.kind
+
+
+def is_known(name: str) -> bool:
+    """Whether ``name`` names a registered exchange type."""
+    return name in TYPES
+
+
+def validate_exchange(kind: str, arguments: Mapping[str, Any]) -> str | None:
     """RabbitMQ's explanation when a new exchange's arguments are invalid for its type (the
     type module's ``validate/1``), else None; raises
     :class:`leveret.exchanges.model.ExchangeTypeCrashError` where RabbitMQ's module crashes."""
@@ -45,4 +60,11 @@ def validate_binding(
     return TYPES[exchange.type].validate_binding(exchange, routing_key, arguments)
 
 
-__all__ = ["TYPES", "ExchangeTypeModule", "validate_binding", "validate_exchange"]
+__all__ = [
+    "TYPES",
+    "ExchangeTypeModule",
+    "is_known",
+    "parse_type",
+    "validate_binding",
+    "validate_exchange",
+]

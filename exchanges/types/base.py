@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from leveret.exchanges.model import Binding, Exchange, ExchangeType
+from leveret.exchanges.model import Binding, Exchange
 
 Headers = Mapping[str, Any] | None
 Names = frozenset[str] | set[str]
@@ -80,7 +80,7 @@ class ExchangeTypeModule:
     a wrapper, such as the pipeline asking what it can replay.
     """
 
-    kind: ExchangeType
+    kind: str  # the wire name, the type's key in the registry
     indexes: Callable[[Mapping[str, Any]], tuple[BindingIndex, BindingIndex]]
     route: Router
     validate: Callable[[Mapping[str, Any]], str | None] = no_exchange_problem

@@ -35,7 +35,7 @@ def wrapped(arguments: Mapping[str, Any]) -> ExchangeTypeModule | None:
     from leveret.exchanges.types import TYPES
 
     kind = underlying_type(arguments)
-    module = TYPES.get(kind) if isinstance(kind, ExchangeType) else None
+    module = None if kind is None else TYPES.get(kind)
     if module is None or module.wraps is not None:
         return None
     return module

@@ -1,7 +1,9 @@
 """Adding an exchange type is its module and one line of the registry (exchanges/types/):
 a toy type registered in ``TYPES`` only, with no other table touched, is indexed by the
 projection, checked by the registry's validators and routed by the generic route(), E2E
-bindings, alternate exchanges and a ``keeps`` hook included."""
+bindings, alternate exchanges and a ``keeps`` hook included; every path that parses a type's
+name accepts it (exchange.declare, ``x-delayed-type``, the log's records, the pipeline's
+topology) and the management API lists it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from leveret.auth import AccessControl
+from leveret.errors import AMQPError
 from leveret.exchanges.model import (
     EMPTY,
     Binding,
@@ -18,8 +22,18 @@ from leveret.exchanges.model import (
     ExchangeType,
 )
 from leveret.exchanges.routing import route, route_kept
-from leveret.exchanges.types import TYPES, validate_binding, validate_exchange
+from leveret.exchanges.types import (
+    TYPES,
+    is_known,
+    parse_type,
+    validate_binding,
+    validate_exchange,
+)
 from leveret.exchanges.types.base import ExchangeTypeModule, Headers, Names, pair
+from leveret.management.api import exchange_types
+from leveret.session.topology import Actor, declare_exchange
+from leveret.storage.records import decode, encode, event_to_json
+from leveret.vhost import VHost
 from tests.exchanges.test_routing import build, queues, to_exchange, to_queue
 
 TOY = "x-toy"  # a name no ExchangeType has: the registry is all the generic code reads
@@ -61,7 +75,7 @@ def no_size(arguments: Mapping[str, Any]) -> str | None:
 
 
 TOY_TYPE = ExchangeTypeModule(
-    TOY,  # type: ignore[arg-type]  # a toy outside the enum
+    TOY,
     pair(LengthIndex),
     route_length,
     validate=no_size,
@@ -73,19 +87,19 @@ TOY_TYPE = ExchangeTypeModule(
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setitem(TYPES, TOY, TOY_TYPE)  # type: ignore[call-overload]  # the one line
+    monkeypatch.setitem(TYPES, TOY, TOY_TYPE)  # the one line
     yield
 
 
 def toy(name: str, ae: str | None = None) -> ExchangeDeclared:
     arguments = {} if ae is None else {"alternate-exchange": ae}
-    return ExchangeDeclared(Exchange(name, TOY, arguments=arguments))  # type: ignore[arg-type]
+    return ExchangeDeclared(Exchange(name, TOY, arguments=arguments))
 
 
 def test_a_type_registered_once_is_checked_indexed_and_routed() -> None:
-    assert validate_exchange(TOY, {"size": 1}) == "the toy takes no size"  # type: ignore[arg-type]
-    assert validate_exchange(TOY, {}) is None  # type: ignore[arg-type]
-    exchange = Exchange("t", TOY)  # type: ignore[arg-type]
+    assert validate_exchange(TOY, {"size": 1}) == "the toy takes no size"
+    assert validate_exchange(TOY, {}) is None
+    exchange = Exchange("t", TOY)
     assert validate_binding(exchange, {}, "abc") == "not a length: abc"
     assert validate_binding(exchange, {}, "3") is None
     p = build(toy("t"), *queues("three", "four"), to_queue("t", "three", "3"))
@@ -117,3 +131,50 @@ def test_the_generic_walk_asks_the_keeps_hook() -> None:
     )
     assert route_kept(q, "f", "abc", {"later": 1}) == ({"fan"}, ("t",))
     assert route(q, "f", "abc") == {"fan", "now"}
+
+
+def test_the_registry_parses_type_names() -> None:
+    assert parse_type(TOY) == TOY and is_known(TOY)
+    assert parse_type("topic") is ExchangeType.TOPIC  # a built-in name is its constant
+    assert parse_type("nope") is None and not is_known("nope")
+    assert parse_type("Topic") is None  # names are case-sensitive, as RabbitMQ's
+
+
+async def test_the_session_declares_a_registered_type() -> None:
+    access = AccessControl.with_users({"guest": "guest"}, ("/",))
+    vhost = VHost("/")
+    guest = Actor(access, "guest", vhost)
+    assert declare_exchange(guest, "t", TOY, False, False, False, False, {}) is True
+    assert declare_exchange(guest, "t", TOY, False, False, False, False, {}) is False
+    assert vhost.projection.exchanges["t"].type == TOY
+    with pytest.raises(AMQPError) as raised:  # the toy's own validate/1
+        declare_exchange(guest, "u", TOY, False, False, False, False, {"size": 1})
+    assert (raised.value.code, raised.value.text) == (
+        406,
+        "PRECONDITION_FAILED - the toy takes no size",
+    )
+    with pytest.raises(AMQPError) as raised:  # an unregistered name: as before
+        declare_exchange(guest, "v", "x-nope", False, False, False, False, {})
+    assert (raised.value.code, raised.value.text) == (
+        406,
+        "PRECONDITION_FAILED - unknown exchange type 'x-nope'",
+    )
+    # A delayed exchange may wrap it: x-delayed-type is parsed through the registry too.
+    delayed = {"x-delayed-type": TOY}
+    assert declare_exchange(guest, "d", "x-delayed-message", False, False, False, False, delayed)
+
+
+def test_the_log_records_and_replays_a_registered_type() -> None:
+    event = toy("t", ae="ae")
+    payload = encode("/", event)
+    assert b'"x-toy"' in payload  # the wire name, as the built-in types are stored
+    assert decode(payload) == ("/", event)
+    assert event_to_json("/", event)["type"] == TOY
+
+
+def test_the_management_api_lists_the_registry() -> None:
+    listed = {t["name"]: t["description"] for t in exchange_types()}
+    assert listed == {
+        name: module.description or f"{name} exchange" for name, module in TYPES.items()
+    }
+    assert listed[TOY] == "A toy exchange"
