@@ -38,7 +38,12 @@ log = logging.getLogger(__name__)
 
 
 class PublishCounters:
-    """Broker-wide publish counters (for /metrics and the management overview)."""
+    """Publish counters (rabbit_channel's ``ch_stats`` fine stats: publish, confirm,
+    return_unroutable, drop_unroutable). Each channel's publisher counts into its own
+    (leveret.session.publish.Publisher), which costs the publish path nothing more; the
+    node's are its closed channels' counts, folded in as each closes
+    (leveret.session.publish.fold), and the open ones' are added when read
+    (leveret.management.stats.publish_totals)."""
 
     __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")
 

@@ -36,6 +36,7 @@ from leveret.message import (
     expiration_error,
     properties_decode,
 )
+from leveret.state import PublishCounters as PublishCounters  # a channel's own, too
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
@@ -71,24 +72,6 @@ class Counters(Protocol):
     routed: int
     unroutable_dropped: int
     unroutable_returned: int
-
-
-class PublishCounters:
-    """Publish counters of one channel (rabbit_channel's ``ch_stats`` fine stats: publish,
-    confirm, return_unroutable, drop_unroutable), incremented where the node's used to be:
-    a channel's :class:`Publisher` counts into its own, which costs the publish path
-    nothing more, and the node's totals are its closed channels' (folded in with
-    :func:`fold` as each one closes) plus its open ones'
-    (leveret.management.stats.publish_totals)."""
-
-    __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")
-
-    def __init__(self) -> None:
-        self.confirmed = 0  # publisher confirms (basic.ack) sent, one per message
-        self.received = 0
-        self.routed = 0
-        self.unroutable_dropped = 0
-        self.unroutable_returned = 0
 
 
 PUBLISH_COUNTER_NAMES = PublishCounters.__slots__
