@@ -13,21 +13,21 @@ from collections.abc import Mapping, Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.arguments import int_arg
+from leveret.deadletter import DeadLetterHome
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.churn import NodeCounters
-    from leveret.delayed import DelayedMessages
-    from leveret.exchanges.projection import Projection
     from leveret.memory import MemoryMonitor
     from leveret.persistence import Persistence
     from leveret.prioritydeque import Entry
     from leveret.queue import Queue
 
 
-class Home(Protocol):
+class Home(DeadLetterHome, Protocol):
     """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
-    implements it): the vhost is above its queues, so they name only this."""
+    implements it): the vhost is above its queues, so they name only this. What
+    dead-lettering uses of it (the node's counters, the projection, the delayed messages,
+    the queues) is :class:`leveret.deadletter.DeadLetterHome`'s."""
 
     @property
     def name(self) -> str:
@@ -44,18 +44,6 @@ class Home(Protocol):
     @property
     def ack_timeouts(self) -> AckTimeouts | None:
         """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
-
-    @property
-    def churn(self) -> NodeCounters:
-        """The node's counters (dead letters, deleted queues)."""
-
-    @property
-    def projection(self) -> Projection:
-        """Its exchanges and bindings (dead-letter routing)."""
-
-    @property
-    def delayed(self) -> DelayedMessages:
-        """Its delayed-message exchanges' kept-back messages (dead letters to them)."""
 
     @property
     def queues(self) -> Mapping[str, Queue]:
