@@ -3,8 +3,9 @@
 :func:`queries` are the Spark queries that bring the report's rows to the driver (the job
 runs them a few at a time): the tables that stay small whatever the trace (exchanges, rates,
 fan-out, the what-if summary) whole, the others as their top N rows; :func:`assemble` puts
-their results together. :func:`summarise` and :func:`build_report`
-then work on plain Python rows.
+their results together; :func:`report_rows` gives the same rows from Arrow tables, when the
+driver derived them. :func:`summarise` and :func:`build_report` then work on plain Python
+rows.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
@@ -104,6 +106,80 @@ def queries(tables: Mapping[str, DataFrame], top: int) -> dict[str, Query]:
             tables["whatif_unroutable"], UNROUTABLE_COLUMNS, by_messages, top
         )
     return queries
+
+
+# -- the same rows, from Arrow tables --------------------------------------------------------------
+
+
+def _arrow_rows(table: Any, columns: Sequence[str]) -> list[list[Any]]:
+    data = [table.column(c).to_pylist() for c in columns]
+    return [list(row) for row in zip(*data, strict=True)]
+
+
+def _arrow_top(
+    table: Any, columns: Sequence[str], order: Sequence[tuple[str, str]], limit: int | None
+) -> list[list[Any]]:
+    ordered = table.sort_by(list(order)) if table.num_rows else table
+    if limit is not None:
+        ordered = ordered.slice(0, limit)
+    return _arrow_rows(ordered, columns)
+
+
+def report_rows(tables: Mapping[str, Any], top: int) -> dict[str, Any]:
+    """The results of :func:`queries`, from the tables as Arrow tables (when the driver
+    derived them: leveret.pipeline.local)."""
+    desc = [("messages", "descending")]
+    exchanges = tables["exchanges"]
+    rates_table = tables["rates"]
+    mismatch = tables["recorded_mismatch"]
+    got: dict[str, Any] = {
+        "exchanges": _arrow_top(
+            exchanges, EXCHANGE_COLUMNS, [*desc, ("exchange", "ascending")], None
+        ),
+        "rates": _arrow_top(
+            rates_table,
+            ["minute", "messages", "routed_messages", "unroutable_messages"],
+            [("minute", "ascending")],
+            None,
+        ),
+        "fanout": _arrow_top(
+            tables["fanout"],
+            ["fanout", "messages", "bytes", "keys"],
+            [("fanout", "ascending")],
+            None,
+        ),
+        "queues": _arrow_top(tables["queues"], QUEUE_COLUMNS, [*desc, ("queue", "ascending")], top),
+        "unroutable": _arrow_top(tables["unroutable"], UNROUTABLE_COLUMNS, desc, top),
+        "mismatch": _arrow_top(mismatch, MISMATCH_COLUMNS, desc, top),
+        "mismatch_total": (int(pc.sum(mismatch.column("messages")).as_py() or 0),),
+    }
+    if "bindings" in tables:
+        bindings = tables["bindings"]
+        hot = bindings.filter(pc.greater(bindings.column("messages"), 0))
+        never = bindings.filter(pc.equal(bindings.column("messages"), 0))
+        columns = [*BINDING_COLUMNS, "messages", "share"]
+        got["hot"] = _arrow_top(hot, columns, [*desc, ("binding_id", "ascending")], top)
+        got["never"] = _arrow_top(never, BINDING_COLUMNS, [("binding_id", "ascending")], top)
+        got["binding_counts"] = (bindings.num_rows, never.num_rows)
+    if "whatif_summary" in tables:
+        got["whatif"] = tables["whatif_summary"].to_pylist()[0]
+        queues = tables["whatif_queues"]
+        changed = queues.filter(
+            pc.or_(
+                pc.greater(queues.column("gained_messages"), 0),
+                pc.greater(queues.column("lost_messages"), 0),
+            )
+        )
+        changed = changed.append_column(
+            "change", pc.add(changed.column("gained_messages"), changed.column("lost_messages"))
+        )
+        got["whatif_queues"] = _arrow_top(
+            changed, WHATIF_COLUMNS, [("change", "descending"), ("queue", "ascending")], top
+        )
+        got["whatif_unroutable"] = _arrow_top(
+            tables["whatif_unroutable"], UNROUTABLE_COLUMNS, desc, top
+        )
+    return got
 
 
 def assemble(got: Mapping[str, Any]) -> Gathered:

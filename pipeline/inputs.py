@@ -9,6 +9,7 @@
   driver with PyArrow (a few milliseconds per segment: Spark need not run for them).
 * :func:`segment_minutes`: how many minutes the segments span, from their Parquet statistics.
 * :func:`check_output`: the output directory can be written.
+* :func:`prepare`: all of it and the topologies, for the job (:class:`Prepared`).
 
 Errors are :class:`~leveret.pipeline.topology.SourceError`: one line for the operator.
 """
@@ -23,7 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
@@ -34,7 +35,10 @@ from leveret.pipeline.schema import (
     ROWS_COLUMNS,
     SEGMENT_VERSION,
 )
-from leveret.pipeline.topology import SourceError
+from leveret.pipeline.topology import SourceError, Topology, load
+
+if TYPE_CHECKING:
+    from leveret.pipeline.cli import JobOptions
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -260,3 +264,46 @@ def check_output(out: Path) -> None:
         raise SourceError(f"--out {out}: {exc.strerror or exc}") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise SourceError(f"--out {out}: not writable")
+
+
+# -- everything the job knows before Spark runs ----------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    """Everything the job knows before Spark runs."""
+
+    traces: Traces
+    current: Topology
+    proposed: Topology | None
+    trace_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(options: JobOptions) -> Prepared:
+    """Check the inputs and read the topologies: no Spark (errors: :class:`SourceError`)."""
+    traces = find_traces(options.trace)
+    current = _topology(options.topology, "--topology")
+    proposed = _topology(options.proposed, "--proposed") if options.proposed is not None else None
+    check_output(options.out)
+    size = sum(os.path.getsize(f) for f in [*traces.segments, *traces.jsonl])
+    return Prepared(traces, current, proposed, size)
+
+
+def _topology(source: Any, flag: str) -> Topology:
+    if isinstance(source, str | Path):
+        path = Path(source)
+        if not path.exists():
+            raise SourceError(f"{flag} {path}: no such file or directory")
+        try:
+            return load(path)
+        except OSError as exc:
+            raise SourceError(f"{flag} {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise SourceError(f"{flag} {path}: not a text file") from None
+        except SourceError as exc:
+            text = str(exc)
+            raise SourceError(
+                text if text.startswith(str(path)) else f"{flag} {path}: {text}"
+            ) from None
+    return load(source)

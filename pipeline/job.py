@@ -38,12 +38,11 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,7 @@ from leveret.pipeline.session import (
     ship_packages,
     spark_session,
 )
-from leveret.pipeline.topology import SourceError, Topology, load
+from leveret.pipeline.topology import SourceError, Topology
 
 log = logging.getLogger("leveret.pipeline")
 
@@ -143,46 +142,6 @@ def _configure_logging() -> None:
 
 
 @dataclass
-class Prepared:
-    """Everything the job knows before Spark runs."""
-
-    traces: inputs.Traces
-    current: Topology
-    proposed: Topology | None
-    trace_bytes: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
-def prepare(options: JobOptions) -> Prepared:
-    """Check the inputs and read the topologies: no Spark (errors: :class:`SourceError`)."""
-    traces = inputs.find_traces(options.trace)
-    current = _topology(options.topology, "--topology")
-    proposed = _topology(options.proposed, "--proposed") if options.proposed is not None else None
-    inputs.check_output(options.out)
-    size = sum(os.path.getsize(f) for f in [*traces.segments, *traces.jsonl])
-    return Prepared(traces, current, proposed, size)
-
-
-def _topology(source: Any, flag: str) -> Topology:
-    if isinstance(source, str | Path):
-        path = Path(source)
-        if not path.exists():
-            raise SourceError(f"{flag} {path}: no such file or directory")
-        try:
-            return load(path)
-        except OSError as exc:
-            raise SourceError(f"{flag} {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise SourceError(f"{flag} {path}: not a text file") from None
-        except SourceError as exc:
-            text = str(exc)
-            raise SourceError(
-                text if text.startswith(str(path)) else f"{flag} {path}: {text}"
-            ) from None
-    return load(source)
-
-
-@dataclass
 class Routes:
     """The keys dictionary, the queue sets, and the routes: on the driver (Arrow tables) or,
     for many keys, the routes as a Spark DataFrame."""
@@ -197,7 +156,11 @@ class _Job:
     """One run's state: the session, the options, the frames to unpersist."""
 
     def __init__(
-        self, spark: SparkSession, options: JobOptions, prepared: Prepared, progress: Progress
+        self,
+        spark: SparkSession,
+        options: JobOptions,
+        prepared: inputs.Prepared,
+        progress: Progress,
     ) -> None:
         self.spark = spark
         self.options = options
@@ -331,7 +294,7 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
     started = time.perf_counter()
     progress = Progress(None, stages=5 if options.report else 4, interval=options.progress_interval)
     with progress.stage("check the inputs, read the topology") as done:
-        prepared = prepare(options)
+        prepared = inputs.prepare(options)
         traces = prepared.traces
         done.append(
             f"{len(traces.segments)} segment(s), {len(traces.jsonl)} JSON-lines file(s)"
@@ -384,7 +347,7 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
 
 
 def _route_on_driver(
-    keys: Any, sets: Any, prepared: Prepared, options: JobOptions, progress: Progress
+    keys: Any, sets: Any, prepared: inputs.Prepared, options: JobOptions, progress: Progress
 ) -> Routes:
     with progress.stage(f"route {keys.num_rows:,} distinct key(s)") as done:
         table = router.route_table(keys, prepared.current, prepared.proposed, options.bindings)
@@ -521,7 +484,7 @@ def _analyse(state: _Job, routes: Routes | None, summary: dict[str, Any]) -> Non
                     )
             else:
                 local.write_tables(tables, options.out)
-            gathered = collect.assemble(local.report_rows(tables, options.top))
+            gathered = collect.assemble(collect.report_rows(tables, options.top))
             done.append(f"{len(tables)} tables")
     else:
         gathered = _spark_tables(state, counted.groups, keys, sets, routes, counted.messages)

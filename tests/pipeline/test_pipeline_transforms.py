@@ -210,7 +210,7 @@ def test_a_segment_needs_its_dictionary(tmp_path: Path) -> None:
 
 
 def test_the_inputs_are_checked_before_spark(tmp_path: Path) -> None:
-    """Topology and output problems, found by ``job.prepare`` (which needs no Spark)."""
+    """Topology and output problems, found by ``inputs.prepare`` (which needs no Spark)."""
     trace = write_segments(tmp_path / "trace", [trace_record(MINUTE0, "x", "a")], files=1)
     dump = write_dump(tmp_path / "t.jsonl", SHOP_EVENTS)
 
@@ -229,8 +229,8 @@ def test_the_inputs_are_checked_before_spark(tmp_path: Path) -> None:
         ({"out": tmp_path / "file" / "out"}, "--out"),
     ]:
         with pytest.raises(SourceError, match=re.escape(error)):
-            job.prepare(options(**changes))
-    prepared = job.prepare(options())
+            inputs.prepare(options(**changes))
+    prepared = inputs.prepare(options())
     assert prepared.traces.segments and prepared.current.describe().startswith("1 vhost")
 
 
