@@ -28,7 +28,6 @@ So imports run one way: connection -> channel -> its command modules -> channel_
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -438,16 +437,8 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
 
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
-        (leveret.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
-        oldest = self.oldest()
-        if oldest is None:
-            self.sent.clear()
-            return None
-        sent = self.sent.sent_by(now, self.next_tag, oldest[0])
-        timeout = timeout_ms(oldest[1][0])
-        if timeout == math.inf or now - sent < timeout / 1000:
-            return None
-        return int(timeout)
+        (leveret.acktimeout.DeliveryClock.overdue)."""
+        return self.sent.overdue(now, self.next_tag, self.oldest(), timeout_ms)
 
     # -- basic ------------------------------------------------------------------------
 
