@@ -88,8 +88,8 @@ def cancel_by_server(channel: Consuming, consumer: Consumer) -> None:
     it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
     if channel.consumers.get(consumer.tag) is consumer:
         del channel.consumers[consumer.tag]
-        # The queue's row goes with it, as rabbit_channel erases a queue's stats when the
-        # queue goes (handle_info 'DOWN' / queue_event eol -> erase_queue_stats/1).
+        # The queue's row goes with it, as RabbitMQ's does (rabbit_channel's
+        # erase_queue_stats/1 on the queue's eol; leveret.channel_stats's docstring).
         channel.queue_counts.pop(consumer.queue, None)
         if channel.conn.client_capability("consumer_cancel_notify"):
             channel.conn.write(
