@@ -244,7 +244,8 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "recorded_comparison": not args.no_recorded,
         "tables_on": summary.get("tables_on"),
         "read": summary.get("read"),
-        "key_minute_groups": summary.get("key_minute_groups"),
+        "key_minute_groups": summary.get("key_minute_groups"),  # tables in Spark
+        "driver_rows": summary.get("driver_rows"),  # tables on the driver
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }

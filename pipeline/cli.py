@@ -35,7 +35,8 @@ class JobOptions:
     ui: bool = False  # Spark's web UI (off: a short job does not need it)
     # Route on the driver up to this many distinct keys (more: in Spark, mapPartitions).
     driver_keys: int = 100_000
-    # Derive the tables on the driver (Arrow) up to this many key-minute groups (more: in Spark).
+    # Derive the tables on the driver (Arrow) up to this many key-minute groups (more: in Spark);
+    # the driver gets a row per key and per route class and minute of them.
     driver_groups: int = 4_000_000
 
 

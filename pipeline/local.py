@@ -1,16 +1,20 @@
 """Every output table from the pass's groups, on the driver, with PyArrow. No Spark here.
 
 After the pass (:func:`leveret.pipeline.transforms.aggregate_segments`) a trace is a table of
-``(key id, queue set id, minute)`` groups: 660k rows for 10M messages of 11k keys over an hour.
-When they are that few (the usual case: traces repeat their keys endlessly), the job brings
-them to the driver in one Spark action and derives every table here, in Arrow's C++ kernels:
-no more Spark jobs, whose fixed cost (planning, code generation, task launch, committing
-files) was most of the job on small data. The same tables for traces too big for the driver
-come from :mod:`leveret.pipeline.transforms` in Spark; a test holds both to the same rows.
+``(key id, queue set id, minute)`` groups: 3.3M rows for 50M messages of 11k keys over five
+hours. When they are that few (the usual case: traces repeat their keys endlessly), Spark
+aggregates them once more in the same action (:func:`leveret.pipeline.transforms.driver_totals`):
+totals per key id and queue set id (11k rows), and per route class and minute (240k: the keys
+that reach the same queues share a class, :func:`route_classes`). Those come to the driver and
+every table is derived here, in Arrow's C++ kernels: no more Spark jobs, whose fixed cost
+(planning, code generation, task launch, committing files) was most of the job on small data.
+The same tables for traces too big for the driver come from
+:mod:`leveret.pipeline.transforms` in Spark; a test holds both to the same rows.
 
-The inputs are Arrow tables: ``groups`` (:data:`~leveret.pipeline.schema.GROUP_COLUMNS`), the
-dictionaries (``key, vhost, exchange, routing_key, headers`` and ``queue_set, recorded``) and
-the routes (``leveret.pipeline.router.route_schema``, one row per key id).
+The inputs are Arrow tables: the totals per key id
+(:data:`~leveret.pipeline.schema.KEY_ID_COLUMNS`), the minute routes (:func:`minute_routes`),
+the dictionaries (``key, vhost, exchange, routing_key, headers`` and ``queue_set,
+recorded``) and the routes (``leveret.pipeline.router.route_schema``, one row per key id).
 """
 
 from __future__ import annotations
@@ -143,27 +147,30 @@ def _key_fields(table: Any) -> list[tuple[Any, ...]]:
     return list(zip(*columns, strict=True))
 
 
-def key_totals(groups: Any, keys: Any, queue_sets: Any, routes: Any, recorded: bool = True) -> Any:
+def key_totals(per_id: Any, keys: Any, queue_sets: Any, routes: Any, recorded: bool = True) -> Any:
     """The ``keys`` table: per key (vhost, exchange, routing key, headers) and recorded queue
-    set, the totals over the trace, first and last minute, and the routes."""
+    set, the totals over the trace, first and last minute, and the routes; from the totals
+    per key id and queue set id (:data:`~leveret.pipeline.schema.KEY_ID_COLUMNS`)."""
     key_map = _canonical(keys, "key", _key_fields)
     set_map = _canonical(
         queue_sets, "queue_set", lambda t: [tuple(q) for q in t["recorded"].to_pylist()]
     )
-    key_ids = _lookup(groups.column("key"), key_map, "id").column("canonical")
+    # Ids whose strings are equal (traces of several formats) become one row.
+    key_ids = _lookup(per_id.column("key"), key_map, "id").column("canonical")
     set_ids = (
-        _lookup(groups.column("queue_set"), set_map, "id").column("canonical")
+        _lookup(per_id.column("queue_set"), set_map, "id").column("canonical")
         if recorded
-        else pa.nulls(groups.num_rows, pa.int64())
+        else pa.nulls(per_id.num_rows, pa.int64())
     )
     per = pa.table(
         {
             "key": key_ids,
             "queue_set": set_ids,
-            "messages": groups.column("messages"),
-            "bytes": groups.column("bytes"),
-            "persistent": groups.column("persistent"),
-            "minute": groups.column("minute"),
+            "messages": per_id.column("messages"),
+            "bytes": per_id.column("bytes"),
+            "persistent": per_id.column("persistent"),
+            "first": per_id.column("first"),
+            "last": per_id.column("last"),
         }
     )
     totals = per.group_by(["key", "queue_set"], use_threads=False).aggregate(
@@ -171,8 +178,8 @@ def key_totals(groups: Any, keys: Any, queue_sets: Any, routes: Any, recorded: b
             ("messages", "sum"),
             ("bytes", "sum"),
             ("persistent", "sum"),
-            ("minute", "min"),
-            ("minute", "max"),
+            ("first", "min"),
+            ("last", "max"),
         ]
     )
     strings = _lookup(totals.column("key"), keys, "key")
@@ -195,8 +202,8 @@ def key_totals(groups: Any, keys: Any, queue_sets: Any, routes: Any, recorded: b
             "messages": totals.column("messages_sum"),
             "bytes": totals.column("bytes_sum"),
             "persistent": totals.column("persistent_sum"),
-            "first_minute": _minutes(totals.column("minute_min")),
-            "last_minute": _minutes(totals.column("minute_max")),
+            "first_minute": _minutes(totals.column("first_min")),
+            "last_minute": _minutes(totals.column("last_max")),
             "queues": queues,
             "fanout": pc.list_value_length(queues).cast(pa.int32()),
             "exchange_exists": route.column("exchange_exists"),
@@ -324,15 +331,50 @@ def fanout_distribution(routed: Any) -> Any:
     return _sum(routed, ["fanout"], ["messages", "bytes"], count="keys").sort_by("fanout")
 
 
-def minute_routes(groups: Any, routes: Any) -> Any:
-    """Per group: minute, vhost, messages, bytes, and the key's routed queues and fan-out."""
-    route = _lookup(groups.column("key"), routes, "key")
+def route_classes(keys: Any, routes: Any) -> tuple[Any, Any]:
+    """The keys' route classes: keys that reach the same queues in the same vhost share one
+    (11k keys of the benchmark's topic mix make 801), so the per-minute tables can be counted
+    by class and minute instead of by key and minute. Returns ``(key, class)`` for Spark
+    (:func:`leveret.pipeline.transforms.driver_totals`) and ``(class, vhost, queues)``."""
+    vhosts = _lookup(routes.column("key"), keys, "key").column("vhost").to_pylist()
+    ids: dict[tuple[Any, ...], int] = {}
+    classes = [
+        ids.setdefault((vhost, tuple(queues)), len(ids))
+        for vhost, queues in zip(vhosts, routes.column("queues").to_pylist(), strict=True)
+    ]
+    key_class = pa.table({"key": routes.column("key"), "class": pa.array(classes, pa.int32())})
+    table = pa.table(
+        {
+            "class": pa.array(range(len(ids)), pa.int32()),
+            "vhost": pa.array([vhost for vhost, _ in ids], pa.string()),
+            "queues": pa.array([list(queues) for _, queues in ids], STRINGS),
+        }
+    )
+    return key_class, table
+
+
+def split_totals(totals: Any) -> tuple[Any, Any]:
+    """The two halves of :func:`leveret.pipeline.transforms.driver_totals`: the totals per
+    key id and queue set id (:data:`~leveret.pipeline.schema.KEY_ID_COLUMNS`), and per
+    route class and minute (``class, minute, messages, bytes``)."""
+    by_key = pc.equal(totals.column("per_key"), True)
+    per_id = totals.filter(by_key).select(
+        ["key", "queue_set", "messages", "bytes", "persistent", "first", "last"]
+    )
+    per_class = totals.filter(pc.invert(by_key)).select(["class", "minute", "messages", "bytes"])
+    return per_id, per_class
+
+
+def minute_routes(class_minutes: Any, classes: Any) -> Any:
+    """Per route class and minute: minute, vhost, messages, bytes, and the class's queues and
+    fan-out."""
+    route = _lookup(class_minutes.column("class"), classes, "class")
     return pa.table(
         {
-            "minute": groups.column("minute"),
+            "minute": class_minutes.column("minute"),
             "vhost": route.column("vhost"),
-            "messages": groups.column("messages"),
-            "bytes": groups.column("bytes"),
+            "messages": class_minutes.column("messages"),
+            "bytes": class_minutes.column("bytes"),
             "queues": route.column("queues"),
             "fanout": pc.list_value_length(route.column("queues")).cast(pa.int32()),
         }
@@ -444,7 +486,8 @@ def whatif_unroutable(routed: Any) -> Any:
 
 
 def reports(
-    groups: Any,
+    per_id: Any,
+    minutes: Any,
     keys: Any,
     queue_sets: Any,
     routes: Any,
@@ -454,13 +497,10 @@ def reports(
     recorded: bool = True,
 ) -> dict[str, Any]:
     """Every output table, by name (the names and columns of
-    :func:`leveret.pipeline.transforms.reports`)."""
-    routed = key_totals(groups, keys, queue_sets, routes, recorded)
+    :func:`leveret.pipeline.transforms.reports`), from the totals per key id and queue set
+    id and the :func:`minute_routes`."""
+    routed = key_totals(per_id, keys, queue_sets, routes, recorded)
     total = int(pc.sum(routed.column("messages")).as_py() or 0)
-    with_vhost = routes.append_column(
-        "vhost", _lookup(routes.column("key"), keys, "key").column("vhost")
-    )
-    minutes = minute_routes(groups, with_vhost)
     tables = {
         "keys": routed,
         "exchanges": per_exchange(routed, topology.exchanges),

@@ -80,6 +80,10 @@ TRACE_SCHEMA = StructType(
 # (minutes since the epoch), with the messages' totals.
 GROUP_COLUMNS = ("key", "queue_set", "minute", "messages", "bytes", "persistent")
 
+# Per key id and queue set id (leveret.pipeline.transforms.key_ids): the groups' totals and
+# their first and last minute.
+KEY_ID_COLUMNS = ("key", "queue_set", "messages", "bytes", "persistent", "first", "last")
+
 # The routing key of a message, as far as routing is concerned.
 KEY_COLUMNS = ("vhost", "exchange", "routing_key", "headers")
 

@@ -86,6 +86,80 @@ def test_segments_count_like_json_lines(spark: SparkSession, tmp_path: Path) -> 
     assert sum(m for m, _ in from_segments.values()) == len(records)
 
 
+def test_driver_totals_count_by_key_and_by_route_class(spark: SparkSession) -> None:
+    """What comes to the driver: a row per key id and queue set id, and one per route class
+    and minute (keys reaching the same queues of a vhost share a class), whatever the number
+    of key-minute groups."""
+    import pyarrow as pa
+
+    keys = pa.table(
+        {
+            "key": pa.array([1, 2, 3, 4], pa.int64()),
+            "vhost": ["/", "/", "other", "/"],
+            "exchange": ["x"] * 4,
+            "routing_key": ["a", "b", "a", "c"],
+            "headers": pa.nulls(4, pa.string()),
+        }
+    )
+    routes = pa.table(
+        {
+            "key": pa.array([4, 3, 2, 1], pa.int64()),
+            "queues": [[], ["q1"], ["q1", "q2"], ["q1", "q2"]],
+        }
+    )
+    key_class, classes = local.route_classes(keys, routes)
+    by_key = dict(zip(key_class["key"].to_pylist(), key_class["class"].to_pylist(), strict=True))
+    assert by_key[1] == by_key[2]  # same vhost, same queues
+    assert len({by_key[1], by_key[3], by_key[4]}) == 3  # another vhost; no queue
+    assert classes.num_rows == 3
+
+    # (key, queue set, minute, messages, bytes, persistent): 6 key-minute groups.
+    groups = spark.createDataFrame(
+        [
+            (1, 10, 100, 2, 20, 1),
+            (1, 10, 101, 1, 10, 0),
+            (2, 10, 100, 3, 30, 3),
+            (2, 11, 102, 1, 5, 0),
+            (3, 12, 100, 4, 40, 0),
+            (4, 13, 101, 5, 50, 5),
+        ],
+        "key long, queue_set long, minute long, messages long, bytes long, persistent long",
+    )
+    totals = transforms.driver_totals(groups, spark.createDataFrame(key_class)).toArrow()
+    per_id, class_minutes = local.split_totals(totals)
+    assert sorted(tuple(r.values()) for r in per_id.to_pylist()) == [
+        (1, 10, 3, 30, 1, 100, 101),
+        (2, 10, 3, 30, 3, 100, 100),
+        (2, 11, 1, 5, 0, 102, 102),
+        (3, 12, 4, 40, 0, 100, 100),
+        (4, 13, 5, 50, 5, 101, 101),
+    ]
+    minutes = local.minute_routes(class_minutes, classes)
+    rows = sorted(
+        (r["minute"], r["vhost"], tuple(r["queues"]), r["messages"], r["bytes"])
+        for r in minutes.to_pylist()
+    )
+    assert rows == [
+        (100, "/", ("q1", "q2"), 5, 50),  # keys 1 and 2 in one row
+        (100, "other", ("q1",), 4, 40),
+        (101, "/", (), 5, 50),
+        (101, "/", ("q1", "q2"), 1, 10),
+        (102, "/", ("q1", "q2"), 1, 5),
+    ]
+    queue_rates = local.queue_rates(minutes)
+    assert sorted(
+        (r["minute"].minute, r["vhost"], r["queue"], r["messages"]) for r in queue_rates.to_pylist()
+    ) == [
+        (40, "/", "q1", 5),
+        (40, "/", "q2", 5),
+        (40, "other", "q1", 4),
+        (41, "/", "q1", 1),
+        (41, "/", "q2", 1),
+        (42, "/", "q1", 1),
+        (42, "/", "q2", 1),
+    ]
+
+
 def test_find_traces(tmp_path: Path) -> None:
     write_segments(tmp_path, [trace_record(MINUTE0, "x", "a")], files=1)
     write_trace(tmp_path, [trace_record(MINUTE0, "x", "a")], files=1)
