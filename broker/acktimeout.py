@@ -21,7 +21,7 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 
 class TimedQueue(Protocol):
@@ -46,6 +46,9 @@ def timeout_text(channel: int, timeout: int) -> str:
         f"Timeout value used: {timeout} ms. This timeout value can be configured, "
         "see consumers doc guide to learn more"
     )
+
+
+Q = TypeVar("Q")  # a queue, as the channel's records name it
 
 
 class DeliveryClock:
@@ -80,6 +83,25 @@ class DeliveryClock:
         while len(snapshots) > 1 and snapshots[1][1] <= oldest:
             snapshots.popleft()
         return snapshots[0][0] if snapshots[0][1] > oldest else snapshots[1][0]
+
+    def overdue(
+        self,
+        now: float,
+        next_tag: int,
+        oldest: tuple[int, tuple[Q, Any, Any]] | None,
+        timeout_ms: Callable[[Q], float],
+    ) -> int | None:
+        """The timeout (ms) a channel's ``oldest`` unacknowledged delivery (its tag and
+        record: the queue first; None when there is none) has outlived, or None;
+        ``timeout_ms`` gives a queue's timeout, ``math.inf``: none."""
+        if oldest is None:
+            self.clear()
+            return None
+        sent = self.sent_by(now, next_tag, oldest[0])
+        timeout = timeout_ms(oldest[1][0])
+        if timeout == math.inf or now - sent < timeout / 1000:
+            return None
+        return int(timeout)
 
 
 class Watched(Protocol):

@@ -28,7 +28,6 @@ So imports run one way: connection -> channel -> its command modules -> channel_
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -55,6 +54,7 @@ from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
+    ExchangeStats,
     PublishCounters,
     Publisher,
     fold,
@@ -72,10 +72,10 @@ BASIC_CLASS = 60
 # tests/session/test_publish.py holds the two lists together.
 FAST_PATH_GUARDS = {
     "size": "header.body_size > self.max_message_size",
-    "write": "publish.exchange not in self._writable (or permissions changed)",
+    "write": "stats is None or stats.writable != self.access.version",
     "exchange": "exchange is None",
     "internal": "exchange.internal",
-    "topic": "publish.exchange not in self._writable (never cached with a topic permission)",
+    "topic": "stats.writable != self.access.version (-1 with a topic permission)",
     "properties": "not properties_decode(payload)",
     "user_id": "flags & CHECKED_FLAGS",
     "expiration": "flags & CHECKED_FLAGS",
@@ -246,10 +246,11 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         publish = frame.publish
         header = frame.header
         payload = header.payload
+        stats = self.exchange_stats.get(publish.exchange)  # the permission cache and counts
         exchange = self.vhost.projection.exchanges.get(publish.exchange)
         if (  # FAST_PATH_GUARDS, with the wire's own (content class, immediate, tx)
-            publish.exchange not in self._writable
-            or self._writable_version != self.access.version
+            stats is None
+            or stats.writable != self.access.version
             or header.class_id != BASIC_CLASS
             or header.body_size > self.max_message_size
             or publish.immediate
@@ -265,18 +266,18 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         # _accept and _route, inlined: once per publish.
         self.conn.published = True  # a publisher: the memory alarm blocks it
         message = Message(publish.exchange, publish.routing_key, payload, frame.body)
-        routed, rejected, sync_gen = self.route(message, publish.mandatory, self)
+        routed, rejected, sync_gen = self.route(message, publish.mandatory, self, stats)
         if not routed and publish.mandatory:
             self._return(message)
         if self.confirm:
-            self._confirm(rejected, sync_gen)
+            self._confirm(rejected, sync_gen, stats)
 
-    def _accept(self, message: Message, mandatory: bool) -> None:
+    def _accept(self, message: Message, mandatory: bool, stats: ExchangeStats) -> None:
         """Route a checked message now (not in tx mode) and number it for confirms."""
         self.conn.published = True  # a publisher: the memory alarm blocks it
-        rejected, sync_gen = self._route(message, mandatory)
+        rejected, sync_gen = self._route(message, mandatory, stats)
         if self.confirm:
-            self._confirm(rejected, sync_gen)
+            self._confirm(rejected, sync_gen, stats)
 
     def _on_header(self, header: codec.Header, body: bytes | None = None) -> None:
         if header.class_id != BASIC_CLASS:
@@ -340,7 +341,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         if publish.immediate:
             raise AMQPConnectionError(NOT_IMPLEMENTED, "immediate=true", BASIC_PUBLISH)
         # The session's checks, in RabbitMQ's order (the size was checked at the header).
-        self.check_exchange(publish.exchange, publish.routing_key)
+        stats = self.check_exchange(publish.exchange, publish.routing_key)
         message = self.check_message(
             Message(publish.exchange, publish.routing_key, header.payload, body),
             None if self.reply_consumer is None else self.reply_key,
@@ -348,17 +349,21 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         self.conn.published = True
         if self.tx is not None:
             mandatory = publish.mandatory
-            self.tx.append(lambda: self._route(message, mandatory))
+            self.tx.append(lambda: self._route(message, mandatory, stats))
             self.tx_publishes += 1
             size = message_bytes(message)
             self.tx_bytes += size
             self.memory.add(size)
             return
-        self._accept(message, publish.mandatory)
+        self._accept(message, publish.mandatory, stats)
 
-    def _confirm(self, rejected: bool, sync_gen: int) -> None:
-        """Number a publish in confirm mode; its ack waits for ``sync_gen``'s fsync."""
+    def _confirm(self, rejected: bool, sync_gen: int, stats: ExchangeStats) -> None:
+        """Number a publish in confirm mode; its ack waits for ``sync_gen``'s fsync. A
+        publish into another exchange than the last starts a run (flush_confirms counts
+        each confirm into its exchange by the runs: leveret.channel_stats)."""
         self.publish_seq += 1
+        if stats is not self.confirm_runs[-1][1]:
+            self.confirm_runs.append((self.publish_seq, stats))
         if rejected:
             self.nacks.append(self.publish_seq)
         if sync_gen:
@@ -374,11 +379,11 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
     _on_tx_commit = channel_tx.tx_commit
     _on_tx_rollback = channel_tx.tx_rollback
 
-    def _route(self, message: Message, mandatory: bool) -> tuple[bool, int]:
+    def _route(self, message: Message, mandatory: bool, stats: ExchangeStats) -> tuple[bool, int]:
         """Route and enqueue ``message``; return it when mandatory and unroutable.
         Returns whether a queue refused it (overflow) and the group-commit generation
         that makes it durable (0 if nothing to wait for)."""
-        routed, rejected, sync_gen = self.route(message, mandatory, self)
+        routed, rejected, sync_gen = self.route(message, mandatory, self, stats)
         if not routed and mandatory:
             self._return(message)
         return rejected, sync_gen
@@ -403,6 +408,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         content_header = message.header
         if redelivered:  # leveret.session.get.delivery_header, inlined
             self.redelivered += 1
+            consumer.counts.redelivered += 1
             if queue.quorum:
                 content_header = with_header(content_header, "x-delivery-count", redelivered)
                 redelivered = True
@@ -438,16 +444,8 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
 
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None
-        (leveret.acktimeout; ``timeout_ms`` gives a queue's timeout, ``math.inf``: none)."""
-        oldest = self.oldest()
-        if oldest is None:
-            self.sent.clear()
-            return None
-        sent = self.sent.sent_by(now, self.next_tag, oldest[0])
-        timeout = timeout_ms(oldest[1][0])
-        if timeout == math.inf or now - sent < timeout / 1000:
-            return None
-        return int(timeout)
+        (leveret.acktimeout.DeliveryClock.overdue)."""
+        return self.sent.overdue(now, self.next_tag, self.oldest(), timeout_ms)
 
     # -- basic ------------------------------------------------------------------------
 
@@ -486,6 +484,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         released = 0
         for _tag, (queue, entry, consumer) in taken:
             released += _record_bytes(queue, entry[0])
+            counts = self.counts_of(queue) if consumer is None else consumer.counts
             if consumer is not None:
                 touched.add(consumer.queue)
             if requeue:
@@ -493,8 +492,11 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             elif requeue is None:
                 queue.ack(entry[0], consumer)
                 self.acked += 1
+                counts.acked += 1
             else:
                 queue.reject(entry[0], consumer)
+            if requeue is not None:
+                counts.returned += 1
         if requeue is not None:
             self.returned += len(taken)  # nacked, rejected or recovered (channel_stats)
         # Released before the requeued messages count again as ready in their queues.
@@ -526,7 +528,10 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
                 queue.ack(message, consumer)
                 self.acked += 1
                 if consumer is not None:
+                    consumer.counts.acked += 1  # the queue's share (leveret.channel_stats)
                     self.conn.drain_later_one(consumer.queue)
+                else:  # a basic.get's
+                    self.counts_of(queue).acked += 1
                 if self.global_prefetch:
                     self.conn.drain_later({c.queue for c in self.consumers.values()})
                 return

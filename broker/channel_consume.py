@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pamqp import commands
 
 from leveret import codec
-from leveret.queue import Consumer, Queue, Subscriber
+from leveret.queue import Consumer, Queue, QueueCounts, Subscriber
 from leveret.session import consume
 from leveret.session.publish import REPLY_TO
 from leveret.vhost import generated_name
@@ -36,6 +36,7 @@ class Consuming(Subscriber, Protocol):
 
     reply_consumer: Consumer | None
     reply_key: str
+    queue_counts: dict[Queue, QueueCounts]
 
     @property
     def conn(self) -> Wire:
@@ -72,6 +73,12 @@ class Consuming(Subscriber, Protocol):
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         """Ack (None), requeue (True) or reject (False) deliveries taken from the ledger."""
 
+    def counts_of(self, queue: Queue) -> QueueCounts:
+        """Its counts of ``queue`` (leveret.channel_stats.DeliveryCounters.counts_of)."""
+
+    def cancelled(self, consumer: Consumer) -> None:
+        """``consumer`` left it: its counts stay in the queue's row."""
+
 
 B = commands.Basic
 
@@ -81,6 +88,9 @@ def cancel_by_server(channel: Consuming, consumer: Consumer) -> None:
     it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
     if channel.consumers.get(consumer.tag) is consumer:
         del channel.consumers[consumer.tag]
+        # The queue's row goes with it, as RabbitMQ's does (rabbit_channel's
+        # erase_queue_stats/1 on the queue's eol; leveret.channel_stats's docstring).
+        channel.queue_counts.pop(consumer.queue, None)
         if channel.conn.client_capability("consumer_cancel_notify"):
             channel.conn.write(
                 codec.simple_method(channel.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True))
@@ -116,6 +126,7 @@ def basic_consume(channel: Consuming, m: commands.Basic.Consume) -> None:
         dict(arguments),
         codec.shortstr(tag),
     )
+    consumer.counts = channel.counts_of(queue)  # its acks and redeliveries: the channel's
     channel.consumers[tag] = consumer
     if not m.nowait:
         channel.conn.write(codec.simple_method(channel.id, B.ConsumeOk, ("shortstr", tag)))
@@ -156,6 +167,7 @@ def basic_cancel(channel: Consuming, m: commands.Basic.Cancel) -> None:
         )
     if consumer is not None:
         consumer.queue.remove_consumer(consumer)
+        channel.cancelled(consumer)
 
 
 def basic_qos(channel: Consuming, m: commands.Basic.Qos) -> None:

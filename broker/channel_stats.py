@@ -1,22 +1,46 @@
-"""A channel's message counters (RabbitMQ's per-channel ``message_stats``) and basic.get
-on the wire, which counts its own.
+"""A channel's message counters (RabbitMQ's per-channel ``message_stats``, and the rows
+per channel and exchange or queue that rabbitmq_prometheus serves) and basic.get on the
+wire, which counts its own.
 
-RabbitMQ's channel keeps fine-grained stats per channel, exchange and queue
-(rabbit_channel.erl: ``incr_stats`` on publish, confirm, return_unroutable,
-drop_unroutable, deliver, deliver_no_ack, get, get_no_ack, get_empty, redeliver, ack) and
-the management plugin sums them into a channel's ``message_stats`` with ``deliver_get``
-(rabbit_mgmt_format / rabbit_mgmt_db's channel stats). Leveret keeps what it can count for
-nothing or for one integer increment on the path a message takes:
+RabbitMQ's channel keeps fine-grained stats per exchange and per queue
+(rabbit_channel.erl: ``incr_stats`` of ``exchange_stats`` on publish, confirm,
+return_unroutable, drop_unroutable; of ``queue_stats`` on deliver, deliver_no_ack, get,
+get_no_ack, get_empty, redeliver, ack), written to rabbit_core_metrics'
+``channel_exchange_metrics`` and ``channel_queue_metrics`` (one row per channel and
+exchange or queue: rabbitmq_prometheus's per-object ``rabbitmq_channel_*_total``); the
+management plugin sums them into a channel's ``message_stats`` with ``deliver_get``
+(rabbit_mgmt_format / rabbit_mgmt_db's channel stats). Leveret keeps the channel's totals
+for nothing or for one integer increment on the path a message takes, and the rows for at
+most one more:
 
 - the publishes: a channel's :class:`leveret.session.publish.Publisher` counts into the
   channel's own :class:`~leveret.session.publish.PublishCounters`, exactly the increments
-  it made into the node's before (the node's totals now sum the channels');
+  it made into the node's before (the node's totals now sum the channels'), and into its
+  entry for the exchange (:class:`~leveret.session.publish.ExchangeStats`), which the
+  publish looks up anyway (the permission cache): one increment more. Confirms are
+  counted per flush, not per publish; a run of publishes into one exchange is noted when
+  the exchange changes (``confirm_runs``, an identity test per publish in confirm mode),
+  and :func:`count_confirms` counts each confirm into its run's exchange;
 - deliveries: the delivery-tag ledger numbers every delivery and get (``next_tag``) and
   holds each one that awaits an ack until it is acked (counted), nacked, rejected or
   recovered (counted, off the hot path) or staged in a transaction; so ack-mode deliveries
-  are those, no-ack ones the rest, and a delivery costs no increment at all. Gets (off the
-  hot path) and redeliveries (behind the check the path already made) are counted;
-- acks: one increment per acknowledged delivery.
+  are those, no-ack ones the rest, and a delivery costs no increment at all. Per queue
+  the same arithmetic runs over the channel's :class:`~leveret.queue.QueueCounts` of the
+  queue (its consumers share it) and the ledger's records of the queue; a no-ack delivery
+  is counted by its consumer (``Consumer.delivered_no_ack``), the increment its queue
+  made before (the queue sums its consumers'). Gets (off the hot path) and redeliveries
+  (behind the check the path already made) are counted, per queue too;
+- acks: one increment per acknowledged delivery, and one into the queue's counts.
+
+So the channel's totals are the sums of its rows, but for the rows that go, while the
+channel's ``message_stats`` keep what they counted. RabbitMQ marks the rows of a deleted
+queue (rabbit_core_metrics:queue_deleted/1; the channel's erase_queue_stats/1 on the
+queue's ``eol``) and of a closed channel (rabbit_channel:terminate/2, ``delete_stats``:
+channel_queue_down/1, channel_exchange_down/1), and the management agent's collector
+deletes marked rows on its next pass (``collect_statistics_interval``, 5 s: 2.5 to 8.5 s
+observed on 3.10.8); a deleted exchange's row stays until rabbit_core_metrics_gc's next
+pass (``gc_exchanges``, every 120 s by default). Leveret drops them at once. Direct
+reply-to's deliveries have no queue, so no row.
 
 The channel inherits :class:`DeliveryCounters` and calls :func:`basic_get_on_wire`, which
 sees it as :class:`Getting` (what it uses), so this module does not import
@@ -26,21 +50,25 @@ sees it as :class:`Getting` (what it uses), so this module does not import
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from leveret import codec, firehose
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
+from leveret.queue import QueueCounts
 from leveret.session.get import basic_get, delivery_header
+from leveret.session.publish import ExchangeStats
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
     from leveret.channel_parts import Record, Wire
     from leveret.memory import MemoryMonitor
     from leveret.message import Message
-    from leveret.queue import Queue
+    from leveret.queue import Consumer, Queue
     from leveret.session.publish import Counters
+    from leveret.session.tx import Confirm
     from leveret.vhost import VHost
 
 B = commands.Basic
@@ -61,6 +89,11 @@ CHANNEL_COUNTERS = (
     "redeliver",
     "ack",
 )
+# A row per channel and exchange, per channel and queue: the counters of rabbit_core_metrics'
+# channel_exchange_metrics and channel_queue_metrics, in their order (the positions
+# rabbitmq_prometheus reads, prometheus_rabbitmq_core_metrics_collector.erl).
+EXCHANGE_COUNTERS = ("publish", "confirm", "return_unroutable", "drop_unroutable")
+QUEUE_COUNTERS = ("get", "get_no_ack", "deliver", "deliver_no_ack", "redeliver", "ack", "get_empty")
 
 
 def record_bytes(queue: Queue, message: Message) -> int:
@@ -73,9 +106,12 @@ def record_bytes(queue: Queue, message: Message) -> int:
 
 
 class DeliveryCounters:
-    """The delivery side of a channel's counters (the publish side is ``counters``)."""
+    """The delivery side of a channel's counters (the publish side is ``counters``, and
+    ``exchange_stats`` per exchange), and its rows per exchange and per queue."""
 
     counters: Counters
+    exchange_stats: dict[str, ExchangeStats]
+    consumers: dict[str, Consumer]
     next_tag: int
     tx_publishes: int
 
@@ -90,6 +126,70 @@ class DeliveryCounters:
         self.gets = 0  # basic.get with acks
         self.gets_no_ack = 0
         self.gets_empty = 0
+        # Per queue the channel consumed from or got from (its consumers share the entry).
+        self.queue_counts: dict[Queue, QueueCounts] = {}
+        # (first sequence number, exchange): the runs of publishes in confirm mode not yet
+        # confirmed in full, the last one open; a placeholder that covers none first.
+        self.confirm_runs: list[tuple[int, ExchangeStats]] = [(1, ExchangeStats())]
+
+    def counts_of(self, queue: Queue) -> QueueCounts:
+        """The channel's counts of ``queue`` (made on its first consume or get)."""
+        counts = self.queue_counts.get(queue)
+        if counts is None:
+            counts = self.queue_counts[queue] = QueueCounts()
+        return counts
+
+    def exchange_rows(self, exchanges: Container[str]) -> list[tuple[str, tuple[int, ...]]]:
+        """Per exchange published to that is among ``exchanges`` (those that exist: RabbitMQ's
+        metrics GC drops the others' rows, rabbit_core_metrics_gc:gc_exchanges/0), its
+        name and counts in :data:`EXCHANGE_COUNTERS` order. An entry made by a publish
+        refused before it was routed is no row (RabbitMQ's appears with a count)."""
+        return [
+            (name, (s.published, s.confirmed, s.unroutable_returned, s.unroutable_dropped))
+            for name, s in self.exchange_stats.items()
+            if s.published and name in exchanges
+        ]
+
+    def queue_rows(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Per queue consumed from or got from, its name and counts in
+        :data:`QUEUE_COUNTERS` order. The rows of deleted queues are erased here, as
+        RabbitMQ's go when their queue does (see the module's docstring)."""
+        rows = self.queue_counts
+        for gone in [queue for queue in rows if queue.deleted]:
+            del rows[gone]
+        # What the counts leave out: the ledger's records still out (unacked, or staged in
+        # a transaction), and the no-ack deliveries of the consumers still there.
+        held = dict.fromkeys(rows, 0)
+        for queue, _entry, _consumer in self.unacked.values():
+            if queue in held:
+                held[queue] += 1
+        for _tag, (queue, _entry, _consumer) in self.tx_acks:
+            if queue in held:
+                held[queue] += 1
+        no_ack = dict.fromkeys(rows, 0)
+        for consumer in self.consumers.values():
+            if consumer.queue in no_ack:
+                no_ack[consumer.queue] += consumer.delivered_no_ack
+        found: list[tuple[str, tuple[int, ...]]] = []
+        for queue, c in rows.items():
+            with_ack = c.acked + c.returned + held[queue]  # as message_counts' with_ack
+            deliver_no_ack = c.no_ack_gone + no_ack[queue]
+            counts = (
+                c.get_ack,
+                c.get_no_ack,
+                with_ack - c.get_ack,
+                deliver_no_ack,
+                c.redelivered,
+                c.acked,
+                c.get_empty,
+            )
+            found.append((queue.name, counts))
+        return found
+
+    def cancelled(self, consumer: Consumer) -> None:
+        """``consumer`` left the channel (basic.cancel): its queue's row keeps its no-ack
+        deliveries (its acks, and redeliveries, went into the row already)."""
+        consumer.counts.no_ack_gone += consumer.delivered_no_ack
 
     def message_counts(self) -> tuple[int, ...]:
         """The values of :data:`CHANNEL_COUNTERS`, in order."""
@@ -165,6 +265,9 @@ class Getting(Protocol):
     def _queue_name(self, name: str) -> str:
         """A queue name with the channel's last-queue shortcut expanded."""
 
+    def counts_of(self, queue: Queue) -> QueueCounts:
+        """The channel's counts of ``queue``."""
+
 
 def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
     """basic.get on a channel: take the head message (leveret.session.get), count it as
@@ -177,19 +280,24 @@ def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
         m.no_ack,
         channel.conn,
     )
+    counts = channel.counts_of(queue)
     if entry is None:
         channel.gets_empty += 1
+        counts.get_empty += 1
         channel.send(B.GetEmpty())
         return
     message = entry[0]
     content_header, redelivered = delivery_header(queue, entry)
     if redelivered:
         channel.redelivered += 1
+        counts.redelivered += 1
     tag = channel.record(None if m.no_ack else (queue, entry, None))
     if m.no_ack:
         channel.gets_no_ack += 1
+        counts.get_no_ack += 1
     else:
         channel.gets += 1
+        counts.get_ack += 1
         channel.memory.add(record_bytes(queue, message))
     channel.conn.write(
         codec.get_ok_method(
@@ -204,3 +312,28 @@ def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
     )
     if channel.vhost.firehose:
         firehose.delivered(message, queue.name, bool(redelivered), channel)
+
+
+def count_confirms(
+    runs: list[tuple[int, ExchangeStats]], start: int, confirms: list[Confirm]
+) -> None:
+    """Count the acks among ``confirms`` (of the publishes after ``start``, as
+    :func:`leveret.session.tx.confirms_due` made them) into the exchanges their publishes
+    went to, as rabbit_channel counts a confirm into its exchange (send_confirms_and_nacks,
+    ``incr_stats`` of ``exchange_stats``, confirm); nacks count nothing. ``runs``: (first
+    sequence number, exchange) of each run of publishes into one exchange, the last one
+    open; those confirmed in full are dropped."""
+    for tag, _multiple, ack in confirms:
+        if ack:  # publishes start + 1 .. tag
+            for index, (first, stats) in enumerate(runs):
+                last = runs[index + 1][0] - 1 if index + 1 < len(runs) else tag
+                covered = min(last, tag) - max(first, start + 1) + 1
+                if covered > 0:
+                    stats.confirmed += covered
+                if last >= tag:
+                    break
+        start = tag
+    done = 0
+    while done + 1 < len(runs) and runs[done + 1][0] <= start + 1:
+        done += 1
+    del runs[:done]

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
+from leveret.channel_stats import count_confirms
 from leveret.session import tx
 
 if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
 
-    from leveret.session.publish import Counters
+    from leveret.session.publish import Counters, ExchangeStats
     from leveret.vhost import VHost
 
 
@@ -35,6 +36,7 @@ class Transacted(Protocol):
     confirm: bool
     tx_publishes: int
     confirmed_upto: int
+    confirm_runs: list[tuple[int, ExchangeStats]]
 
     @property
     def open(self) -> bool:
@@ -158,9 +160,10 @@ def flush_confirms(channel: Transacted) -> None:
         return
     # Persistent publishes not yet on disk hold back every later confirm.
     upto = channel.waiting[0][0] - 1 if channel.waiting else channel.publish_seq
-    confirms, channel.confirmed_upto, acked = tx.confirms_due(
-        channel.confirmed_upto, upto, channel.nacks
-    )
+    start = channel.confirmed_upto
+    confirms, channel.confirmed_upto, acked = tx.confirms_due(start, upto, channel.nacks)
     for tag, multiple, ack in confirms:
         channel.send(B.Ack(tag, multiple) if ack else B.Nack(tag, False, False))
     channel.counters.confirmed += acked
+    if confirms:
+        count_confirms(channel.confirm_runs, start, confirms)  # per exchange

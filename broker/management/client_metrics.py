@@ -2,12 +2,16 @@
 types and help texts of 3.10.8; see leveret.management.metrics for the queue and node
 families and the views).
 
-The channel counters (``rabbitmq_channel_messages_published_total``...) are served in the
-aggregated view only, as node-wide totals since start: Leveret counts messages per channel
-(leveret.channel_stats) but not per channel and exchange or channel and queue, the labels
-RabbitMQ's per-object samples carry. A total here never goes down (a closed channel's
-counts are folded into the node's; RabbitMQ's aggregated sum drops when a channel that
-published closes, which Prometheus's ``rate()`` reads as a counter reset).
+The channel counters (``rabbitmq_channel_messages_published_total``...) are served
+aggregated as node-wide totals since start, and per object (and in the detailed groups
+``channel_exchange_metrics`` and ``channel_queue_metrics``) as a sample per channel and
+exchange or channel and queue, with RabbitMQ's labels, from each open channel's rows
+(leveret.channel_stats). An aggregated total never goes down (a closed channel's counts
+are folded into the node's; RabbitMQ's aggregated sum drops when a channel that published
+closes, which Prometheus's ``rate()`` reads as a counter reset).
+``rabbitmq_queue_messages_published_total`` (per channel, exchange and queue in RabbitMQ:
+``channel_queue_exchange_metrics``) stays aggregated only: a row per queue a message is
+routed to would cost a publish an increment per queue.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from leveret.channel_stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 from leveret.management.metrics import Family
 
 if TYPE_CHECKING:
@@ -161,10 +166,18 @@ CONNECTION_FAMILIES = (
 @dataclass(frozen=True)
 class TotalFamily(Family):
     """A node-wide counter: its value from the publish counters (``ServerState.counters``) or
-    from the per-queue-type totals (:meth:`leveret.churn.NodeCounters.totals`)."""
+    from the per-queue-type totals (:meth:`leveret.churn.NodeCounters.totals`); a channel
+    counter's per object too, from the channels' rows (``row`` and its detailed ``group``)."""
 
     publish: str = ""  # an attribute of ServerState.counters
     totals: Callable[[dict[str, int]], int] | None = None  # of one queue type's totals
+    # Its counter in a channel's rows (leveret.channel_stats.EXCHANGE_COUNTERS or
+    # QUEUE_COUNTERS) and their detailed group; "": served aggregated only.
+    row: str = ""
+    group: str = ""
+
+
+EXCHANGE_GROUP, QUEUE_GROUP = "channel_exchange_metrics", "channel_queue_metrics"
 
 
 def _delivered_ack(t: dict[str, int]) -> int:
@@ -178,12 +191,16 @@ CHANNEL_TOTALS = (
         "counter",
         "Total number of messages published into an exchange on a channel",
         publish="received",
+        row="publish",
+        group=EXCHANGE_GROUP,
     ),
     TotalFamily(
         "channel_messages_confirmed_total",
         "counter",
         "Total number of messages published into an exchange and confirmed on the channel",
         publish="confirmed",
+        row="confirm",
+        group=EXCHANGE_GROUP,
     ),
     TotalFamily(
         "channel_messages_unroutable_returned_total",
@@ -191,6 +208,8 @@ CHANNEL_TOTALS = (
         "Total number of messages published as mandatory into an exchange and returned to the "
         "publisher as unroutable",
         publish="unroutable_returned",
+        row="return_unroutable",
+        group=EXCHANGE_GROUP,
     ),
     TotalFamily(
         "channel_messages_unroutable_dropped_total",
@@ -198,48 +217,64 @@ CHANNEL_TOTALS = (
         "Total number of messages published as non-mandatory into an exchange and dropped as "
         "unroutable",
         publish="unroutable_dropped",
+        row="drop_unroutable",
+        group=EXCHANGE_GROUP,
     ),
     TotalFamily(
         "channel_get_ack_total",
         "counter",
         "Total number of messages fetched with basic.get in manual acknowledgement mode",
         totals=lambda t: t["get_total"],
+        row="get",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_get_total",
         "counter",
         "Total number of messages fetched with basic.get in automatic acknowledgement mode",
         totals=lambda t: t["get_no_ack_total"],
+        row="get_no_ack",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_messages_delivered_ack_total",
         "counter",
         "Total number of messages delivered to consumers in manual acknowledgement mode",
         totals=_delivered_ack,
+        row="deliver",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_messages_delivered_total",
         "counter",
         "Total number of messages delivered to consumers in automatic acknowledgement mode",
         totals=lambda t: t["deliver_no_ack_total"],
+        row="deliver_no_ack",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_messages_redelivered_total",
         "counter",
         "Total number of messages redelivered to consumers",
         totals=lambda t: t["redeliver_total"],
+        row="redeliver",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_messages_acked_total",
         "counter",
         "Total number of messages acknowledged by consumers",
         totals=lambda t: t["acked_total"],
+        row="ack",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "channel_get_empty_total",
         "counter",
         "Total number of times basic.get operations fetched no message",
         totals=lambda t: t["get_empty_total"],
+        row="get_empty",
+        group=QUEUE_GROUP,
     ),
     TotalFamily(
         "queue_messages_published_total",
@@ -247,6 +282,20 @@ CHANNEL_TOTALS = (
         "Total number of messages published to queues",
         totals=lambda t: t["published_total"],
     ),
+)
+
+# Served per object too, from a channel's rows per exchange, per queue (in the rows' order).
+CHANNEL_EXCHANGE_TOTALS = tuple(
+    sorted(
+        (f for f in CHANNEL_TOTALS if f.group == EXCHANGE_GROUP),
+        key=lambda f: EXCHANGE_COUNTERS.index(f.row),
+    )
+)
+CHANNEL_QUEUE_TOTALS = tuple(
+    sorted(
+        (f for f in CHANNEL_TOTALS if f.group == QUEUE_GROUP),
+        key=lambda f: QUEUE_COUNTERS.index(f.row),
+    )
 )
 
 # rabbitmq_global_*: labelled protocol="amqp091", and per queue type where RabbitMQ counts

@@ -127,11 +127,11 @@ async def aliveness_test(request: web.Request) -> web.Response:
         topology.declare_queue(
             actor(request, vhost), ALIVENESS_QUEUE, False, False, False, False, {}
         )
-        publisher.check_exchange("", ALIVENESS_QUEUE)
+        stats = publisher.check_exchange("", ALIVENESS_QUEUE)
         properties = commands.Basic.Properties()
         header = marshal_content_header(len(ALIVENESS_PAYLOAD), properties)
         message = Message("", ALIVENESS_QUEUE, header, ALIVENESS_PAYLOAD)
-        publisher.route(message, False, None)
+        publisher.route(message, False, None, stats)
         # No stream to refuse basic.get on: a stream is durable, so the declare failed.
         state_of(server).sampler.refresh()  # the queue may be new: follow its counters
         _queue, entry = basic_get(server.access, user, vhost, ALIVENESS_QUEUE, True, None)

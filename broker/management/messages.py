@@ -264,11 +264,11 @@ async def publish(request: web.Request) -> web.Response:
     publisher = session_publisher(request, vhost)
     with amqp_errors("publish"):  # basic.publish's checks, in RabbitMQ's order
         publisher.check_size(len(data))
-        publisher.check_exchange(name, routing_key)
+        stats = publisher.check_exchange(name, routing_key)
         header = marshal_content_header(len(data), properties)
         message = publisher.check_message(Message(name, routing_key, header, data), None)
     # The API publishes as mandatory: an unroutable message counts as returned.
-    routed, rejected, generation = publisher.route(message, True, None)
+    routed, rejected, generation = publisher.route(message, True, None, stats)
     if rejected:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     await wait_synced(vhost.persistence, generation)

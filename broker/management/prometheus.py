@@ -3,7 +3,8 @@
 
 - ``GET /metrics``: aggregated families (no per-object labels), plus prometheus_client's
   ``process_*`` families of the process;
-- ``GET /metrics/per-object``: a sample per queue, channel and connection;
+- ``GET /metrics/per-object``: a sample per queue, channel and connection, and per channel
+  and exchange or channel and queue for the channel counters;
 - ``GET /metrics/detailed?family=GROUP&vhost=V``: the groups asked for (repeat
   ``family``), per object, named ``rabbitmq_detailed_*``, of the vhosts asked for (all
   when none is).
@@ -30,6 +31,7 @@ from prometheus_client.core import Metric, SummaryMetricFamily
 
 import leveret.management.client_metrics as cm
 import leveret.management.metrics as m
+from leveret.channel_stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 from leveret.management.listener import HttpListener, serve
 from leveret.management.stats import publish_totals
 from leveret.management.views import channel_name
@@ -64,6 +66,7 @@ GROUPS = frozenset(
     {CHURN_GROUP, "vhost_status", "exchange_names", "exchange_bindings"}
     | {group for f in m.QUEUE_FAMILIES for group in f.groups}
     | {f.group for f in (*cm.CHANNEL_FAMILIES, *cm.CONNECTION_FAMILIES)}
+    | {cm.EXCHANGE_GROUP, cm.QUEUE_GROUP}
 )
 
 
@@ -189,6 +192,32 @@ async def read_objects(
     return table
 
 
+async def read_channel_rows(channels: list[tuple[str, Channel]], view: View) -> list[Table]:
+    """The channel counters per channel and exchange, and per channel and queue (the
+    channels' rows: leveret.channel_stats), labelled as rabbitmq_prometheus labels
+    channel_exchange_metrics and channel_queue_metrics: ``channel`` (as
+    :func:`read_objects`), then the object's ``vhost`` and name."""
+    exchange_families = [f for f in cm.CHANNEL_EXCHANGE_TOTALS if view.wants(f.group)]
+    queue_families = [f for f in cm.CHANNEL_QUEUE_TOTALS if view.wants(f.group)]
+    by_exchange = Table(list(exchange_families), ("channel", "vhost", "exchange"))
+    by_queue = Table(list(queue_families), ("channel", "vhost", "queue"))
+    exchange_at = [EXCHANGE_COUNTERS.index(f.row) for f in exchange_families]
+    queue_at = [QUEUE_COUNTERS.index(f.row) for f in queue_families]
+    for index, (label, channel) in enumerate(channels):
+        vhost = channel.vhost
+        if exchange_at:
+            for name, counts in channel.exchange_rows(vhost.projection.exchanges):
+                by_exchange.rows.append(
+                    ([label, vhost.name, name], [counts[i] for i in exchange_at])
+                )
+        if queue_at:
+            for name, counts in channel.queue_rows():
+                by_queue.rows.append(([label, vhost.name, name], [counts[i] for i in queue_at]))
+        if index % CHUNK == CHUNK - 1:
+            await asyncio.sleep(0)
+    return [table for table in (by_exchange, by_queue) if table.families]
+
+
 def total_families(server: ServerState[Connection]) -> Iterator[Metric]:
     """The node-wide counters: channel totals, then queue counts; the aggregated view."""
     totals = server.churn.totals(q for v in server.vhosts.values() for q in v.queues.values())
@@ -266,7 +295,7 @@ async def read(server: ServerState[Connection], view: View) -> list[Metric | Tab
     connections = [(conn.name, conn) for conn in list(server.connections) if conn.vhost is not None]
     if detailed:
         connections = [(label, c) for label, c in connections if view.vhost(c.vhost.name)]
-    channels: list[tuple[str, Channel | Connection]] = [
+    channels: list[tuple[str, Channel]] = [
         (channel_name(conn, ch), ch) for _, conn in connections for ch in conn.channels.values()
     ]
     if not detailed:
@@ -274,7 +303,9 @@ async def read(server: ServerState[Connection], view: View) -> list[Metric | Tab
     elif view.wants(CHURN_GROUP):
         parts += m.churn_families(server, DETAILED_PREFIX)
     parts.append(await read_queues(server, view))
-    parts.append(await read_objects(cm.CHANNEL_FAMILIES, channels, view))
+    parts.append(await read_objects(cm.CHANNEL_FAMILIES, list(channels), view))
+    if view.per_object:
+        parts += await read_channel_rows(channels, view)
     parts.append(await read_objects(cm.CONNECTION_FAMILIES, list(connections), view))
     if not detailed:
         if not view.per_object:

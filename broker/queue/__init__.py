@@ -5,13 +5,13 @@ is a loop time, 0 for never). Delivered-but-unacked entries live in the ledger o
 subscriber that took them (a channel), which settles them through the queue's verbs
 (:meth:`Queue.ack`, :meth:`Queue.reject`, :meth:`Queue.requeue`); an entry keeps its
 expiry when requeued, as in RabbitMQ. The queue owns its counters (delivered, acked,
-unacked...) and the consumers' unacked counts: only these verbs and :meth:`Queue.get`
-and :meth:`Queue.deliver` write them.
+unacked...) and the consumers' unacked and no-ack delivery counts: only these verbs and
+:meth:`Queue.get` and :meth:`Queue.deliver` write them.
 
 A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
 state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
-The :class:`Consumer` class, the :class:`Subscriber` protocol and the queue's view of its
-vhost (:class:`Home`) and of an exclusive owner (:class:`Owner`) live in the queue's child
+:class:`Consumer`, :class:`QueueCounts`, :class:`Subscriber` and the queue's view of its
+vhost (:class:`Home`) and exclusive owner (:class:`Owner`) live in the queue's child
 :mod:`leveret.queue.peers` (a package and its child is the one import pair allowed both
 ways), re-exported here.
 
@@ -52,6 +52,7 @@ from leveret.prioritydeque import PriorityDeque, merge_by_seq
 from leveret.queue.peers import Consumer as Consumer
 from leveret.queue.peers import Home as Home
 from leveret.queue.peers import Owner as Owner
+from leveret.queue.peers import QueueCounts as QueueCounts
 from leveret.queue.peers import Subscriber as Subscriber
 from leveret.queue.peers import Writable as Writable
 
@@ -80,7 +81,6 @@ class Queue:
         "consumer_timeout",
         "consumers",
         "deleted",
-        "deliver_no_ack_total",
         "delivered_total",
         "delivery_limit",
         "dlrk",
@@ -101,6 +101,7 @@ class Queue:
         "message_ttl",
         "messages",
         "name",
+        "no_ack_gone",
         "operator_policy",
         "overflow",
         "owner",
@@ -164,7 +165,7 @@ class Queue:
         self.unacked: int = 0  # delivered, not yet acked (all channels)
         self.published_total: int = 0
         self.delivered_total: int = 0  # deliver_get: to consumers and by basic.get
-        self.deliver_no_ack_total: int = 0  # of those, to no-ack consumers
+        self.no_ack_gone: int = 0  # to no-ack consumers since detached (deliver_no_ack_total)
         self.get_total: int = 0  # by basic.get with acks
         self.get_no_ack_total: int = 0  # by basic.get without
         self.get_empty_total: int = 0  # basic.get-empty answers
@@ -214,7 +215,7 @@ class Queue:
                     # mark it in): once a delivery.
                     self.delivered_total += 1
                     if consumer.no_ack:
-                        self.deliver_no_ack_total += 1
+                        consumer.delivered_no_ack += 1
                     else:
                         consumer.unacked += 1
                         self.unacked += 1
@@ -401,6 +402,11 @@ class Queue:
 
     # -- the verbs that own the delivery counters ---------------------------------------
 
+    @property
+    def deliver_no_ack_total(self) -> int:
+        """Deliveries to no-ack consumers: each counts its own (one increment a delivery)."""
+        return self.no_ack_gone + sum(c.delivered_no_ack for c in self.consumers)
+
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         """Hand ``entry`` to ``consumer``'s subscriber, counted (``message_stats``:
         deliver_get, deliver_no_ack, redeliver; unacked, the consumer's too)."""
@@ -409,7 +415,7 @@ class Queue:
         if entry[1]:
             self.redeliver_total += 1
         if consumer.no_ack:
-            self.deliver_no_ack_total += 1
+            consumer.delivered_no_ack += 1
             if message.store_ids is not None:
                 self.forget(message)
         else:
@@ -579,6 +585,7 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
+        self.no_ack_gone += consumer.delivered_no_ack
         if consumer.exclusive:
             self.exclusive_consumer = False
         if not self.consumers and self.expires is not None:

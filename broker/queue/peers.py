@@ -1,6 +1,7 @@
 """What a queue names of its neighbours: its vhost (:class:`Home`), an exclusive queue's
 owner (:class:`Owner`), its consumers (:class:`Consumer`) and their channels
-(:class:`Subscriber`, whose connection is :class:`Writable`).
+(:class:`Subscriber`, whose connection is :class:`Writable`), and what a channel counts of
+its deliveries from one queue (:class:`QueueCounts`).
 
 The queue's child module: these name :class:`~leveret.queue.Queue` for types only, and the
 queue re-exports them, so callers import them from :mod:`leveret.queue`. The wire's
@@ -107,12 +108,43 @@ class Subscriber(Protocol):
         """The queue went away: forget ``consumer`` and tell the client if it can hear."""
 
 
+class QueueCounts:
+    """What a channel counted of one queue: rabbit_channel's ``queue_stats`` fine stats, the
+    row of rabbit_core_metrics' ``channel_queue_metrics`` that rabbitmq_prometheus serves
+    per channel and queue (leveret.channel_stats derives the deliveries from these)."""
+
+    __slots__ = (
+        "acked",
+        "get_ack",
+        "get_empty",
+        "get_no_ack",
+        "no_ack_gone",
+        "redelivered",
+        "returned",
+    )
+
+    def __init__(self) -> None:
+        self.get_ack = 0  # basic.get with acks
+        self.get_no_ack = 0
+        self.get_empty = 0
+        self.redelivered = 0  # deliveries and gets of redelivered messages
+        self.acked = 0  # deliveries and gets acknowledged
+        self.returned = 0  # of those with acks, nacked, rejected or recovered
+        self.no_ack_gone = 0  # no-ack deliveries to the channel's cancelled consumers
+
+
 class Consumer:
-    """A ``basic.consume`` subscription of one channel on one queue."""
+    """A ``basic.consume`` subscription of one channel on one queue. Its channel's counts
+    of the queue (``counts``: the channel's own for a wire channel's consumer) take its
+    acks and redeliveries; its no-ack deliveries it counts itself (``delivered_no_ack``,
+    written by the queue, which sums its consumers' for its own ``deliver_no_ack_total``),
+    so that a delivery costs no increment more than it did."""
 
     __slots__ = (
         "arguments",
         "channel",
+        "counts",
+        "delivered_no_ack",
         "exclusive",
         "no_ack",
         "prefetch",
@@ -144,6 +176,8 @@ class Consumer:
         self.exclusive = exclusive
         self.prefetch = prefetch
         self.unacked = 0  # written by the queue's verbs only
+        self.delivered_no_ack = 0  # written by the queue's verbs only
+        self.counts = QueueCounts()
         self.arguments = arguments
         self.priority = int_arg(arguments, "x-priority") or 0
 

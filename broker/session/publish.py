@@ -12,6 +12,11 @@ The wire channel's fast path (a publish, its header and body in one read) skips 
 when a guard per check shows it would pass; it names its guards after :data:`CHECKS`
 (``leveret.channel.FAST_PATH_GUARDS``) and a test holds the two lists together, so a check
 added here without a guard there fails.
+
+A session keeps one :class:`ExchangeStats` per exchange it published to: the permission
+cache the fast path looks up anyway, and the counts rabbit_channel keeps per exchange
+(``exchange_stats``), so a publish counts into its exchange with one increment and no
+lookup more.
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ from leveret.state import PublishCounters as PublishCounters  # a channel's own,
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
-    from leveret.exchanges.model import Exchange
     from leveret.firehose import Origin
     from leveret.vhost import VHost
 
@@ -77,6 +81,24 @@ class Counters(Protocol):
 PUBLISH_COUNTER_NAMES = PublishCounters.__slots__
 
 
+class ExchangeStats:
+    """A session's entry for one exchange: whether a publish to it may skip the permission
+    checks, and its publishes counted as rabbit_channel counts them per exchange
+    (``incr_stats`` of ``exchange_stats``: publish, confirm, return_unroutable,
+    drop_unroutable), the row of rabbit_core_metrics' ``channel_exchange_metrics``."""
+
+    __slots__ = ("confirmed", "published", "unroutable_dropped", "unroutable_returned", "writable")
+
+    def __init__(self) -> None:
+        # The permissions' version (AccessControl.version) under which write permission
+        # was found and no topic permission applies; -1: check every publish.
+        self.writable = -1
+        self.published = 0
+        self.confirmed = 0
+        self.unroutable_returned = 0
+        self.unroutable_dropped = 0
+
+
 def fold(source: Counters, into: Counters) -> None:
     """Add the counts of ``source`` (a closing channel's) to ``into`` (the node's)."""
     for name in PUBLISH_COUNTER_NAMES:
@@ -97,7 +119,8 @@ def size_error(body_size: int, limit: int) -> AMQPChannelError | None:
 class Publisher:
     """The publish side of a session: one user on one vhost (a channel, or a management
     request). Exchanges the user may write to are remembered (the hot path), until the
-    broker's permissions change (:attr:`AccessControl.version`)."""
+    broker's permissions change (:attr:`AccessControl.version`), in the session's entry
+    for the exchange (:class:`ExchangeStats`), which counts its publishes too."""
 
     def __init__(
         self,
@@ -112,9 +135,8 @@ class Publisher:
         self.user = user
         self.counters = counters
         self.max_message_size = max_message_size
-        # Exchanges this session may publish to without a topic permission, checked once.
-        self._writable: set[str] = set()
-        self._writable_version = -1
+        # By exchange name: the exchanges this session published to (or tried to).
+        self.exchange_stats: dict[str, ExchangeStats] = {}
 
     def check_size(self, body_size: int) -> None:
         """The first check, made as soon as the content header announces the size."""
@@ -122,21 +144,23 @@ class Publisher:
         if problem is not None:
             raise problem
 
-    def check_exchange(self, name: str, routing_key: str) -> Exchange:
+    def check_exchange(self, name: str, routing_key: str) -> ExchangeStats:
         """Write permission, the exchange, not internal, the topic permission: the
-        exchange to route through."""
+        session's entry for the exchange to route through (:meth:`route` counts the
+        publish into it)."""
         access, vhost = self.access, self.vhost
-        if self._writable_version != access.version:
-            self._writable.clear()
-            self._writable_version = access.version
+        stats = self.exchange_stats.get(name)
+        if stats is None:
+            stats = self.exchange_stats[name] = ExchangeStats()
         # An exchange the user has a topic permission for is never cached: each publish
         # to it has its routing key checked (below).
-        check_key = name not in self._writable
+        check_key = stats.writable != access.version
         if check_key:
+            stats.writable = -1
             with _on_publish():
                 access.check(self.user, vhost.name, "write", "exchange", name)
             if access.topic_permission(self.user, vhost.name, name) is None:
-                self._writable.add(name)
+                stats.writable = access.version
                 check_key = False
         exchange = vhost.projection.exchanges.get(name)
         if exchange is None:
@@ -150,12 +174,7 @@ class Publisher:
         if check_key:
             with _on_publish():
                 access.check_topic(self.user, vhost.name, "write", exchange, routing_key)
-        return exchange
-
-    def may_skip(self, name: str) -> bool:
-        """Whether the permission checks of a publish to ``name`` are known to pass
-        (the fast path's guard for ``write`` and ``topic``)."""
-        return name in self._writable and self._writable_version == self.access.version
+        return stats
 
     def check_message(self, message: Message, reply_key: str | None) -> Message:
         """The message's properties: they decode, ``user_id`` is the user's, ``expiration``
@@ -199,25 +218,29 @@ class Publisher:
         return message
 
     def route(
-        self, message: Message, mandatory: bool, origin: Origin | None
+        self, message: Message, mandatory: bool, origin: Origin | None, stats: ExchangeStats
     ) -> tuple[bool, bool, int]:
-        """Route a checked message into its queues and count the publish (the broker's
-        received, routed, unroutable returned or dropped). Returns whether a queue took
-        it, whether a queue refused it (overflow) and the group-commit generation that
-        makes it durable (0: nothing to wait for); an unroutable mandatory message is the
-        caller's to return. A reply to a direct reply-to requester goes straight to its
-        consumer, uncounted."""
+        """Route a checked message into its queues and count the publish (the session's
+        received, routed, unroutable returned or dropped, and ``stats``, its exchange's
+        entry, from :meth:`check_exchange`). Returns whether a queue took it, whether a
+        queue refused it (overflow) and the group-commit generation that makes it durable
+        (0: nothing to wait for); an unroutable mandatory message is the caller's to
+        return. A reply to a direct reply-to requester goes straight to its consumer,
+        uncounted."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message), False, 0
         routed, rejected, sync_gen = self.vhost.publish(message, origin)
         counters = self.counters
         counters.received += 1
+        stats.published += 1  # the exchange's share: the one increment it costs
         if routed:
             counters.routed += 1
         elif mandatory:
             counters.unroutable_returned += 1
+            stats.unroutable_returned += 1
         else:
             counters.unroutable_dropped += 1
+            stats.unroutable_dropped += 1
         return routed, rejected, sync_gen
 
     def _reply(self, message: Message) -> bool:

@@ -7,6 +7,7 @@ shares the broker's loop in production.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -17,7 +18,7 @@ from leveret.management import start_management
 from leveret.management.prometheus import start_prometheus
 from leveret.server import Server
 
-from .helpers import Mgmt, basic
+from .helpers import Mgmt, Target, basic
 
 
 @pytest.fixture
@@ -36,3 +37,27 @@ async def mgmt() -> AsyncIterator[Mgmt]:
         await session.close()
         await handle.close()
         await server.stop()
+
+
+@pytest.fixture(params=["leveret", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+async def target(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    """A broker to scrape: a Leveret of its own with its Prometheus listener, or with
+    ``-m rabbitmq`` a real RabbitMQ (``RABBITMQ_URL``, ``RABBITMQ_PROMETHEUS_URL``)."""
+    async with aiohttp.ClientSession() as session:
+        if request.param == "rabbitmq":
+            yield Target(
+                os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+                os.environ.get("RABBITMQ_PROMETHEUS_URL", "http://127.0.0.1:15692"),
+                session,
+            )
+        else:
+            config = Config(host="127.0.0.1", port=0, prometheus_port=0)
+            server = Server(config)
+            await server.start()
+            assert server.prometheus is not None
+            try:
+                yield Target(
+                    f"amqp://guest:guest@127.0.0.1:{server.port}/", server.prometheus.url, session
+                )
+            finally:
+                await server.stop()

@@ -1,4 +1,5 @@
-"""Helpers of the management API tests: an Authorization header and a small client."""
+"""Helpers of the management API tests: an Authorization header, a small client, and a
+Prometheus listener to scrape."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import aiohttp
 
 from leveret.management import ManagementHandle
 from leveret.server import Server
+
+from .prometheus_families import samples
 
 
 def basic(user: str, password: str) -> dict[str, str]:
@@ -57,3 +60,21 @@ class Mgmt:
         status, data = await self.request("GET", *segments, **kwargs)
         assert status == 200, (status, data)
         return data
+
+
+@dataclass
+class Target:
+    """A broker to scrape: its AMQP URL and its Prometheus listener."""
+
+    amqp_url: str
+    metrics_url: str
+    session: aiohttp.ClientSession
+
+    async def text(self, path: str = "/metrics") -> str:
+        async with self.session.get(self.metrics_url + path) as response:
+            assert response.status == 200, path
+            assert response.headers["Content-Type"] == "text/plain; version=0.0.4"
+            return await response.text()
+
+    async def values(self, path: str = "/metrics") -> dict[str, dict[str, float]]:
+        return samples(await self.text(path))

@@ -70,8 +70,8 @@ def message(exchange: str, key: str, body: bytes = b"x", **props: Any) -> Messag
 def publish(p: Publisher, exchange: str, key: str, body: bytes = b"x", **props: Any) -> Any:
     """basic.publish through the session's checks, in order, then routed (mandatory)."""
     p.check_size(len(body))
-    p.check_exchange(exchange, key)
-    return p.route(p.check_message(message(exchange, key, body, **props), None), True, None)
+    stats = p.check_exchange(exchange, key)
+    return p.route(p.check_message(message(exchange, key, body, **props), None), True, None, stats)
 
 
 def refusal(action: Any) -> tuple[int, str]:

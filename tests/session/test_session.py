@@ -81,7 +81,7 @@ async def test_publishes_are_counted_once(access: AccessControl, vhost: VHost) -
     p = publisher(access, vhost)
     assert publish(p, "", "q")[:2] == (True, False)
     assert publish(p, "", "nowhere")[:2] == (False, False)
-    p.route(message("", "nowhere"), False, None)
+    p.route(message("", "nowhere"), False, None, p.check_exchange("", "nowhere"))
     counters = p.counters
     assert (
         counters.received,

@@ -46,8 +46,9 @@ async def test_tx_commit_and_rollback_of_publishes_and_acks(
     held = tx.tx_select(False, None)
 
     def publish_later(body: bytes) -> None:
+        stats = p.check_exchange("", "q")
         checked = p.check_message(message("", "q", body), None)
-        held.append(lambda: p.route(checked, False, None))
+        held.append(lambda: p.route(checked, False, None, stats))
 
     def ack_later(tag: int) -> None:
         taken = collector.take(tag, False)
