@@ -55,7 +55,6 @@ from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
     ExchangeStats,
-    PublishCounters,
     Publisher,
     fold,
     size_error,
@@ -128,7 +127,6 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             server.access,
             connection.vhost,
             connection.user,
-            PublishCounters(),
             connection.config.max_message_size,
         )
         self.node_counters = server.counters

@@ -21,7 +21,7 @@ from leveret.queue import Consumer, Entry, Queue
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
-    from leveret.session.publish import Counters
+    from leveret.state import PublishCounters
     from leveret.vhost import VHost
 
 # An unacked delivery: its queue, the queue entry, the consumer (None for basic.get).
@@ -67,7 +67,7 @@ class Node(Protocol):
         """Users, permissions and their checks."""
 
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> PublishCounters:
         """The node's publish counters (a closed channel's fold into them)."""
 
 

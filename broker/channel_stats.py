@@ -13,14 +13,15 @@ management plugin sums them into a channel's ``message_stats`` with ``deliver_ge
 for nothing or for one integer increment on the path a message takes, and the rows for at
 most one more:
 
-- the publishes: a channel's :class:`leveret.session.publish.Publisher` counts into the
-  channel's own :class:`~leveret.session.publish.PublishCounters`, exactly the increments
-  it made into the node's before (the node's totals now sum the channels'), and into its
+- the publishes: a channel's :class:`leveret.session.publish.Publisher` counts into its
   entry for the exchange (:class:`~leveret.session.publish.ExchangeStats`), which the
-  publish looks up anyway (the permission cache): one increment more. Confirms are
-  counted per flush, not per publish; a run of publishes into one exchange is noted when
-  the exchange changes (``confirm_runs``, an identity test per publish in confirm mode),
-  and :func:`count_confirms` counts each confirm into its run's exchange;
+  publish looks up anyway (the permission cache): one increment a publish, and one more
+  for an unroutable one. The channel's totals are the sums of its entries
+  (:class:`~leveret.session.publish.SessionCounters`), folded into the node's when it
+  closes. Confirms are counted per flush, not per publish; a run of publishes into one
+  exchange is noted when the exchange changes (``confirm_runs``, an identity test per
+  publish in confirm mode), and :func:`count_confirms` counts each confirm into its run's
+  exchange;
 - deliveries: the delivery-tag ledger numbers every delivery and get (``next_tag``) and
   holds each one that awaits an ack until it is acked (counted), nacked, rejected or
   recovered (counted, off the hot path) or staged in a transaction; so ack-mode deliveries
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from leveret.memory import MemoryMonitor
     from leveret.message import Message
     from leveret.queue import Consumer, Queue
-    from leveret.session.publish import Counters
+    from leveret.session.publish import SessionCounters
     from leveret.session.tx import Confirm
     from leveret.vhost import VHost
 
@@ -109,7 +110,7 @@ class DeliveryCounters:
     """The delivery side of a channel's counters (the publish side is ``counters``, and
     ``exchange_stats`` per exchange), and its rows per exchange and per queue."""
 
-    counters: Counters
+    counters: SessionCounters
     exchange_stats: dict[str, ExchangeStats]
     consumers: dict[str, Consumer]
     next_tag: int

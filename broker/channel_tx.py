@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
 
-    from leveret.session.publish import Counters, ExchangeStats
+    from leveret.session.publish import ExchangeStats, SessionCounters
     from leveret.vhost import VHost
 
 
@@ -47,7 +47,7 @@ class Transacted(Protocol):
         """Its connection's vhost (its store's fsyncs)."""
 
     @property
-    def counters(self) -> Counters:
+    def counters(self) -> SessionCounters:
         """Its publish counters (confirms)."""
 
     @property

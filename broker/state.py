@@ -38,11 +38,11 @@ log = logging.getLogger(__name__)
 
 
 class PublishCounters:
-    """Publish counters (rabbit_channel's ``ch_stats`` fine stats: publish, confirm,
-    return_unroutable, drop_unroutable). Each channel's publisher counts into its own
-    (leveret.session.publish.Publisher), which costs the publish path nothing more; the
-    node's are its closed channels' counts, folded in as each closes
-    (leveret.session.publish.fold), and the open ones' are added when read
+    """The node's publish counters (rabbit_channel's ``ch_stats`` fine stats: publish,
+    confirm, return_unroutable, drop_unroutable). A session counts its publishes per
+    exchange (leveret.session.publish.SessionCounters sums them), which costs the publish
+    path one increment; the node's are its closed sessions' counts, folded in as each
+    closes (leveret.session.publish.fold), and the open ones' are added when read
     (leveret.management.stats.publish_totals)."""
 
     __slots__ = ("confirmed", "received", "routed", "unroutable_dropped", "unroutable_returned")

@@ -34,7 +34,7 @@ from leveret.management.topology import exchange_name, queue_of
 from leveret.message import Message
 from leveret.session import topology
 from leveret.session.get import readable_queue
-from leveret.session.publish import Publisher
+from leveret.session.publish import Publisher, fold
 
 if TYPE_CHECKING:
     from leveret.persistence import Persistence
@@ -269,6 +269,7 @@ async def publish(request: web.Request) -> web.Response:
         message = publisher.check_message(Message(name, routing_key, header, data), None)
     # The API publishes as mandatory: an unroutable message counts as returned.
     routed, rejected, generation = publisher.route(message, True, None, stats)
+    fold(publisher.counters, server_of(request).counters)  # the node counts the API's
     if rejected:
         raise bad_request("rejected Unable to publish message. Check queue limits.")
     await wait_synced(vhost.persistence, generation)
@@ -283,6 +284,5 @@ def session_publisher(request: web.Request, vhost: VHost) -> Publisher:
         server.access,
         vhost,
         current_user(request).name,
-        server.counters,
         server.config.max_message_size,
     )

@@ -29,11 +29,11 @@ import time
 import weakref
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leveret.management.client_stats import ClientStats
 from leveret.management.history import History, now_ms, ranges, with_samples
-from leveret.session.publish import PUBLISH_COUNTER_NAMES, PublishCounters
+from leveret.session.publish import PUBLISH_COUNTER_NAMES, Counters, PublishCounters
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -61,19 +61,7 @@ QUEUE_FIELDS = COUNTERS + GAUGES
 IDLE_RATES: dict[str, float] = dict.fromkeys(QUEUE_FIELDS, 0.0)
 
 
-class BrokerCounters(Protocol):
-    """Per-publish counters a broker may provide as ``ServerState.counters``, counted by the
-    channels for AMQP publishes (the management API adds its own publishes): used instead
-    of what the per-queue counters can only estimate."""
-
-    confirmed: int
-    received: int
-    routed: int
-    unroutable_dropped: int
-    unroutable_returned: int
-
-
-def broker_counters(server: ServerState[Connection]) -> BrokerCounters | None:
+def broker_counters(server: ServerState[Connection]) -> PublishCounters | None:
     """The broker's own publish counters, when it has them: :func:`publish_totals`."""
     if getattr(server, "counters", None) is None:
         return None
@@ -85,7 +73,7 @@ def publish_totals(server: ServerState[Connection]) -> PublishCounters:
     publishes and those of closed channels, folded in as each closed) plus every open
     channel's own (leveret.channel_stats)."""
     totals = PublishCounters()
-    sources: list[BrokerCounters] = [server.counters]
+    sources: list[Counters] = [server.counters]
     sources += [ch.counters for conn in server.connections for ch in conn.channels.values()]
     for name in PUBLISH_COUNTER_NAMES:
         setattr(totals, name, sum(getattr(source, name) for source in sources))

@@ -69,13 +69,26 @@ CHECKS = (
 
 
 class Counters(Protocol):
-    """The broker's publish counters (leveret.state.PublishCounters)."""
+    """Publish counters as they are read: a session's (:class:`SessionCounters`) or the
+    node's (leveret.state.PublishCounters)."""
 
     confirmed: int
-    received: int
-    routed: int
-    unroutable_dropped: int
-    unroutable_returned: int
+
+    @property
+    def received(self) -> int:
+        """Publishes counted (rabbit_channel's ``publish``)."""
+
+    @property
+    def routed(self) -> int:
+        """Of those, routed to a queue."""
+
+    @property
+    def unroutable_dropped(self) -> int:
+        """Unroutable and not mandatory: dropped."""
+
+    @property
+    def unroutable_returned(self) -> int:
+        """Unroutable and mandatory: returned."""
 
 
 PUBLISH_COUNTER_NAMES = PublishCounters.__slots__
@@ -99,7 +112,38 @@ class ExchangeStats:
         self.unroutable_dropped = 0
 
 
-def fold(source: Counters, into: Counters) -> None:
+class SessionCounters:
+    """A session's publish counters: the sums of its exchanges' entries, into which alone
+    the publish path counts (one increment a publish), and the confirms it sent."""
+
+    __slots__ = ("_exchanges", "confirmed")
+
+    def __init__(self, exchanges: dict[str, ExchangeStats]) -> None:
+        self._exchanges = exchanges
+        self.confirmed = 0  # publisher confirms (basic.ack) sent, one per message
+
+    @property
+    def received(self) -> int:
+        """Publishes counted, to any exchange."""
+        return sum(s.published for s in self._exchanges.values())
+
+    @property
+    def unroutable_returned(self) -> int:
+        """Unroutable mandatory publishes (returned)."""
+        return sum(s.unroutable_returned for s in self._exchanges.values())
+
+    @property
+    def unroutable_dropped(self) -> int:
+        """Unroutable publishes that were not mandatory (dropped)."""
+        return sum(s.unroutable_dropped for s in self._exchanges.values())
+
+    @property
+    def routed(self) -> int:
+        """Publishes a queue took: every counted publish is routed, returned or dropped."""
+        return self.received - self.unroutable_returned - self.unroutable_dropped
+
+
+def fold(source: Counters, into: PublishCounters) -> None:
     """Add the counts of ``source`` (a closing channel's) to ``into`` (the node's)."""
     for name in PUBLISH_COUNTER_NAMES:
         setattr(into, name, getattr(into, name) + getattr(source, name))
@@ -127,16 +171,16 @@ class Publisher:
         access: AccessControl,
         vhost: VHost,
         user: str,
-        counters: Counters,
         max_message_size: int,
     ) -> None:
         self.access = access
         self.vhost = vhost
         self.user = user
-        self.counters = counters
         self.max_message_size = max_message_size
         # By exchange name: the exchanges this session published to (or tried to).
         self.exchange_stats: dict[str, ExchangeStats] = {}
+        # Its totals, from those (a channel's are folded into the node's when it closes).
+        self.counters = SessionCounters(self.exchange_stats)
 
     def check_size(self, body_size: int) -> None:
         """The first check, made as soon as the content header announces the size."""
@@ -220,27 +264,21 @@ class Publisher:
     def route(
         self, message: Message, mandatory: bool, origin: Origin | None, stats: ExchangeStats
     ) -> tuple[bool, bool, int]:
-        """Route a checked message into its queues and count the publish (the session's
-        received, routed, unroutable returned or dropped, and ``stats``, its exchange's
-        entry, from :meth:`check_exchange`). Returns whether a queue took it, whether a
-        queue refused it (overflow) and the group-commit generation that makes it durable
-        (0: nothing to wait for); an unroutable mandatory message is the caller's to
-        return. A reply to a direct reply-to requester goes straight to its consumer,
-        uncounted."""
+        """Route a checked message into its queues and count the publish into ``stats``,
+        its exchange's entry (from :meth:`check_exchange`), whose sums are the session's
+        counters. Returns whether a queue took it, whether a queue refused it (overflow)
+        and the group-commit generation that makes it durable (0: nothing to wait for); an
+        unroutable mandatory message is the caller's to return. A reply to a direct
+        reply-to requester goes straight to its consumer, uncounted."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message), False, 0
         routed, rejected, sync_gen = self.vhost.publish(message, origin)
-        counters = self.counters
-        counters.received += 1
-        stats.published += 1  # the exchange's share: the one increment it costs
-        if routed:
-            counters.routed += 1
-        elif mandatory:
-            counters.unroutable_returned += 1
-            stats.unroutable_returned += 1
-        else:
-            counters.unroutable_dropped += 1
-            stats.unroutable_dropped += 1
+        stats.published += 1  # the one increment a publish costs (SessionCounters)
+        if not routed:
+            if mandatory:
+                stats.unroutable_returned += 1
+            else:
+                stats.unroutable_dropped += 1
         return routed, rejected, sync_gen
 
     def _reply(self, message: Message) -> bool:

@@ -18,7 +18,6 @@ from leveret.queue import Consumer, Entry, Queue
 from leveret.session.ledger import Ledger
 from leveret.session.publish import Publisher
 from leveret.session.topology import queue_declared
-from leveret.state import PublishCounters
 from leveret.vhost import VHost
 
 MAX_SIZE = 1000
@@ -59,7 +58,7 @@ class Collector(Ledger[tuple[Queue, Entry, Consumer]]):
 
 
 def publisher(access: AccessControl, vhost: VHost, user: str = "guest") -> Publisher:
-    return Publisher(access, vhost, user, PublishCounters(), MAX_SIZE)
+    return Publisher(access, vhost, user, MAX_SIZE)
 
 
 def message(exchange: str, key: str, body: bytes = b"x", **props: Any) -> Message:
