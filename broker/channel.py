@@ -360,7 +360,8 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         publish into another exchange than the last starts a run (flush_confirms counts
         each confirm into its exchange by the runs: leveret.channel_stats)."""
         self.publish_seq += 1
-        if stats is not self.confirm_runs[-1][1]:
+        if stats is not self.confirm_into:  # the open run's exchange
+            self.confirm_into = stats
             self.confirm_runs.append((self.publish_seq, stats))
         if rejected:
             self.nacks.append(self.publish_seq)

@@ -132,6 +132,7 @@ class DeliveryCounters:
         # (first sequence number, exchange): the runs of publishes in confirm mode not yet
         # confirmed in full, the last one open; a placeholder that covers none first.
         self.confirm_runs: list[tuple[int, ExchangeStats]] = [(1, ExchangeStats())]
+        self.confirm_into = self.confirm_runs[0][1]  # the last run's (count_confirms keeps it)
 
     def counts_of(self, queue: Queue) -> QueueCounts:
         """The channel's counts of ``queue`` (made on its first consume or get)."""
