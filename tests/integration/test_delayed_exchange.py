@@ -351,9 +351,11 @@ def test_dead_letters_to_a_delayed_exchange_wait_too(ch: BlockingChannel) -> Non
 def test_a_confirmed_delayed_message_survives_kill_9(tmp_path: Path) -> None:
     # rabbit_delayed_message keeps every delayed message in a disc table; here the
     # confirm waits for the fsync, so even a transient message survives SIGKILL.
-    # The delay outlasts a restart on a loaded machine (a kill and a start took over 1.5 s
-    # under a load average of 15), so "not due yet" after the restart is certain.
-    delay = 6000
+    # The broker stays down for DOWN seconds, so a delay counted from the restart would
+    # release the messages DOWN seconds late, past the bound below; the delay outlasts
+    # that and a restart on a loaded machine (a kill and a start took over 1.5 s under a
+    # load average of 15), so "not due yet" after the restart is certain.
+    delay, down = 8000, 4.0
     broker = crash.BrokerProcess(tmp_path / "data", tmp_path / "broker.log")
     broker.start()
     try:
@@ -375,6 +377,7 @@ def test_a_confirmed_delayed_message_survives_kill_9(tmp_path: Path) -> None:
         published = time.monotonic()
         broker.kill()
         broker.wait()
+        time.sleep(down)
         broker.start()
         connection = pika.BlockingConnection(pika.URLParameters(broker.url))
         channel = connection.channel()
@@ -382,8 +385,9 @@ def test_a_confirmed_delayed_message_survives_kill_9(tmp_path: Path) -> None:
         got = receive(channel, "dq", 2, within=20)
         assert sorted(body for _, body, _ in got) == [b"persistent", b"transient"]
         assert all(headers == {"x-delay": -delay} for _, _, headers in got)
-        # due from the publish, not from the restart: released within the delay plus slack
-        assert time.monotonic() - published < delay / 1000 + 5
+        # Due from the publish, not from the restart: released within the delay and 3 s of
+        # slack; counted from the restart it would be the delay and more than DOWN.
+        assert time.monotonic() - published < delay / 1000 + 3 < delay / 1000 + down
         # released once: a further restart brings nothing back
         connection.close()
         broker.stop()
