@@ -152,6 +152,20 @@ class DeliveryCounters:
             if s.published and name in exchanges
         ]
 
+    def queue_exchange_rows(
+        self, exchanges: Container[str], queues: Container[str]
+    ) -> list[tuple[str, str, int]]:
+        """Per exchange published to and queue its publishes reached, both among those that
+        exist: (exchange, queue, publishes), rabbit_core_metrics'
+        ``channel_queue_exchange_metrics`` row (its ``publish`` count)."""
+        return [
+            (name, queue, count)
+            for name, s in self.exchange_stats.items()
+            if name in exchanges
+            for queue, count in s.per_queue().items()
+            if queue in queues
+        ]
+
     def queue_rows(self) -> list[tuple[str, tuple[int, ...]]]:
         """Per queue consumed from or got from, its name and counts in
         :data:`QUEUE_COUNTERS` order. The rows of deleted queues are erased here, as

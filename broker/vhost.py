@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from leveret import firehose
@@ -270,11 +270,12 @@ class VHost(VHostPolicies):
         origin: Origin | None = None,
         source: str | None = None,
         counted: bool = True,
-    ) -> tuple[bool, bool, int]:
+    ) -> tuple[Collection[str], bool, int]:
         """Route ``message`` and enqueue it in every queue it reaches.
 
-        Returns (routed, rejected by an overflowing queue, group-commit generation that
-        makes it durable or 0). Used by channels (``origin``, which the firehose tracer
+        Returns (the names of the queues it reached, read-only: empty when unroutable;
+        rejected by an overflowing queue; group-commit generation that makes it durable or
+        0). Used by channels (``origin``, which the firehose tracer
         names) and by the management API alike, and with ``source`` (the exchange to route
         from, not the one published to) for a delayed message whose delay is up; that is no
         publish, so neither tracer sees it. Publishes are counted in :attr:`exchange_stats`
@@ -325,6 +326,9 @@ class VHost(VHostPolicies):
                 stats = self.exchange_stats[message.exchange] = [0, 0]
             stats[0] += 1
             stats[1] += reached
+        # The queues reached: the routed set itself (shared, its hash cached) when every
+        # queue exists.
+        routed = names if reached == len(names) else [n for n in names if n in self.queues]
         tracer = self.tracer
         if tracer is not None and source is None:
             tracer.record(
@@ -333,8 +337,7 @@ class VHost(VHostPolicies):
                 message.routing_key,
                 payload,
                 message.body_size,
-                # The routed set itself (its hash is cached) when every queue exists.
-                names if reached == len(names) else [n for n in names if n in self.queues],
+                routed,
             )
         generation = max(message.sync_gen, held) if held else message.sync_gen
-        return reached > 0, rejected, generation
+        return routed, rejected, generation

@@ -9,9 +9,9 @@ exchange or channel and queue, with RabbitMQ's labels, from each open channel's 
 (leveret.channel_stats). An aggregated total never goes down (a closed channel's counts
 are folded into the node's; RabbitMQ's aggregated sum drops when a channel that published
 closes, which Prometheus's ``rate()`` reads as a counter reset).
-``rabbitmq_queue_messages_published_total`` (per channel, exchange and queue in RabbitMQ:
-``channel_queue_exchange_metrics``) stays aggregated only: a row per queue a message is
-routed to would cost a publish an increment per queue.
+``rabbitmq_queue_messages_published_total`` is served per channel, exchange and queue
+(``channel_queue_exchange_metrics``), from the channel's publishes per route
+(leveret.session.publish.ExchangeStats).
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ class TotalFamily(Family):
 
 
 EXCHANGE_GROUP, QUEUE_GROUP = "channel_exchange_metrics", "channel_queue_metrics"
+QUEUE_EXCHANGE_GROUP = "channel_queue_exchange_metrics"
 
 
 def _delivered_ack(t: dict[str, int]) -> int:
@@ -281,6 +282,8 @@ CHANNEL_TOTALS = (
         "counter",
         "Total number of messages published to queues",
         totals=lambda t: t["published_total"],
+        row="publish",
+        group=QUEUE_EXCHANGE_GROUP,
     ),
 )
 
@@ -291,6 +294,8 @@ CHANNEL_EXCHANGE_TOTALS = tuple(
         key=lambda f: EXCHANGE_COUNTERS.index(f.row),
     )
 )
+# Per channel, exchange and queue: the publishes an exchange's route took to the queue.
+CHANNEL_QUEUE_EXCHANGE_TOTALS = tuple(f for f in CHANNEL_TOTALS if f.group == QUEUE_EXCHANGE_GROUP)
 CHANNEL_QUEUE_TOTALS = tuple(
     sorted(
         (f for f in CHANNEL_TOTALS if f.group == QUEUE_GROUP),

@@ -66,7 +66,7 @@ GROUPS = frozenset(
     {CHURN_GROUP, "vhost_status", "exchange_names", "exchange_bindings"}
     | {group for f in m.QUEUE_FAMILIES for group in f.groups}
     | {f.group for f in (*cm.CHANNEL_FAMILIES, *cm.CONNECTION_FAMILIES)}
-    | {cm.EXCHANGE_GROUP, cm.QUEUE_GROUP}
+    | {cm.EXCHANGE_GROUP, cm.QUEUE_GROUP, cm.QUEUE_EXCHANGE_GROUP}
 )
 
 
@@ -193,14 +193,20 @@ async def read_objects(
 
 
 async def read_channel_rows(channels: list[tuple[str, Channel]], view: View) -> list[Table]:
-    """The channel counters per channel and exchange, and per channel and queue (the
-    channels' rows: leveret.channel_stats), labelled as rabbitmq_prometheus labels
-    channel_exchange_metrics and channel_queue_metrics: ``channel`` (as
-    :func:`read_objects`), then the object's ``vhost`` and name."""
+    """The channel counters per channel and exchange, per channel and queue, and per
+    channel, exchange and queue (the channels' rows: leveret.channel_stats), labelled as
+    rabbitmq_prometheus labels channel_exchange_metrics, channel_queue_metrics and
+    channel_queue_exchange_metrics: ``channel`` (as :func:`read_objects`), then the
+    objects' names and vhosts."""
     exchange_families = [f for f in cm.CHANNEL_EXCHANGE_TOTALS if view.wants(f.group)]
     queue_families = [f for f in cm.CHANNEL_QUEUE_TOTALS if view.wants(f.group)]
+    routes: list[m.Family] = [f for f in cm.CHANNEL_QUEUE_EXCHANGE_TOTALS if view.wants(f.group)]
     by_exchange = Table(list(exchange_families), ("channel", "vhost", "exchange"))
     by_queue = Table(list(queue_families), ("channel", "vhost", "queue"))
+    # rabbitmq_prometheus labels these with both objects' vhosts (always the channel's here).
+    by_route = Table(
+        list(routes), ("channel", "exchange", "exchange_vhost", "queue", "queue_vhost")
+    )
     exchange_at = [EXCHANGE_COUNTERS.index(f.row) for f in exchange_families]
     queue_at = [QUEUE_COUNTERS.index(f.row) for f in queue_families]
     for index, (label, channel) in enumerate(channels):
@@ -213,9 +219,15 @@ async def read_channel_rows(channels: list[tuple[str, Channel]], view: View) -> 
         if queue_at:
             for name, counts in channel.queue_rows():
                 by_queue.rows.append(([label, vhost.name, name], [counts[i] for i in queue_at]))
+        if routes:
+            v = vhost.name
+            for exchange, queue, count in channel.queue_exchange_rows(
+                vhost.projection.exchanges, vhost.queues
+            ):
+                by_route.rows.append(([label, exchange, v, queue, v], [count]))
         if index % CHUNK == CHUNK - 1:
             await asyncio.sleep(0)
-    return [table for table in (by_exchange, by_queue) if table.families]
+    return [table for table in (by_exchange, by_queue, by_route) if table.families]
 
 
 def total_families(server: ServerState[Connection]) -> Iterator[Metric]:

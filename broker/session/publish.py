@@ -21,7 +21,7 @@ lookup more.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
@@ -98,18 +98,59 @@ class ExchangeStats:
     """A session's entry for one exchange: whether a publish to it may skip the permission
     checks, and its publishes counted as rabbit_channel counts them per exchange
     (``incr_stats`` of ``exchange_stats``: publish, confirm, return_unroutable,
-    drop_unroutable), the row of rabbit_core_metrics' ``channel_exchange_metrics``."""
+    drop_unroutable), the row of rabbit_core_metrics' ``channel_exchange_metrics``, and per
+    queue reached (``channel_queue_exchange_metrics``: rabbit_channel's
+    ``incr_queue_stats`` of ``queue_exchange_stats``, publish).
 
-    __slots__ = ("confirmed", "published", "unroutable_dropped", "unroutable_returned", "writable")
+    A publish that reaches queues costs one increment, of the count of its route: routes
+    repeat (a direct or topic exchange's result is the index's own cached set), so the
+    counts per queue are added up only when the route changes (:meth:`switch`) or when
+    read (:meth:`per_queue`)."""
+
+    __slots__ = (
+        "confirmed",
+        "queues",
+        "route",
+        "route_count",
+        "routed_before",
+        "unroutable_dropped",
+        "unroutable_returned",
+        "writable",
+    )
 
     def __init__(self) -> None:
         # The permissions' version (AccessControl.version) under which write permission
         # was found and no topic permission applies; -1: check every publish.
         self.writable = -1
-        self.published = 0
         self.confirmed = 0
         self.unroutable_returned = 0
         self.unroutable_dropped = 0
+        self.route: Collection[str] = ()  # the queues the last routed publish reached
+        self.route_count = 0  # publishes that reached them, since they became the route
+        self.routed_before = 0  # routed publishes of the routes before it
+        self.queues: dict[str, int] = {}  # publishes per queue, of the routes before it
+
+    @property
+    def published(self) -> int:
+        """Publishes counted: every one was routed, returned or dropped."""
+        routed = self.routed_before + self.route_count
+        return routed + self.unroutable_returned + self.unroutable_dropped
+
+    def switch(self, route: Collection[str]) -> None:
+        """A routed publish reached other queues than the last: count the last route's
+        publishes into its queues, and start counting ``route``'s."""
+        count, queues = self.route_count, self.queues
+        for name in self.route:
+            queues[name] = queues.get(name, 0) + count
+        self.routed_before += count
+        self.route, self.route_count = route, 0
+
+    def per_queue(self) -> dict[str, int]:
+        """Publishes per queue reached (the current route's included)."""
+        found = dict(self.queues)
+        for name in self.route:
+            found[name] = found.get(name, 0) + self.route_count
+        return found
 
 
 class SessionCounters:
@@ -272,14 +313,18 @@ class Publisher:
         reply-to requester goes straight to its consumer, uncounted."""
         if not message.exchange and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message), False, 0
-        routed, rejected, sync_gen = self.vhost.publish(message, origin)
-        stats.published += 1  # the one increment a publish costs (SessionCounters)
-        if not routed:
-            if mandatory:
-                stats.unroutable_returned += 1
-            else:
-                stats.unroutable_dropped += 1
-        return routed, rejected, sync_gen
+        reached, rejected, sync_gen = self.vhost.publish(message, origin)
+        # The one increment a publish costs (ExchangeStats; SessionCounters sums them).
+        if reached:
+            if reached is not stats.route and reached != stats.route:
+                stats.switch(reached)
+            stats.route_count += 1
+            return True, rejected, sync_gen
+        if mandatory:
+            stats.unroutable_returned += 1
+        else:
+            stats.unroutable_dropped += 1
+        return False, rejected, sync_gen
 
     def _reply(self, message: Message) -> bool:
         """Deliver a reply to its requester's consumer, at most once: False (dropped, or

@@ -1,9 +1,9 @@
-"""The channel counters per channel and exchange and per channel and queue on
-/metrics/per-object, as rabbitmq_prometheus 3.10.8 serves them (channel_exchange_metrics,
-channel_queue_metrics): a publisher into two exchanges and a consumer of two queues
-through aio-pika, the rows a user scrapes, and the rows going with their queue and their
-channel. The scenario runs against a real RabbitMQ too with ``-m rabbitmq``
-(conftest.py's ``target``).
+"""The channel counters per channel and exchange, per channel and queue, and per channel,
+exchange and queue on /metrics/per-object, as rabbitmq_prometheus 3.10.8 serves them
+(channel_exchange_metrics, channel_queue_metrics, channel_queue_exchange_metrics): a
+publisher into two exchanges and a consumer of two queues through aio-pika, the rows a user
+scrapes, and the rows going with their queue and their channel. The scenario runs against a
+real RabbitMQ too with ``-m rabbitmq`` (conftest.py's ``target``).
 """
 
 from __future__ import annotations
@@ -67,6 +67,21 @@ def rows(
         (channel,) = channels[name]
         result[name] = (channel, tuple(by_family.get(f, -1.0) for f in families))
     return result
+
+
+def routed(
+    values: dict[str, dict[str, float]], exchanges: set[str]
+) -> dict[tuple[str, ...], float]:
+    """rabbitmq_queue_messages_published_total per object, for ``exchanges``: (channel,
+    exchange, queue) -> publishes."""
+    found = {}
+    for labels, value in values.get("rabbitmq_queue_messages_published_total", {}).items():
+        pairs = dict(LABEL.findall(labels))
+        assert set(pairs) == {"channel", "exchange", "exchange_vhost", "queue", "queue_vhost"}
+        if pairs["exchange"] in exchanges:
+            assert pairs["exchange_vhost"] == pairs["queue_vhost"] == "/"
+            found[pairs["channel"], pairs["exchange"], pairs["queue"]] = value
+    return found
 
 
 async def scrape(target: Target) -> dict[str, dict[str, float]]:
@@ -148,6 +163,13 @@ async def test_rows_per_exchange_and_queue(target: Target) -> None:
         assert {q: v for q, (_, v) in by_queue.items()} == {
             q1: (0, 1, 0, 2, 0, 0, 1),
             q2: (2, 0, 2, 0, 2, 2, 0),
+        }
+
+        # rabbitmq_queue_messages_published_total per channel, exchange and queue
+        # (channel_queue_exchange_metrics): what each exchange's publishes took to a queue.
+        assert routed(values, {x1, x2}) == {
+            (publisher_label, x1, q1): 3,
+            (publisher_label, x2, q2): 2,
         }
 
         await publisher.queue_delete(q1)  # its consumer is cancelled, its row erased
@@ -280,6 +302,26 @@ async def test_channel_totals_are_the_sums_of_its_rows(server: Server) -> None:
         assert check_sums(server) == 4
         for queue in queues:
             await queue.delete(if_unused=False, if_empty=False)
+
+
+def test_publishes_count_into_the_queues_their_routes_reached() -> None:
+    """An exchange's entry counts a publish once, into its route; the queues' counts come
+    out when the route changes or when read, equal routes (a new set of the same queues, as
+    a headers exchange makes) counting as one."""
+    stats = ExchangeStats()
+
+    def publish(route: Any) -> None:
+        if route is not stats.route and route != stats.route:
+            stats.switch(route)
+        stats.route_count += 1
+
+    a, b = frozenset({"q1", "q2"}), frozenset({"q2"})
+    for route in (a, a, b, frozenset({"q1", "q2"}), a, b):
+        publish(route)
+    stats.unroutable_dropped += 1
+    assert stats.per_queue() == {"q1": 4, "q2": 6}
+    assert stats.published == 7
+    assert stats.per_queue() == {"q1": 4, "q2": 6}  # reading changes nothing
 
 
 def test_confirms_count_into_their_publishes_exchanges() -> None:
