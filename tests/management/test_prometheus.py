@@ -38,9 +38,6 @@ PROCESS_EXTRAS = {
     "process_open_fds",
     "process_max_fds",
 }
-# Node-wide totals served aggregated only: RabbitMQ's per-object samples are per channel,
-# exchange and queue, which Leveret does not count (client_metrics' docstring says why).
-AGGREGATED_ONLY = {"rabbitmq_" + f.name for f in client_metrics.CHANNEL_TOTALS if not f.row}
 
 
 def meaningful(names: dict[str, Any]) -> dict[str, Any]:
@@ -82,12 +79,10 @@ async def test_families_are_rabbitmq_s(target: Target) -> None:
             await target.text(path)  # telemetry_scrape_* counts the scrapes before
             served = families(await target.text(path))
             expected = meaningful(RABBITMQ[path])
-            if path.endswith("per-object"):
-                expected = {k: v for k, v in expected.items() if k not in AGGREGATED_ONLY}
             served = meaningful(served)  # the same rule, for RabbitMQ under -m rabbitmq
             missing = sorted(set(expected) - set(served))
             assert not missing, (path, missing)
-            extra = set(served) - set(expected) - PROCESS_EXTRAS - AGGREGATED_ONLY
+            extra = set(served) - set(expected) - PROCESS_EXTRAS
             assert not extra, (path, sorted(extra))
             for name, family in expected.items():
                 mine = served[name]
@@ -114,8 +109,8 @@ async def test_detailed_groups(target: Target) -> None:
 
 
 def served_here(names: set[str]) -> set[str]:
-    """Detailed families less those Leveret leaves out or serves aggregated only."""
-    left_out = metrics.LEFT_OUT.keys() | AGGREGATED_ONLY
+    """Detailed families less those Leveret leaves out."""
+    left_out = metrics.LEFT_OUT.keys()
     return {n for n in names if "rabbitmq_" + n.removeprefix("rabbitmq_detailed_") not in left_out}
 
 
