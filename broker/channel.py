@@ -406,7 +406,6 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         queue = consumer.queue
         content_header = message.header
         if redelivered:  # leveret.session.get.delivery_header, inlined
-            self.redelivered += 1
             consumer.counts.redelivered += 1
             if queue.quorum:
                 content_header = with_header(content_header, "x-delivery-count", redelivered)
@@ -490,14 +489,11 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
                 requeued.setdefault(queue, []).append((entry, consumer))
             elif requeue is None:
                 queue.ack(entry[0], consumer)
-                self.acked += 1
                 counts.acked += 1
             else:
                 queue.reject(entry[0], consumer)
             if requeue is not None:
                 counts.returned += 1
-        if requeue is not None:
-            self.returned += len(taken)  # nacked, rejected or recovered (channel_stats)
         # Released before the requeued messages count again as ready in their queues.
         self.memory.remove(released)
         for queue, returned in requeued.items():
@@ -525,7 +521,6 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
                     memory.fall()
                 consumer = record[2]
                 queue.ack(message, consumer)
-                self.acked += 1
                 if consumer is not None:
                     consumer.counts.acked += 1  # the queue's share (leveret.channel_stats)
                     self.conn.drain_later_one(consumer.queue)

@@ -36,7 +36,6 @@ class Consuming(Subscriber, Protocol):
 
     reply_consumer: Consumer | None
     reply_key: str
-    queue_counts: dict[Queue, QueueCounts]
 
     @property
     def conn(self) -> Wire:
@@ -73,6 +72,9 @@ class Consuming(Subscriber, Protocol):
     def _apply_settle(self, taken: list[tuple[int, Record]], requeue: bool | None) -> None:
         """Ack (None), requeue (True) or reject (False) deliveries taken from the ledger."""
 
+    def erase_row(self, queue: Queue) -> None:
+        """``queue`` went: its row goes (leveret.channel_stats.DeliveryCounters.erase_row)."""
+
     def counts_of(self, queue: Queue) -> QueueCounts:
         """Its counts of ``queue`` (leveret.channel_stats.DeliveryCounters.counts_of)."""
 
@@ -90,7 +92,7 @@ def cancel_by_server(channel: Consuming, consumer: Consumer) -> None:
         del channel.consumers[consumer.tag]
         # The queue's row goes with it, as RabbitMQ's does (rabbit_channel's
         # erase_queue_stats/1 on the queue's eol; leveret.channel_stats's docstring).
-        channel.queue_counts.pop(consumer.queue, None)
+        channel.erase_row(consumer.queue)
         if channel.conn.client_capability("consumer_cancel_notify"):
             channel.conn.write(
                 codec.simple_method(channel.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True))

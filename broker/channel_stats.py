@@ -31,7 +31,9 @@ most one more:
   is counted by its consumer (``Consumer.delivered_no_ack``), the increment its queue
   made before (the queue sums its consumers'). Gets (off the hot path) and redeliveries
   (behind the check the path already made) are counted, per queue too;
-- acks: one increment per acknowledged delivery, and one into the queue's counts.
+- acks: one increment per acknowledged delivery, into the queue's counts. The channel's
+  delivery-side totals are the sums of its rows per queue (:meth:`DeliveryCounters.totals`)
+  and of ``gone``, which keeps the counts of the rows erased with their queue.
 
 So the channel's totals are the sums of its rows, but for the rows that go, while the
 channel's ``message_stats`` keep what they counted. RabbitMQ marks the rows of a deleted
@@ -121,14 +123,10 @@ class DeliveryCounters:
     tx_acks: list[tuple[int, Any]]
 
     def __init__(self) -> None:
-        self.acked = 0
-        self.returned = 0  # unacked deliveries nacked, rejected or recovered
-        self.redelivered = 0
-        self.gets = 0  # basic.get with acks
-        self.gets_no_ack = 0
-        self.gets_empty = 0
-        # Per queue the channel consumed from or got from (its consumers share the entry).
+        # Per queue the channel consumed from or got from (its consumers share the entry);
+        # the channel's totals are their sums and ``gone``'s, the rows of queues that went.
         self.queue_counts: dict[Queue, QueueCounts] = {}
+        self.gone = QueueCounts()
         # (first sequence number, exchange): the runs of publishes in confirm mode not yet
         # confirmed in full, the last one open; a placeholder that covers none first.
         self.confirm_runs: list[tuple[int, ExchangeStats]] = [(1, ExchangeStats())]
@@ -152,6 +150,25 @@ class DeliveryCounters:
             if s.published and name in exchanges
         ]
 
+    def erase_row(self, queue: Queue) -> None:
+        """``queue`` went: its row goes, as RabbitMQ's does (see the module's docstring),
+        and its counts stay in the channel's totals (``gone``), which also takes the acks
+        still to come for its deliveries (their consumers count into it from now on)."""
+        counts = self.queue_counts.pop(queue, None)
+        if counts is None:
+            return
+        gone = self.gone
+        for name in QueueCounts.__slots__:
+            setattr(gone, name, getattr(gone, name) + getattr(counts, name))
+        held = [record for record in self.unacked.values()]
+        held += [record for _tag, record in self.tx_acks]
+        for _queue, _entry, consumer in held:
+            if consumer is not None and consumer.counts is counts:
+                consumer.counts = gone
+        for consumer in self.consumers.values():
+            if consumer.counts is counts:
+                consumer.counts = gone
+
     def queue_exchange_rows(
         self, exchanges: Container[str], queues: Container[str]
     ) -> list[tuple[str, str, int]]:
@@ -172,7 +189,7 @@ class DeliveryCounters:
         RabbitMQ's go when their queue does (see the module's docstring)."""
         rows = self.queue_counts
         for gone in [queue for queue in rows if queue.deleted]:
-            del rows[gone]
+            self.erase_row(gone)
         # What the counts leave out: the ledger's records still out (unacked, or staged in
         # a transaction), and the no-ack deliveries of the consumers still there.
         held = dict.fromkeys(rows, 0)
@@ -207,27 +224,36 @@ class DeliveryCounters:
         deliveries (its acks, and redeliveries, went into the row already)."""
         consumer.counts.no_ack_gone += consumer.delivered_no_ack
 
+    def totals(self) -> QueueCounts:
+        """The channel's counts: the sums of its rows and of the rows that went."""
+        total = QueueCounts()
+        for counts in (self.gone, *self.queue_counts.values()):
+            for name in QueueCounts.__slots__:
+                setattr(total, name, getattr(total, name) + getattr(counts, name))
+        return total
+
     def message_counts(self) -> tuple[int, ...]:
         """The values of :data:`CHANNEL_COUNTERS`, in order."""
         publish = self.counters
+        t = self.totals()
         taken = self.next_tag - 1  # every delivery and get had a tag
         # Every ack-mode delivery or get went into the ledger and is still there (unacked,
         # or staged in a transaction) or left it acked or given back.
-        with_ack = self.acked + self.returned + len(self.unacked) + len(self.tx_acks)
-        no_ack = taken - with_ack - self.gets_no_ack
+        with_ack = t.acked + t.returned + len(self.unacked) + len(self.tx_acks)
+        no_ack = taken - with_ack - t.get_no_ack
         return (
             publish.received,
             publish.confirmed,
             publish.unroutable_returned,
             publish.unroutable_dropped,
             taken,
-            with_ack - self.gets,
+            with_ack - t.get_ack,
             no_ack,
-            self.gets,
-            self.gets_no_ack,
-            self.gets_empty,
-            self.redelivered,
-            self.acked,
+            t.get_ack,
+            t.get_no_ack,
+            t.get_empty,
+            t.redelivered,
+            t.acked,
         )
 
     def has_published(self) -> bool:
@@ -241,12 +267,7 @@ class DeliveryCounters:
 
 class Getting(Protocol):
     """A channel as basic.get on the wire sees it (:class:`leveret.channel.Channel`
-    implements it): who asks, its ledger, its get counters and its connection."""
-
-    gets: int
-    gets_no_ack: int
-    gets_empty: int
-    redelivered: int
+    implements it): who asks, its ledger, its counts of the queue and its connection."""
 
     @property
     def id(self) -> int:
@@ -298,21 +319,17 @@ def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
     )
     counts = channel.counts_of(queue)
     if entry is None:
-        channel.gets_empty += 1
         counts.get_empty += 1
         channel.send(B.GetEmpty())
         return
     message = entry[0]
     content_header, redelivered = delivery_header(queue, entry)
     if redelivered:
-        channel.redelivered += 1
         counts.redelivered += 1
     tag = channel.record(None if m.no_ack else (queue, entry, None))
     if m.no_ack:
-        channel.gets_no_ack += 1
         counts.get_no_ack += 1
     else:
-        channel.gets += 1
         counts.get_ack += 1
         channel.memory.add(record_bytes(queue, message))
     channel.conn.write(

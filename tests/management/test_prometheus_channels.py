@@ -304,6 +304,37 @@ async def test_channel_totals_are_the_sums_of_its_rows(server: Server) -> None:
             await queue.delete(if_unused=False, if_empty=False)
 
 
+async def test_a_deleted_queues_counts_stay_in_the_channels_totals(server: Server) -> None:
+    """A queue's row goes with the queue, but the channel's totals (its message_stats)
+    keep what the row counted, and the acks that come after for the deliveries it held."""
+    url = f"amqp://guest:guest@127.0.0.1:{server.port}/"
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("gone-q")
+        for _ in range(3):
+            await channel.default_exchange.publish(aio_pika.Message(b"m"), "gone-q")
+        held: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
+        await queue.consume(held.put)
+        first, second, third = [await asyncio.wait_for(held.get(), 5) for _ in range(3)]
+        await first.ack()
+        await asyncio.sleep(0.1)
+        (mine,) = [
+            ch for conn in server.connections for ch in conn.channels.values() if ch.consumers
+        ]
+        totals = dict(zip(CHANNEL_COUNTERS, mine.message_counts(), strict=True))
+        assert (totals["deliver"], totals["ack"]) == (3, 1)
+        other = await connection.channel()
+        await other.queue_delete("gone-q")  # the consumer is cancelled, the row erased
+        await asyncio.sleep(0.1)
+        assert mine.queue_rows() == []
+        await second.ack()
+        await third.ack()
+        await asyncio.sleep(0.1)
+        totals = dict(zip(CHANNEL_COUNTERS, mine.message_counts(), strict=True))
+        assert (totals["deliver"], totals["ack"]) == (3, 3)
+
+
 def test_publishes_count_into_the_queues_their_routes_reached() -> None:
     """An exchange's entry counts a publish once, into its route; the queues' counts come
     out when the route changes or when read, equal routes (a new set of the same queues, as
