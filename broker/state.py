@@ -223,6 +223,7 @@ class ServerState(Generic[C]):
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
         vhost.delayed.drop()
+        vhost.clock.close()
         self.access.forget_vhost(name)
         self.save_access()
         return True

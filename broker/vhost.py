@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from leveret import firehose
 from leveret.arguments import copy_args, queue_type
 from leveret.churn import NodeCounters
+from leveret.clock import Clock
 from leveret.delayed import DelayedMessages
 from leveret.errors import AMQPError, ChannelCrashError
 from leveret.exchanges.model import (
@@ -71,6 +72,9 @@ class VHost(VHostPolicies):
         persistence: Persistence | None = None,
     ) -> None:
         self.name = name
+        # The one door time enters by: every timer of the vhost's queues, delayed
+        # messages and consumer timeouts (leveret.clock; manual in a test).
+        self.clock = Clock(name)
         self.persistence = persistence
         self.tracer: TraceWriter | None = None
         # The server's delivery acknowledgement timeout checks, told of queues with a
