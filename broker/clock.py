@@ -177,6 +177,16 @@ class Clock:
             if not timer.cancelled:
                 self._hand_to_loop(timer)
 
+    def set_mode(self, mode: object) -> None:
+        """``"manual"`` (:meth:`freeze`) or ``"real"`` (:meth:`resume`); ValueError for
+        anything else."""
+        if mode == "manual":
+            self.freeze()
+        elif mode == "real":
+            self.resume()
+        else:
+            raise ValueError(f'mode must be "manual" or "real", not {mode!r}')
+
     async def advance(self, seconds: float) -> int:
         """Move time ``seconds`` forward (freezing the clock first if it runs), firing
         every timer due on the way in order, each at its due time; returns once their

@@ -23,7 +23,8 @@ is all a project needs. Fixtures (see docs/testing.md for examples):
 ``leveret`` (function)
     An :class:`~broker.inspect.Inspector` bound to the test's vhost: queue depth, ready,
     unacked, consumers, counters, and waits (``wait_for_messages``, ``wait_until_acked``,
-    ``wait_for_consumers``...) that replace sleeps.
+    ``wait_for_consumers``...) that replace sleeps; ``leveret.clock``, the vhost's virtual
+    clock (frozen on first use: ``advance(seconds)`` fires what comes due).
 
 External broker: ``--leveret-url URL`` (or ``LEVERET_URL``, or the ``leveret_url`` ini
 option) runs the same tests against another broker, e.g. a real RabbitMQ. Per-test vhosts
@@ -33,7 +34,9 @@ and the inspector then use its management HTTP API, at ``--leveret-management-ur
 every test uses the URL's own vhost (no isolation: tests must clean up after themselves)
 and the inspector raises :class:`~broker.inspect.InspectionUnavailableError`.
 
-The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures point at an
+What only Leveret can do (``leveret.clock``...) raises
+:class:`~broker.inspect.LeveretOnlyError` against another broker, and the test is skipped
+with its text. The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures point at an
 external broker (for tests of Leveret-specific behaviour).
 """
 
@@ -53,6 +56,7 @@ from leveret.inspect import (
     BrokerThread,
     InspectionUnavailableError,
     Inspector,
+    LeveretOnlyError,
     ManagementAPI,
     QueueNotFoundError,
     QueueStats,
@@ -75,6 +79,7 @@ __all__ = [
     "InspectionUnavailableError",
     "Inspector",
     "LeveretBroker",
+    "LeveretOnlyError",
     "ManagementAPI",
     "QueueNotFoundError",
     "QueueStats",
@@ -287,6 +292,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         url = external_url(item.config)
         if url is not None:
             pytest.skip(f"leveret_only: the fixtures point at an external broker {redact(url)}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test that asks an external broker for what only Leveret does (the inspector's
+    ``clock``, ``journal``, ``faults``) is skipped with the one line saying why."""
+    try:
+        return (yield)
+    except LeveretOnlyError as exc:
+        pytest.skip(str(exc))
 
 
 # -- fixtures ------------------------------------------------------------------------------
