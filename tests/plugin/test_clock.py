@@ -16,7 +16,7 @@ import aio_pika
 import pika
 import pytest
 
-from leveret.inspect import Inspector, VHostNotFoundError
+from leveret.inspect import BrokerThread, Inspector, VHostNotFoundError
 from leveret.testing import LeveretBroker
 
 pytestmark = pytest.mark.timeout(20)
@@ -136,6 +136,33 @@ def test_an_unused_queue_expires(pika_connection: Any, leveret: Inspector) -> No
     assert not leveret.queue_exists("idle")
 
 
+def test_policy_ttl_and_expiry(
+    pika_connection: Any, leveret: Inspector, leveret_broker: BrokerThread
+) -> None:
+    from leveret.exchanges.policies import parse
+
+    body = {
+        "pattern": "^policed$",
+        "definition": {"message-ttl": 30_000, "expires": 90_000, "dead-letter-exchange": "dlx"},
+    }
+    policy = parse(leveret.vhost, "ttl", body)
+    leveret_broker.call(lambda: leveret_broker.server.state.set_policy(policy))
+    channel = pika_connection.channel()
+    channel.exchange_declare("dlx", "fanout")
+    channel.queue_declare("dead")
+    channel.queue_bind("dead", "dlx")
+    channel.queue_declare("policed")
+    leveret.clock.freeze()
+    channel.basic_publish("", "policed", b"m")
+    leveret.wait_for_messages("policed", 1)
+    leveret.clock.advance(31)
+    assert get(channel, "dead")[2] == b"m"
+    leveret.clock.advance(58)
+    assert leveret.queue_exists("policed")
+    leveret.clock.advance(2)  # 91 s unused since its declare
+    assert not leveret.queue_exists("policed")
+
+
 def test_delayed_messages_are_released_on_the_vhosts_time(
     pika_connection: Any, leveret: Inspector
 ) -> None:
@@ -199,6 +226,7 @@ def test_stream_max_age_drops_old_segments(pika_connection: Any, leveret: Inspec
     leveret.clock.freeze()
     for n in range(30):  # three segments and a bit
         channel.basic_publish("", "events", b"old %02d" % n + b"x" * 94)
+    channel.queue_declare("events", durable=True, passive=True, arguments=arguments)  # all in
     leveret.clock.advance(3601)
     for n in range(30):  # rolling over a segment applies retention
         channel.basic_publish("", "events", b"new %02d" % n + b"x" * 94)
