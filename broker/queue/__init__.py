@@ -1,13 +1,12 @@
 """Queues and consumers: ready messages, dispatch, prefetch, and the queue features.
 
 A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
-is a time of the vhost's clock, :mod:`leveret.clock`, 0 for never). Delivered-but-unacked
-entries live in the ledger of the subscriber that took them (a channel), which settles
-them through the queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`,
-:meth:`Queue.requeue`); an entry keeps its expiry when requeued, as in RabbitMQ. The
-queue owns its counters (delivered, acked, unacked...) and the consumers' unacked and
-no-ack delivery counts: only these verbs and :meth:`Queue.get` and :meth:`Queue.deliver`
-write them.
+is a time of the vhost's clock, 0 for never). Delivered-but-unacked entries live in the
+ledger of the subscriber that took them (a channel), which settles them through the
+queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`, :meth:`Queue.requeue`); an entry
+keeps its expiry when requeued, as in RabbitMQ. The queue owns its counters (delivered,
+acked, unacked...) and the consumers' unacked and no-ack delivery counts: only these verbs
+and :meth:`Queue.get` and :meth:`Queue.deliver` write them.
 
 A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
 state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
