@@ -130,6 +130,32 @@ PIKA_BODY = """
     assert body == b"hello %d" % i
 """
 
+
+def pika_round_trip(fixture: str, preamble: str = "") -> dict[str, str]:
+    """The timed test file of a variant whose ``fixture`` is a pika connection: the same
+    declare, publish and get for Leveret and pytest-rabbitmq alike."""
+    head = f"""
+import pytest
+{preamble}
+
+@pytest.mark.parametrize("i", range({{n}}))
+def test_round_trip(i, {fixture}):
+"""
+    return {"test_timing.py": head + PIKA_BODY.replace("{conn}", fixture)}
+
+
+# pytest-rabbitmq's own teardown runs rabbitmqctl (an Erlang VM) twice per test; this one
+# deletes the test's queue over AMQP instead.
+OWN_TEARDOWN = """from pytest_rabbitmq import factories
+
+
+def _delete_jobs(process, connection):
+    connection.channel().queue_delete("jobs")
+
+
+rabbitmq_fast = factories.rabbitmq("rabbitmq_proc", teardown=_delete_jobs)
+"""
+
 TIMING_PROJECTS = {
     "bare": {
         "plugins": [],
@@ -143,52 +169,16 @@ def test_round_trip(i):
 """
         },
     },
-    "leveret": {
-        "plugins": ["leveret.testing"],
-        "files": {
-            "test_timing.py": """
-import pytest
-
-@pytest.mark.parametrize("i", range({n}))
-def test_round_trip(i, pika_connection):
-"""
-            + PIKA_BODY.replace("{conn}", "pika_connection")
-        },
-    },
+    "leveret": {"plugins": ["leveret.testing"], "files": pika_round_trip("pika_connection")},
     "pytest-rabbitmq": {
         "plugins": ["pytest_rabbitmq.plugin"],
         "rabbit_args": True,
-        "files": {
-            "test_timing.py": """
-import pytest
-
-@pytest.mark.parametrize("i", range({n}))
-def test_round_trip(i, rabbitmq):
-"""
-            + PIKA_BODY.replace("{conn}", "rabbitmq")
-        },
+        "files": pika_round_trip("rabbitmq"),
     },
     "pytest-rabbitmq-ownteardown": {
         "plugins": ["pytest_rabbitmq.plugin"],
         "rabbit_args": True,
-        "files": {
-            "test_timing.py": """
-import pytest
-from pytest_rabbitmq import factories
-
-
-def _delete_jobs(process, connection):
-    connection.channel().queue_delete("jobs")
-
-
-rabbitmq_fast = factories.rabbitmq("rabbitmq_proc", teardown=_delete_jobs)
-
-
-@pytest.mark.parametrize("i", range({n}))
-def test_round_trip(i, rabbitmq_fast):
-"""
-            + PIKA_BODY.replace("{conn}", "rabbitmq_fast")
-        },
+        "files": pika_round_trip("rabbitmq_fast", OWN_TEARDOWN),
     },
     "faststream": {
         "plugins": ["pytest_asyncio.plugin"],

@@ -184,13 +184,11 @@ class Clock:
 
     def set_mode(self, mode: object) -> None:
         """``"manual"`` (:meth:`freeze`) or ``"real"`` (:meth:`resume`); ValueError for
-        anything else."""
-        if mode == "manual":
+        anything else (:func:`checked_mode`)."""
+        if checked_mode(mode) == "manual":
             self.freeze()
-        elif mode == "real":
-            self.resume()
         else:
-            raise ValueError(f'mode must be "manual" or "real", not {mode!r}')
+            self.resume()
 
     async def advance(self, seconds: float) -> int:
         """Move time ``seconds`` forward (freezing the clock first if it runs), firing
@@ -220,6 +218,13 @@ class Clock:
                 fired += 1
                 self._notify()
                 await settle()
+            else:
+                log.warning(
+                    "vhost %r: an advance stopped after %d timers; those still due fire on "
+                    "the next advance",
+                    self.name,
+                    MAX_FIRED,
+                )
             self._now = max(self._now, target)
             self._notify()
             await settle()
@@ -268,6 +273,13 @@ def checked_seconds(seconds: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"seconds must be a finite number >= 0, not {seconds!r}")
     return value
+
+
+def checked_mode(mode: object) -> str:
+    """``mode`` if it is ``"manual"`` or ``"real"``, else ValueError saying what is wrong."""
+    if mode not in ("manual", "real"):
+        raise ValueError(f'mode must be "manual" or "real", not {mode!r}')
+    return str(mode)
 
 
 async def settle() -> None:

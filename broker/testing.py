@@ -36,8 +36,8 @@ and the inspector raises :class:`~broker.inspect.InspectionUnavailableError`.
 
 What only Leveret can do (``leveret.clock``...) raises
 :class:`~broker.inspect.LeveretOnlyError` against another broker, and the test is skipped
-with its text. The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures point at an
-external broker (for tests of Leveret-specific behaviour).
+with its text. The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures
+point at an external broker (for tests of Leveret-specific behaviour).
 """
 
 from __future__ import annotations

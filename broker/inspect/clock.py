@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from leveret.clock import checked_seconds
 from leveret.inspect.http import ManagementAPI, ManagementError
@@ -21,6 +22,8 @@ from leveret.inspect.stats import LeveretOnlyError, VHostNotFoundError
 if TYPE_CHECKING:
     from leveret.clock import Clock
     from leveret.inspect.backends import LocalBackend
+
+T = TypeVar("T")
 
 
 class Clocks(Protocol):
@@ -90,15 +93,14 @@ class LocalClocks:
             raise VHostNotFoundError(f"no vhost '{vhost}'")
         return host.clock
 
-    def _on_loop(self, fn: Any) -> Any:
+    def _on_loop(self, fn: Callable[[], T]) -> T:
         return call_on_loop(self._backend.loop, fn, 10.0)
 
     def set_mode(self, vhost: str, mode: str) -> None:
         self._on_loop(lambda: self._clock(vhost).set_mode(mode))
 
     def now(self, vhost: str) -> float:
-        wall: float = self._on_loop(lambda: self._clock(vhost).wall())
-        return wall
+        return self._on_loop(lambda: self._clock(vhost).wall())
 
     async def _advance_here(self, vhost: str, seconds: float) -> float:
         clock = self._clock(vhost)

@@ -14,11 +14,12 @@ a bad body, 401 for a user without the ``administrator`` tag.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
-from leveret.clock import checked_seconds
+from leveret.clock import checked_mode, checked_seconds
 from leveret.management.access import require_admin
 from leveret.management.api import vhost_of
 from leveret.management.errors import bad_request
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from leveret.vhost import VHost
 
 routes = web.RouteTableDef()
+T = TypeVar("T")
 
 
 def described(vhost: VHost) -> dict[str, Any]:
@@ -42,32 +44,34 @@ async def get_clock(request: web.Request) -> web.Response:
     return json_response(described(vhost_of(request)))
 
 
-@routes.put("/api/leveret/clock/{vhost}")
-async def put_clock(request: web.Request) -> web.Response:
-    """``{"mode": "manual"}`` stops the vhost's time, ``{"mode": "real"}`` lets it run."""
+async def checked_body(
+    request: web.Request, key: str, expected: str, check: Callable[[Any], T]
+) -> tuple[VHost, T]:
+    """The vhost in the path (administrators only) and the body's ``key`` passed through
+    ``check``; 400 naming ``key`` when it is missing, with ``check``'s ValueError text when
+    it is bad."""
     require_admin(request)
     vhost = vhost_of(request)
     body = await read_json(request)
-    if "mode" not in body:
-        raise bad_request('mode missing: "manual" or "real"')
+    if key not in body:
+        raise bad_request(f"{key} missing: {expected}")
     try:
-        vhost.clock.set_mode(body["mode"])
+        return vhost, check(body[key])
     except ValueError as exc:
         raise bad_request(str(exc)) from None
+
+
+@routes.put("/api/leveret/clock/{vhost}")
+async def put_clock(request: web.Request) -> web.Response:
+    """``{"mode": "manual"}`` stops the vhost's time, ``{"mode": "real"}`` lets it run."""
+    vhost, mode = await checked_body(request, "mode", '"manual" or "real"', checked_mode)
+    vhost.clock.set_mode(mode)
     return web.Response(status=204)
 
 
 @routes.post("/api/leveret/clock/{vhost}/advance")
 async def advance_clock(request: web.Request) -> web.Response:
     """``{"seconds": N}``: advance the vhost's clock (manual from then on)."""
-    require_admin(request)
-    vhost = vhost_of(request)
-    body = await read_json(request)
-    if "seconds" not in body:
-        raise bad_request("seconds missing: a number >= 0")
-    try:
-        seconds = checked_seconds(body["seconds"])
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
+    vhost, seconds = await checked_body(request, "seconds", "a number >= 0", checked_seconds)
     fired = await vhost.clock.advance(seconds)
     return json_response({"fired": fired, **described(vhost)})
