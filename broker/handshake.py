@@ -167,6 +167,9 @@ class Handshaking(Protocol):
     def write(self, data: bytes) -> None:
         """Queue ``data`` for the socket."""
 
+    def delay_writes(self, seconds: float) -> None:
+        """Hold its writes ``seconds`` (an injected latency)."""
+
     def client_capability(self, name: str) -> bool:
         """Whether the client announced capability ``name``."""
 
@@ -360,6 +363,8 @@ def on_open(conn: Handshaking, frame: commands.Connection.Open) -> None:
             (10, 40),
         )
     conn.vhost = vhost
+    if vhost.write_delay:  # an injected latency (broker/faults.py)
+        conn.delay_writes(vhost.write_delay)
     conn.state = State.OPEN
     conn.server.churn.connections_opened += 1
     log.info(

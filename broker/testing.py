@@ -362,11 +362,13 @@ def amqp_url(leveret_broker: LeveretBroker, leveret_vhost: str) -> str:
 @pytest.fixture
 def leveret(
     request: pytest.FixtureRequest, leveret_broker: LeveretBroker, leveret_vhost: str
-) -> Inspector:
-    """An :class:`Inspector` of the test's vhost."""
+) -> Iterator[Inspector]:
+    """An :class:`Inspector` of the test's vhost; faults it injected (``leveret.faults``:
+    alarms, a delay) are cleared after the test."""
     inspector = leveret_broker.inspector(leveret_vhost)
     inspector.timeout = float(request.config.getini("leveret_timeout") or DEFAULT_TIMEOUT)
-    return inspector
+    yield inspector
+    inspector.faults.reset()
 
 
 @pytest.fixture
