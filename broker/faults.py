@@ -221,6 +221,66 @@ async def _later(restarter: Callable[[bool], Awaitable[None]], kill: bool) -> No
     await restarter(kill)
 
 
+#: The arguments each fault takes in the management API's JSON body and from ctl.
+ARGUMENTS: dict[str, frozenset[str]] = {
+    "drop-connections": frozenset({"client"}),
+    "close-connections": frozenset({"reason", "client"}),
+    "restart": frozenset({"kill"}),
+    "memory-alarm": frozenset({"on"}),
+    "disk-alarm": frozenset({"on"}),
+    "cancel-consumers": frozenset({"queue"}),
+    "delay": frozenset({"ms"}),
+}
+
+
+def inject(
+    state: ServerState[Connection], vhost: str, fault: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    """Inject ``fault`` (a name of :data:`FAULTS`; ``_`` may stand for ``-``) into
+    ``vhost`` with its JSON arguments, for the management API and ``leveret ctl``; returns
+    what it did as JSON. A restart is checked now and begun once the caller's reply is out
+    (:func:`restart_soon`)."""
+    name = fault.replace("_", "-")
+    if name not in ARGUMENTS:
+        raise InvalidFaultError(f"unknown fault '{fault}' (one of {', '.join(FAULTS)})")
+    unknown = sorted(set(args) - ARGUMENTS[name])
+    if unknown:
+        raise InvalidFaultError(f"{name} takes no argument {', '.join(unknown)}")
+    client = _optional_text(args, "client")
+    result: dict[str, Any] = {"vhost": vhost, "fault": name}
+    if name == "drop-connections":
+        result["connections"] = drop_connections(state, vhost, client)
+    elif name == "close-connections":
+        reason = _optional_text(args, "reason") or DEFAULT_REASON
+        result["connections"] = close_connections(state, vhost, reason, client)
+    elif name == "restart":
+        kill = args.get("kill", True)
+        restart_soon(state, vhost, kill)
+        result["kill"] = kill
+    elif name in ("memory-alarm", "disk-alarm"):
+        on = args.get("on", True)
+        (memory_alarm if name == "memory-alarm" else disk_alarm)(state, vhost, on)
+        result["on"] = on
+    elif name == "cancel-consumers":
+        queue = _optional_text(args, "queue")
+        if queue is None:
+            raise InvalidFaultError("cancel-consumers needs queue")
+        result["consumers"] = cancel_consumers(state, vhost, queue)
+    else:
+        if "ms" not in args:
+            raise InvalidFaultError("delay needs ms")
+        delay(state, vhost, args["ms"])
+        result["ms"] = args["ms"]
+    return result
+
+
+def _optional_text(args: dict[str, Any], name: str) -> str | None:
+    value = args.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidFaultError(f"{name} must be a string")
+    return value
+
+
 def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidFaultError(f"{name} must be true or false, not {value!r}")

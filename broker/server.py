@@ -364,7 +364,11 @@ class Server:
             raise NoDataDirError(NO_DATA_DIR)
         # Port 0 picked free ports: the restarted node takes the same ones.
         config = dataclasses.replace(
-            self.config, port=self.port, tls_port=self.tls_port or self.config.tls_port
+            self.config,
+            port=self.port,
+            tls_port=self.tls_port or self.config.tls_port,
+            management_port=self.management.port if self.management else None,
+            prometheus_port=self.prometheus.port if self.prometheus else None,
         )
         old = self.state
         if kill:
