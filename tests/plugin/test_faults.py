@@ -225,7 +225,9 @@ def test_memory_alarm_fires_pikas_blocked_connection_timeout(
     assert not leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
 
 
-def test_disk_alarm_blocks_and_unblocks(amqp_url: str, leveret: Inspector) -> None:
+def test_disk_alarm_blocks_and_unblocks(
+    amqp_url: str, leveret: Inspector, leveret_broker: BrokerThread
+) -> None:
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
     events: list[str] = []
     connection.add_on_connection_blocked_callback(
@@ -240,6 +242,10 @@ def test_disk_alarm_blocks_and_unblocks(amqp_url: str, leveret: Inspector) -> No
         while not events:
             connection.process_data_events(time_limit=0.05)
         assert events == ["blocked: low on disk"]
+        # A periodic reading with plenty of room does not clear the injected alarm.
+        disk = leveret_broker.server.disk
+        leveret_broker.call(lambda: disk.update(disk.limit * 100))
+        assert leveret_broker.call(lambda: disk.alarm)
         leveret.faults.disk_alarm(on=False)
         while len(events) < 2:
             connection.process_data_events(time_limit=0.05)
@@ -456,7 +462,7 @@ async def test_faststream_subscriber_comes_back_after_drop_and_restart(
 ) -> None:
     from faststream.rabbit import RabbitBroker, RabbitQueue
 
-    broker = RabbitBroker(robust_url(amqp_url), logger=None)
+    broker = RabbitBroker(amqp_url, reconnect_interval=0.05, logger=None)
     got: asyncio.Queue[str] = asyncio.Queue()
 
     @broker.subscriber(RabbitQueue("fs.jobs", durable=True))
@@ -468,6 +474,8 @@ async def test_faststream_subscriber_comes_back_after_drop_and_restart(
         await leveret.wait_for_consumers_async("fs.jobs", 1)
         await broker.publish("first", "fs.jobs")
         assert await asyncio.wait_for(got.get(), 10) == "first"
+        # Acked before the fault, or it would rightly come back (at least once).
+        await leveret.wait_until_acked_async("fs.jobs", 1)
         for fault in ("drop", "restart"):
             if fault == "drop":
                 assert leveret.faults.drop_connections() >= 1
@@ -478,6 +486,8 @@ async def test_faststream_subscriber_comes_back_after_drop_and_restart(
             await publish(publisher, "fs.jobs", f"after {fault}".encode())
             await publisher.close()
             assert await asyncio.wait_for(got.get(), 10) == f"after {fault}"
+            # The counters restart with the broker (the queue is recovered afresh).
+            await leveret.wait_until_acked_async("fs.jobs", 2 if fault == "drop" else 1)
 
 
 def test_data_dir_is_the_modules(leveret_broker: BrokerThread) -> None:
