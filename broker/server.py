@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -394,17 +395,18 @@ class Server:
             self.state.persistence = None
             for vhost in self.state.vhosts.values():
                 vhost.persistence = None
-        await self._close_listeners()
-        for connection in list(self.state.connections):
-            connection.drop()
-        await self._wait_for_connections()
-        await self._release()
+        await self._go_down(Connection.drop)
 
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        await self._go_down(Connection.shutdown)
+
+    async def _go_down(self, end: Callable[[Connection], None]) -> None:
+        """Stop listening, ``end`` every connection and wait for them, then release the
+        rest (the store last)."""
         await self._close_listeners()
         for connection in list(self.state.connections):
-            connection.shutdown()
+            end(connection)
         await self._wait_for_connections()
         await self._release()
 

@@ -13,6 +13,7 @@ import pytest
 
 from leveret.config import Config
 from leveret.server import Server
+from tests.plugin.test_faults import acking_consumer, wait_cancelled
 
 from .helpers import Mgmt, basic
 
@@ -70,22 +71,12 @@ async def test_alarms_delay_and_cancel(mgmt: Mgmt) -> None:
     connection = await aio_pika.connect(mgmt.amqp_url)
     try:
         channel = await connection.channel()
-        queue = await channel.declare_queue("q")
-
-        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            await message.ack()
-
-        tag = await queue.consume(on_message)
+        tag = await acking_consumer(channel, "q")
         status, body = await mgmt.request(
             "POST", "leveret", "faults", "/", "cancel-consumers", body={"queue": "q"}
         )
         assert (status, body["consumers"]) == (200, 1)
-        underlay = await channel.get_underlay_channel()
-        for _ in range(200):
-            if tag not in underlay.consumers:
-                break
-            await asyncio.sleep(0.01)
-        assert tag not in underlay.consumers  # aiormq got basic.cancel
+        await wait_cancelled(channel, tag)
     finally:
         await connection.close()
 

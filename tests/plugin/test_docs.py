@@ -36,6 +36,16 @@ def blocks(faults: bool = False) -> tuple[dict[str, str], list[str]]:
     return files, scripts
 
 
+def run_project(pytester: pytest.Pytester, files: dict[str, str]) -> None:
+    """Write ``files`` into a clean project and check that every test in them passes."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    for name, code in files.items():
+        (pytester.path / name).write_text(code)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    expected = sum(len(re.findall(r"^(?:async )?def test_", c, re.M)) for c in files.values())
+    result.assert_outcomes(passed=expected)
+
+
 def test_every_example_runs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LEVERET_URL", raising=False)
     monkeypatch.delenv("LEVERET_MANAGEMENT_URL", raising=False)
@@ -44,12 +54,7 @@ def test_every_example_runs(pytester: pytest.Pytester, monkeypatch: pytest.Monke
         files
     )
     assert {"test_celery_example.py", "test_inspector_example.py", "conftest.py"} <= set(files)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    for name, code in files.items():
-        (pytester.path / name).write_text(code)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    expected = sum(len(re.findall(r"^(?:async )?def test_", c, re.M)) for c in files.values())
-    result.assert_outcomes(passed=expected)
+    run_project(pytester, files)
 
 
 def test_fault_examples_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,12 +69,7 @@ def test_fault_examples_run(pytester: pytest.Pytester, monkeypatch: pytest.Monke
         "test_faults_celery_example.py",
         "test_faults_faststream_example.py",
     } <= set(files)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    for name, code in files.items():
-        (pytester.path / name).write_text(code)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    expected = sum(len(re.findall(r"^(?:async )?def test_", c, re.M)) for c in files.values())
-    result.assert_outcomes(passed=expected)
+    run_project(pytester, files)
 
 
 def test_scripts_run() -> None:

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aio_pika
 import pika
@@ -31,6 +30,7 @@ from leveret.faults import (
     UnknownVhostError,
 )
 from leveret.inspect import BrokerThread, InspectionUnavailableError, Inspector
+from tests.plugin.test_celery_kombu import celery_worker
 
 pytestmark = pytest.mark.timeout(60)
 pytest_plugins = ["pytester"]
@@ -84,11 +84,36 @@ async def publish(connection: aio_pika.abc.AbstractConnection, queue: str, body:
 # -- drop_connections ----------------------------------------------------------------------
 
 
-async def test_robust_consumer_recovers_after_drop(amqp_url: str, leveret: Inspector) -> None:
+async def robust(amqp_url: str) -> tuple[aio_pika.abc.AbstractRobustConnection, asyncio.Event]:
+    """A robust connection, and an event set when it has reconnected."""
     connection = await aio_pika.connect_robust(robust_url(amqp_url))
+    reconnected = asyncio.Event()
+    connection.reconnect_callbacks.add(lambda *_: reconnected.set())
+    return connection, reconnected
+
+
+async def acking_consumer(channel: aio_pika.abc.AbstractChannel, queue: str) -> str:
+    """Declare ``queue`` and consume it, acking each message; the consumer tag."""
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        await message.ack()
+
+    return await (await channel.declare_queue(queue)).consume(on_message)
+
+
+async def wait_cancelled(channel: aio_pika.abc.AbstractChannel, tag: str) -> None:
+    """Wait until aiormq forgets consumer ``tag``: it does when basic.cancel arrives."""
+    underlay = await channel.get_underlay_channel()
+    for _ in range(500):
+        if tag not in underlay.consumers:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"consumer {tag} was never cancelled")
+
+
+async def test_robust_consumer_recovers_after_drop(amqp_url: str, leveret: Inspector) -> None:
+    connection, reconnected = await robust(amqp_url)
     try:
-        reconnected = asyncio.Event()
-        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
         got = await consume_into(connection, "jobs")
         await leveret.wait_for_consumers_async("jobs", 1)
         assert leveret.faults.drop_connections() == 1
@@ -136,23 +161,18 @@ def test_close_connections_is_320_with_the_reason(amqp_url: str, leveret: Inspec
 async def test_restart_kill_robust_consumer_and_persistent_messages(
     amqp_url: str, leveret: Inspector
 ) -> None:
-    publisher = await aio_pika.connect(amqp_url)
-    channel = await publisher.channel()
-    await channel.declare_queue("held", durable=True)
-    await publish(publisher, "before", b"unused")  # no such queue: dropped
+    holder = await aio_pika.connect(amqp_url)  # the kill aborts it
+    channel = await holder.channel()
     await channel.declare_queue("orders", durable=True)
-    await publish(publisher, "orders", b"before the restart")
-    await publish(publisher, "held", b"unacked")
-    # A delivery held unacked when the broker dies comes back, flagged redelivered.
-    holder = await channel.declare_queue("held", durable=True)
-    held = await holder.get(no_ack=False)
+    held_queue = await channel.declare_queue("held", durable=True)
+    await publish(holder, "orders", b"before the restart")
+    await publish(holder, "held", b"unacked")
+    # A delivery still unacked when the broker dies comes back, flagged redelivered.
+    held = await held_queue.get(no_ack=False)
     assert held.body == b"unacked" and not held.redelivered
-    await publisher.close()
 
-    connection = await aio_pika.connect_robust(robust_url(amqp_url))
+    connection, reconnected = await robust(amqp_url)
     try:
-        reconnected = asyncio.Event()
-        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
         leveret.faults.restart()  # kill=True
         assert leveret.queue_depth("orders") == 1  # the inspector reads the new broker
         assert leveret.stats("held").messages_ready == 1
@@ -170,6 +190,8 @@ async def test_restart_kill_robust_consumer_and_persistent_messages(
         assert second.body == b"after the restart"
     finally:
         await connection.close()
+        with contextlib.suppress(Exception):
+            await holder.close()
 
 
 def test_clean_restart_sends_320_and_keeps_the_vhost(amqp_url: str, leveret: Inspector) -> None:
@@ -308,22 +330,11 @@ async def test_cancel_consumers_reaches_aio_pika(amqp_url: str, leveret: Inspect
     connection = await aio_pika.connect(amqp_url)
     try:
         channel = await connection.channel()
-        queue = await channel.declare_queue("events")
-
-        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            await message.ack()
-
-        tag = await queue.consume(on_message)
-        underlay = await channel.get_underlay_channel()
-        assert tag in underlay.consumers
+        tag = await acking_consumer(channel, "events")
+        assert tag in (await channel.get_underlay_channel()).consumers
         assert leveret.faults.cancel_consumers("events") == 1
         await leveret.wait_for_consumers_async("events", 0)
-        # aiormq forgets the consumer when basic.cancel arrives (and only then).
-        for _ in range(200):
-            if tag not in underlay.consumers:
-                break
-            await asyncio.sleep(0.01)
-        assert tag not in underlay.consumers
+        await wait_cancelled(channel, tag)
     finally:
         await connection.close()
 
@@ -416,18 +427,6 @@ def test_faults_need_the_in_process_broker() -> None:
 
 
 # -- Celery and FastStream -----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def celery_worker(app: Any) -> Iterator[Any]:
-    """A Celery worker (solo pool) in a thread; see tests/plugin/test_celery_kombu.py."""
-    from celery.contrib.testing.worker import start_worker
-
-    app.loader.import_module("celery.contrib.testing.tasks")
-    with start_worker(app, pool="solo", loglevel="WARNING", shutdown_timeout=10) as worker:
-        hub = worker.hub
-        hub.call_soon(lambda: hub.call_repeatedly(0.02, lambda: None))
-        yield worker
 
 
 def test_celery_worker_keeps_processing_after_restart(amqp_url: str, leveret: Inspector) -> None:
