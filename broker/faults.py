@@ -15,6 +15,7 @@ restarts the node. Every function runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from leveret.connection import Connection
     from leveret.state import ServerState
     from leveret.vhost import VHost
+
+log = logging.getLogger(__name__)
 
 #: The faults by their names in the management API and ``leveret ctl inject_fault``
 #: (the inspector's method names with ``_`` for ``-``).
@@ -213,12 +216,26 @@ def restart_soon(
     check_restart(state, vhost, kill)
     restarter = state.restart
     assert restarter is not None
-    return asyncio.get_running_loop().create_task(_later(restarter, kill))
+    task = asyncio.get_running_loop().create_task(_later(restarter, kill))
+    _restarting.add(task)  # held until done: the loop keeps only a weak reference
+    task.add_done_callback(_restarted)
+    return task
+
+
+# Restarts begun by restart_soon() and not yet done.
+_restarting: set[asyncio.Task[None]] = set()
 
 
 async def _later(restarter: Callable[[bool], Awaitable[None]], kill: bool) -> None:
     await asyncio.sleep(0)  # the reply is written first
     await restarter(kill)
+
+
+def _restarted(task: asyncio.Task[None]) -> None:
+    """Nobody awaits a restart begun for the API or ctl: a failure is logged here."""
+    _restarting.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the injected restart failed", exc_info=task.exception())
 
 
 #: The arguments each fault takes in the management API's JSON body and from ctl.
