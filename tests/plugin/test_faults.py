@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from leveret.faults import (
     UnknownQueueError,
     UnknownVhostError,
 )
-from leveret.inspect import BrokerThread, InspectionUnavailableError, Inspector
+from leveret.inspect import BrokerThread, InspectionUnavailableError, Inspector, ManagementAPI
 from tests.plugin.test_celery_kombu import celery_worker
 
 pytestmark = pytest.mark.timeout(60)
@@ -424,6 +425,13 @@ def test_faults_need_the_in_process_broker() -> None:
     with pytest.raises(InspectionUnavailableError):
         faults.restart()
     faults.reset()  # nothing to clear off-broker
+    # Through the management API of an external broker (never contacted for this).
+    remote = Inspector(ManagementAPI("http://127.0.0.1:9", "guest", "guest"), vhost="v").faults
+    for call in (remote.memory_alarm, lambda: remote.cancel_consumers("q"), remote.restart):
+        with pytest.raises(
+            InspectionUnavailableError, match=re.escape("management API http://127.0.0.1:9")
+        ):
+            call()
 
 
 # -- Celery and FastStream -----------------------------------------------------------------
