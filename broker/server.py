@@ -65,6 +65,7 @@ class Server:
         self._management: ManagementHandle | None = None
         self._prometheus: PrometheusHandle | None = None
         self.control: ControlListener | None = None
+        self._restarting = False
 
     def _new_state(self) -> ServerState[Connection]:
         """A fresh shared state (at creation, and at an injected restart)."""
@@ -359,10 +360,19 @@ class Server:
         :meth:`stop` does; the state is then recovered from the data directory as at any
         start. Returns once the node listens again. The ``Server`` object stays the same
         (its ``state`` is new), so whoever holds it sees the restarted node."""
-        if self.config.data_dir is None:
-            from leveret.faults import NO_DATA_DIR, NoDataDirError
+        from leveret.faults import NO_DATA_DIR, FaultError, NoDataDirError
 
+        if self.config.data_dir is None:
             raise NoDataDirError(NO_DATA_DIR)
+        if self._restarting:
+            raise FaultError("a restart is already under way")
+        self._restarting = True
+        try:
+            await self._restart(kill)
+        finally:
+            self._restarting = False
+
+    async def _restart(self, kill: bool) -> None:
         # Port 0 picked free ports: the restarted node takes the same ones.
         config = dataclasses.replace(
             self.config,
