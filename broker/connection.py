@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec, flow, handshake
+from leveret import codec, flow, handshake, wirefaults
 from leveret.channel import Channel
 from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
@@ -61,7 +61,6 @@ from leveret.listen import address_pair
 
 if TYPE_CHECKING:
     from leveret.acktimeout import Watched
-    from leveret.faults import Delayer
     from leveret.queue import Queue
     from leveret.state import ServerState
     from leveret.vhost import VHost
@@ -140,8 +139,6 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[Any, ...] = ()
         self.closed = asyncio.Event()
         self._close_reason = ""
-        # An injected latency (broker/faults.py): when set, _flush hands it the writes.
-        self.delayed: Delayer | None = None
 
     def endpoints(self) -> tuple[str, int, str, int]:
         """(peer host, peer port, local host, local port)."""
@@ -181,8 +178,6 @@ class Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._release()
-        if self.delayed is not None:
-            self.delayed.cancel()
         self.server.connections.discard(self)
         self.server.churn.connections_closed += 1
         self.closed.set()
@@ -199,6 +194,7 @@ class Connection(asyncio.Protocol):
     _block = flow.block
     _yield = flow.yield_turn
     _continue = flow.continue_backlog
+    drop = wirefaults.drop  # an injected network failure (broker/faults.py)
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
@@ -277,34 +273,13 @@ class Connection(asyncio.Protocol):
         self._flush_handle = None
         if self._out and self.transport is not None and not self.transport.is_closing():
             self.io.sent(self._out)
-            if self.delayed is not None:  # an injected latency: one check when off
-                self.delayed.put(self._out)
-            elif self._out_views:
+            if self._out_views:
                 self.transport.writelines(self._out)
             else:
                 self.transport.write(b"".join(self._out))
             self._last_send = self.loop.time()
         self._out.clear()
         self._out_views = False
-
-    def delay_writes(self, seconds: float) -> None:
-        """Hold every write ``seconds`` before it reaches the socket, in order (an
-        injected fault, broker/faults.py); 0 turns it off once what is held is out."""
-        from leveret.faults import Delayer
-
-        if self.delayed is not None:
-            self.delayed.seconds = seconds
-            if not seconds:
-                self.delayed.put([])  # an empty batch, due now: then it detaches
-        elif seconds:
-            self.delayed = Delayer(self, seconds)
-
-    def drop(self) -> None:
-        """A network failure (an injected fault): abort the socket, no Connection.Close;
-        the client sees its connection reset."""
-        self._close_reason = "dropped by an injected fault"
-        if self.transport is not None:
-            self.transport.abort()
 
     def send_method(self, channel: int, method: Any) -> None:
         """Send a pamqp method frame."""

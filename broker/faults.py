@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import deque
 from typing import TYPE_CHECKING, Any
+
+from leveret import wirefaults
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -186,7 +187,7 @@ def delay(state: ServerState[Connection], vhost: str, ms: float) -> None:
     host = vhost_named(state, vhost)
     host.write_delay = ms / 1000.0
     for conn in connections_of(state, vhost):
-        conn.delay_writes(host.write_delay)
+        wirefaults.delay_writes(conn, host.write_delay)
 
 
 def check_restart(state: ServerState[Connection], vhost: str, kill: bool) -> None:
@@ -302,46 +303,3 @@ def _flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidFaultError(f"{name} must be true or false, not {value!r}")
     return value
-
-
-class Delayer:
-    """A connection's writes held ``seconds`` each, in order (an injected latency).
-
-    Connection._flush hands it each batch of frames instead of the transport; one timer
-    writes every batch that is due and is set again for the next. Turned off (``seconds``
-    0), it still writes what it holds first, so order is kept, then detaches itself.
-    """
-
-    def __init__(self, conn: Connection, seconds: float) -> None:
-        self.conn = conn
-        self.seconds = seconds
-        self._held: deque[tuple[float, bytes]] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def put(self, parts: list[bytes | memoryview]) -> None:
-        """Hold one batch of frames (copied: the caller reuses its buffers)."""
-        loop = self.conn.loop
-        self._held.append((loop.time() + self.seconds, b"".join(parts)))
-        if self._timer is None:
-            self._timer = loop.call_at(self._held[0][0], self._release)
-
-    def _release(self) -> None:
-        self._timer = None
-        conn = self.conn
-        transport = conn.transport
-        now = conn.loop.time()
-        while self._held and self._held[0][0] <= now:
-            data = self._held.popleft()[1]
-            if transport is not None and not transport.is_closing():
-                transport.write(data)
-        if self._held:
-            self._timer = conn.loop.call_at(self._held[0][0], self._release)
-        elif not self.seconds and conn.delayed is self:
-            conn.delayed = None
-
-    def cancel(self) -> None:
-        """The connection is gone: drop what is held."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._held.clear()

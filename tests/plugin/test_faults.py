@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -497,6 +498,10 @@ async def test_faststream_subscriber_comes_back_after_drop_and_restart(
             await leveret.wait_until_acked_async("fs.jobs", 2 if fault == "drop" else 1)
 
 
-def test_data_dir_is_the_modules(leveret_broker: BrokerThread) -> None:
+def test_the_vhost_is_kept_in_the_data_dir(
+    leveret_broker: BrokerThread, leveret_vhost: str
+) -> None:
+    """What brings the test's vhost back after a restart: it is in the saved users file."""
     data_dir = leveret_broker.config.data_dir
-    assert isinstance(data_dir, Path) and (data_dir / "users.json").exists()
+    assert isinstance(data_dir, Path)
+    assert leveret_vhost in json.loads((data_dir / "users.json").read_text())["vhosts"]
