@@ -8,7 +8,8 @@ and ``leveret ctl inject_fault``) on the broker's loop and returns when it is do
 input raises a :class:`leveret.faults.FaultError` (``UnknownVhostError``,
 ``UnknownQueueError``, ``InvalidFaultError``, ``NoDataDirError``) and changes nothing.
 Faults need the in-process broker: against an external one (``--leveret-url``) every call
-raises :class:`InspectionUnavailableError` saying so. The blocking calls are fine in
+raises :class:`LeveretOnlyError` saying so, and the pytest plugin skips the test with that
+line. The blocking calls are fine in
 coroutines too (the broker runs in its own thread); :meth:`Faults.restart_async` awaits.
 """
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 import leveret.faults as node
 from leveret.inspect.backends import LocalBackend, Unavailable
 from leveret.inspect.loops import call_on_loop, running_loop
-from leveret.inspect.stats import InspectionUnavailableError
+from leveret.inspect.stats import LeveretOnlyError
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -52,7 +53,7 @@ class Faults:
             reason = backend.reason
         else:
             reason = f"this inspector reads {backend.describe()}"
-        raise InspectionUnavailableError(
+        raise LeveretOnlyError(
             f"injected faults need the in-process Leveret broker (not --leveret-url): {reason}"
         )
 

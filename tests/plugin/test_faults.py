@@ -31,7 +31,7 @@ from leveret.faults import (
     UnknownQueueError,
     UnknownVhostError,
 )
-from leveret.inspect import BrokerThread, InspectionUnavailableError, Inspector, ManagementAPI
+from leveret.inspect import BrokerThread, Inspector, LeveretOnlyError, ManagementAPI
 from tests.plugin.test_celery_kombu import celery_worker
 
 pytestmark = pytest.mark.timeout(60)
@@ -421,18 +421,40 @@ def test_bad_input_raises_one_clear_exception(
 
 def test_faults_need_the_in_process_broker() -> None:
     faults = Inspector.unavailable("no management API answers", vhost="v").faults
-    with pytest.raises(InspectionUnavailableError, match=r"in-process.*no management API"):
+    with pytest.raises(LeveretOnlyError, match=r"in-process.*no management API"):
         faults.drop_connections()
-    with pytest.raises(InspectionUnavailableError):
+    with pytest.raises(LeveretOnlyError):
         faults.restart()
     faults.reset()  # nothing to clear off-broker
     # Through the management API of an external broker (never contacted for this).
     remote = Inspector(ManagementAPI("http://127.0.0.1:9", "guest", "guest"), vhost="v").faults
     for call in (remote.memory_alarm, lambda: remote.cancel_consumers("q"), remote.restart):
-        with pytest.raises(
-            InspectionUnavailableError, match=re.escape("management API http://127.0.0.1:9")
-        ):
+        with pytest.raises(LeveretOnlyError, match=re.escape("management API http://127.0.0.1:9")):
             call()
+
+
+def test_the_plugin_skips_a_fault_test_against_an_external_broker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LEVERET_URL", raising=False)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(
+        """
+        def test_drop(leveret):
+            leveret.faults.drop_connections()
+        """
+    )
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "--leveret-url",
+        "amqp://guest:guest@127.0.0.1:9/",
+        "--leveret-management-url",
+        "none",
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*injected faults need the in-process Leveret broker*"])
 
 
 # -- Celery and FastStream -----------------------------------------------------------------
