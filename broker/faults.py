@@ -30,17 +30,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The faults by their names in the management API and ``leveret ctl inject_fault``
-#: (the inspector's method names with ``_`` for ``-``).
-FAULTS = (
-    "drop-connections",
-    "close-connections",
-    "restart",
-    "memory-alarm",
-    "disk-alarm",
-    "cancel-consumers",
-    "delay",
-)
+#: The faults by their names in the management API and ``leveret ctl inject_fault`` (the
+#: inspector's method names with ``-`` for ``_``), and the arguments each takes there.
+ARGUMENTS: dict[str, frozenset[str]] = {
+    "drop-connections": frozenset({"client"}),
+    "close-connections": frozenset({"reason", "client"}),
+    "restart": frozenset({"kill"}),
+    "memory-alarm": frozenset({"on"}),
+    "disk-alarm": frozenset({"on"}),
+    "cancel-consumers": frozenset({"queue"}),
+    "delay": frozenset({"ms"}),
+}
+FAULTS = tuple(ARGUMENTS)
 #: The explanation of close_connections() when none is given.
 DEFAULT_REASON = "Closed by an injected fault"
 
@@ -237,18 +238,6 @@ def _restarted(task: asyncio.Task[None]) -> None:
     _restarting.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("the injected restart failed", exc_info=task.exception())
-
-
-#: The arguments each fault takes in the management API's JSON body and from ctl.
-ARGUMENTS: dict[str, frozenset[str]] = {
-    "drop-connections": frozenset({"client"}),
-    "close-connections": frozenset({"reason", "client"}),
-    "restart": frozenset({"kill"}),
-    "memory-alarm": frozenset({"on"}),
-    "disk-alarm": frozenset({"on"}),
-    "cancel-consumers": frozenset({"queue"}),
-    "delay": frozenset({"ms"}),
-}
 
 
 def inject(
