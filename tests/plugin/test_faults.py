@@ -86,6 +86,13 @@ async def publish(connection: aio_pika.abc.AbstractConnection, queue: str, body:
 # -- drop_connections ----------------------------------------------------------------------
 
 
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """A clean project with one test file, run with the plugin's own defaults."""
+    monkeypatch.delenv("LEVERET_URL", raising=False)
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(code)
+
+
 async def robust(amqp_url: str) -> tuple[aio_pika.abc.AbstractRobustConnection, asyncio.Event]:
     """A robust connection, and an event set when it has reconnected."""
     connection = await aio_pika.connect_robust(robust_url(amqp_url))
@@ -283,9 +290,9 @@ def test_disk_alarm_blocks_and_unblocks(
 def test_the_fixture_clears_an_alarm_left_on(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("LEVERET_URL", raising=False)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    pytester.makepyfile(
+    project(
+        pytester,
+        monkeypatch,
         """
         def test_leaves_it_on(leveret):
             leveret.faults.memory_alarm()
@@ -293,7 +300,7 @@ def test_the_fixture_clears_an_alarm_left_on(
 
         def test_after(leveret_broker):
             assert not leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
-        """
+        """,
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
@@ -436,13 +443,13 @@ def test_faults_need_the_in_process_broker() -> None:
 def test_the_plugin_skips_a_fault_test_against_an_external_broker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("LEVERET_URL", raising=False)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    pytester.makepyfile(
+    project(
+        pytester,
+        monkeypatch,
         """
         def test_drop(leveret):
             leveret.faults.drop_connections()
-        """
+        """,
     )
     result = pytester.runpytest(
         "-p",
