@@ -451,6 +451,7 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
 
     # consumers (leveret.channel_consume)
     cancel_by_server = channel_consume.cancel_by_server
+    cancel_live = channel_consume.cancel_live
     _on_basic_consume = channel_consume.basic_consume
     _drop_reply_consumer = channel_consume.drop_reply_consumer
     _on_basic_cancel = channel_consume.basic_cancel

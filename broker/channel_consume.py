@@ -93,10 +93,29 @@ def cancel_by_server(channel: Consuming, consumer: Consumer) -> None:
         # The queue's row goes with it, as RabbitMQ's does (rabbit_channel's
         # erase_queue_stats/1 on the queue's eol; leveret.channel_stats's docstring).
         channel.erase_row(consumer.queue)
-        if channel.conn.client_capability("consumer_cancel_notify"):
-            channel.conn.write(
-                codec.simple_method(channel.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True))
-            )
+        notify_cancel(channel, consumer)
+
+
+def cancel_live(channel: Consuming, consumer: Consumer) -> None:
+    """Cancel ``consumer`` from the server side while its queue stays (an injected fault,
+    broker/faults.py): as a client's basic.cancel for the queue (it leaves, an auto-delete
+    queue goes with its last consumer, its counts stay in the queue's row, its unacked
+    deliveries stay on the channel), and basic.cancel to the client as on a queue's
+    deletion."""
+    if channel.consumers.get(consumer.tag) is consumer:
+        del channel.consumers[consumer.tag]
+        notify_cancel(channel, consumer)
+        consumer.queue.remove_consumer(consumer)
+        channel.cancelled(consumer)
+
+
+def notify_cancel(channel: Consuming, consumer: Consumer) -> None:
+    """basic.cancel to a client that can hear it (capability ``consumer_cancel_notify``,
+    docs/consumer-cancel.md); rabbit_channel sends it with nowait set."""
+    if channel.conn.client_capability("consumer_cancel_notify"):
+        channel.conn.write(
+            codec.simple_method(channel.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True))
+        )
 
 
 def basic_consume(channel: Consuming, m: commands.Basic.Consume) -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec, flow, handshake
+from leveret import codec, flow, handshake, wirefaults
 from leveret.channel import Channel
 from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
@@ -194,6 +194,7 @@ class Connection(asyncio.Protocol):
     _block = flow.block
     _yield = flow.yield_turn
     _continue = flow.continue_backlog
+    drop = wirefaults.drop  # an injected network failure (broker/faults.py)
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()

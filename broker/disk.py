@@ -139,6 +139,9 @@ class DiskMonitor:
         self.on_alarm = on_alarm
         self.where = where
         self.alarm = False
+        # Set by an injected fault (broker/faults.py): the alarm stays on, whatever the
+        # readings, until the fault is cleared.
+        self.injected = False
         self.free: int | None = None  # the last reading
         self._task: asyncio.Task[None] | None = None
         self._probe_failed = False
@@ -190,17 +193,29 @@ class DiskMonitor:
         """A reading: set or clear the alarm when ``free`` crossed the limit."""
         self._probe_failed = False
         self.free = free
-        alarm = free < self.limit
+        self._apply()
+
+    def inject(self, on: bool) -> None:
+        """Set the alarm as an injected fault (on), or stop injecting it (off): then the
+        last reading decides again."""
+        self.injected = on
+        self._apply()
+
+    def _apply(self) -> None:
+        """Set or clear the alarm from the last reading and the injected fault."""
+        free = self.free
+        alarm = self.injected or (free is not None and free < self.limit)
         if alarm == self.alarm:
             return
         self.alarm = alarm
         log.warning(
-            "disk alarm %s: free disk space is %s%s: %d bytes free, limit %d",
+            "disk alarm %s: free disk space is %s%s: %s bytes free, limit %d%s",
             "set" if alarm else "cleared",
             "insufficient" if alarm else "sufficient",
             self.where,
-            free,
+            "unknown" if free is None else free,
             self.limit,
+            " (injected)" if self.injected else "",
         )
         if self.on_alarm is not None:
             self.on_alarm(alarm)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from leveret import codec
+from leveret import codec, wirefaults
 from leveret.auth import is_loopback
 from leveret.config import FRAME_MIN
 from leveret.errors import (
@@ -144,6 +144,8 @@ class Handshaking(Protocol):
     _heartbeat_timer: asyncio.TimerHandle | None
     _last_recv: float
     _last_send: float
+    transport: asyncio.Transport | None
+    _close_reason: str
 
     @property
     def peer(self) -> tuple[Any, ...]:
@@ -360,6 +362,8 @@ def on_open(conn: Handshaking, frame: commands.Connection.Open) -> None:
             (10, 40),
         )
     conn.vhost = vhost
+    if vhost.write_delay:  # an injected latency (broker/faults.py)
+        wirefaults.delay_writes(conn, vhost.write_delay)
     conn.state = State.OPEN
     conn.server.churn.connections_opened += 1
     log.info(

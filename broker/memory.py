@@ -298,6 +298,7 @@ class MemoryMonitor:
         "_trimmed_at",
         "alarm",
         "high",
+        "injected",
         "limit",
         "low",
         "on_alarm",
@@ -315,6 +316,9 @@ class MemoryMonitor:
         self.limit = limit
         self.used = 0
         self.alarm = False
+        # Set by an injected fault (broker/faults.py): the alarm stays on, whatever the
+        # checks find, until the fault is cleared.
+        self.injected = False
         self.on_alarm = on_alarm
         # The last RSS sample (bytes): the process's footprint before any message first.
         self.rss = sample_rss() if sample_rss is not None else None
@@ -382,10 +386,21 @@ class MemoryMonitor:
         self._timer = None
         self._check()
 
+    def inject(self, on: bool) -> None:
+        """Set the alarm as an injected fault (on), or stop injecting it (off): then the
+        alarm clears as a real one does, at once if usage is under the mark."""
+        self.injected = on
+        if on:
+            if not self.alarm:
+                self._set(True)
+            self._arm()
+        else:
+            self._check()
+
     def _check(self) -> None:
         """Clear the alarm if usage is back under the mark: the messages' and, when it
         can be read, the process's (after a trim); else look again in RECHECK_S."""
-        if not self.alarm:
+        if not self.alarm or self.injected:
             return
         used = self.used
         if used <= self.limit:

@@ -335,7 +335,7 @@ class Persistence:
         self._listeners.discard(listener)
 
     def _start_sync(self) -> None:
-        if self._syncing or not self._dirty:
+        if self._syncing or not self._dirty or self._closed:
             return
         self._syncing = True
         self._dirty = False
@@ -456,6 +456,18 @@ class Persistence:
             create_atomically(self.data_dir / CLEAN_STOP_FILE, b"")
         except OSError as exc:
             log.warning("%s: could not note the clean stop: %s", self.data_dir, exc)
+
+    def abandon(self) -> None:
+        """Stop as ``kill -9`` stops the process (an injected fault, broker/faults.py):
+        nothing still in memory is written, no clean-stop marker, so the next start
+        recovers as after a crash (every recovered message flagged ``redelivered``)."""
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self.store.abandon()
+        self.delayed.abandon()
+        self.log.close()  # its appends are fsynced one by one: nothing to lose
 
 
 @runtime_checkable

@@ -13,9 +13,11 @@ socket), handing each the state, never the ``Server``. Only ``cli``, ``testing``
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,16 +58,23 @@ class Server:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.state: ServerState[Connection] = ServerState(config)
+        self.state: ServerState[Connection] = self._new_state()
         self._listener: asyncio.Server | None = None
         self._reclaimer: asyncio.Task[None] | None = None
         self._tls_listener: asyncio.Server | None = None
         self._management: ManagementHandle | None = None
         self._prometheus: PrometheusHandle | None = None
         self.control: ControlListener | None = None
-        if config.data_dir is None:
-            for name in config.vhosts:
-                self.state.vhost(name)
+        self._restarting = False
+
+    def _new_state(self) -> ServerState[Connection]:
+        """A fresh shared state (at creation, and at an injected restart)."""
+        state: ServerState[Connection] = ServerState(self.config)
+        if self.config.data_dir is None:
+            for name in self.config.vhosts:
+                state.vhost(name)
+        state.restart = self.restart
+        return state
 
     # -- the shared state, by its names of old -----------------------------------------
 
@@ -345,8 +354,74 @@ class Server:
             context.verify_mode = ssl.CERT_REQUIRED
         return context
 
+    async def restart(self, kill: bool = True) -> None:
+        """Stop and start again on the same ports and data directory (an injected fault,
+        broker/faults.py): ``kill`` stops as ``kill -9`` would (:meth:`kill`), else as
+        :meth:`stop` does; the state is then recovered from the data directory as at any
+        start. Returns once the node listens again. The ``Server`` object stays the same
+        (its ``state`` is new), so whoever holds it sees the restarted node."""
+        from leveret.faults import NO_DATA_DIR, FaultError, NoDataDirError
+
+        if self.config.data_dir is None:
+            raise NoDataDirError(NO_DATA_DIR)
+        if self._restarting:
+            raise FaultError("a restart is already under way")
+        self._restarting = True
+        try:
+            await self._restart(kill)
+        finally:
+            self._restarting = False
+
+    async def _restart(self, kill: bool) -> None:
+        # Port 0 picked free ports: the restarted node takes the same ones.
+        config = dataclasses.replace(
+            self.config,
+            port=self.port,
+            tls_port=self.tls_port or self.config.tls_port,
+            management_port=self.management.port if self.management else None,
+            prometheus_port=self.prometheus.port if self.prometheus else None,
+        )
+        old = self.state
+        if kill:
+            await self.kill()
+        else:
+            await self.stop()
+        # What the old state still holds must not touch the store again, nor fire timers.
+        for vhost in old.vhosts.values():
+            vhost.persistence = None
+            vhost.clock.close()
+        self.config = config
+        self.state = self._new_state()
+        await self.start()
+
+    async def kill(self) -> None:
+        """Stop as ``kill -9`` stops the process: every socket aborted (clients see a
+        reset, no Connection.Close), nothing written that is still in memory, no
+        clean-stop marker (the next start recovers as after a crash)."""
+        persistence = self.state.persistence
+        if persistence is not None:
+            # First, so that nothing the connections' clean-up does reaches the disk.
+            persistence.abandon()
+            self.state.persistence = None
+            for vhost in self.state.vhosts.values():
+                vhost.persistence = None
+        await self._go_down(Connection.drop)
+
     async def stop(self) -> None:
         """Stop listening, close every connection with 320, wait for them."""
+        await self._go_down(Connection.shutdown)
+
+    async def _go_down(self, end: Callable[[Connection], None]) -> None:
+        """Stop listening, ``end`` every connection and wait for them, then release the
+        rest (the store last)."""
+        await self._close_listeners()
+        for connection in list(self.state.connections):
+            end(connection)
+        await self._wait_for_connections()
+        await self._release()
+
+    async def _close_listeners(self) -> None:
+        """Stop listening: the control socket, the HTTP listeners, AMQP(S)."""
         if self.control is not None:
             await self.control.close()
             self.control = None
@@ -361,8 +436,9 @@ class Server:
             self._tls_listener = None
         if self._listener is not None:
             self._listener.close()
-        for connection in list(self.state.connections):
-            connection.shutdown()
+
+    async def _wait_for_connections(self) -> None:
+        """Wait (bounded by the shutdown timeout) until every connection is gone."""
         pending = [c.closed.wait() for c in list(self.state.connections)]
         if pending:
             try:
@@ -370,6 +446,9 @@ class Server:
                     await asyncio.gather(*pending)
             except TimeoutError:
                 log.warning("%d connections did not close in time", len(self.state.connections))
+
+    async def _release(self) -> None:
+        """After the connections: the listener, the background work, the store."""
         if self._listener is not None:
             await self._listener.wait_closed()
             self._listener = None

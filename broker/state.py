@@ -16,7 +16,7 @@ management API name it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from leveret.acktimeout import AckTimeouts, Watched
@@ -127,6 +127,9 @@ class ServerState(Generic[C]):
         self.management: Listening | None = None
         self.prometheus: Listening | None = None
         self.started: float | None = None  # time.time() when the node started (uptime)
+        # Stops and starts the node again (True: as kill -9 would), for an injected
+        # restart (broker/faults.py); the composition root sets it.
+        self.restart: Callable[[bool], Awaitable[None]] | None = None
 
     def _on_memory_alarm(self, alarm: bool) -> None:
         memory = self.memory

@@ -24,7 +24,10 @@ is all a project needs. Fixtures (see docs/testing.md for examples):
     An :class:`~broker.inspect.Inspector` bound to the test's vhost: queue depth, ready,
     unacked, consumers, counters, and waits (``wait_for_messages``, ``wait_until_acked``,
     ``wait_for_consumers``...) that replace sleeps; ``leveret.clock``, the vhost's virtual
-    clock (frozen on first use: ``advance(seconds)`` fires what comes due).
+    clock (frozen on first use: ``advance(seconds)`` fires what comes due);
+    ``leveret.faults`` injects faults (drop or close connections, restart, alarms, cancel
+    consumers, delay: docs/testing.md), and the alarms and delay it left on are cleared
+    after the test.
 
 External broker: ``--leveret-url URL`` (or ``LEVERET_URL``, or the ``leveret_url`` ini
 option) runs the same tests against another broker, e.g. a real RabbitMQ. Per-test vhosts
@@ -362,11 +365,13 @@ def amqp_url(leveret_broker: LeveretBroker, leveret_vhost: str) -> str:
 @pytest.fixture
 def leveret(
     request: pytest.FixtureRequest, leveret_broker: LeveretBroker, leveret_vhost: str
-) -> Inspector:
-    """An :class:`Inspector` of the test's vhost."""
+) -> Iterator[Inspector]:
+    """An :class:`Inspector` of the test's vhost; faults it injected (``leveret.faults``:
+    alarms, a delay) are cleared after the test."""
     inspector = leveret_broker.inspector(leveret_vhost)
     inspector.timeout = float(request.config.getini("leveret_timeout") or DEFAULT_TIMEOUT)
-    return inspector
+    yield inspector
+    inspector.faults.reset()
 
 
 @pytest.fixture

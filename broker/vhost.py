@@ -81,6 +81,9 @@ class VHost(VHostPolicies):
         # timeout of their own (None: a vhost outside a server, in unit tests).
         self.ack_timeouts: AckTimeouts | None = None
         self.churn = NodeCounters()  # the server's (broker/churn.py)
+        # Seconds every write to its connections is held (an injected fault,
+        # broker/faults.py); 0: none.
+        self.write_delay = 0.0
         self.memory = memory or MemoryMonitor(default_watermark())
         # Direct reply-to consumers by the key in their amq.rabbitmq.reply-to.* name.
         self.reply_consumers: dict[str, Consumer] = {}

@@ -521,6 +521,20 @@ class MessageStore:
                     segment.fd = segment.marks_fd = -1
                 self._failed = self._failed or "closed"
 
+    def abandon(self) -> None:
+        """Close the files as a ``kill -9`` would leave them: nothing appended since the
+        last :meth:`sync` is written, no mark is fsynced (what earlier syncs wrote is in the
+        page cache, as after a kill). A sync or compaction running in another thread is
+        waited for (a kill just after it). Later calls raise."""
+        with self._compact_lock, self._io_lock, self._lock:
+            for segment in self._segments.values():
+                for fd in (segment.fd, segment.marks_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                segment.fd = segment.marks_fd = -1
+                segment.pending, segment.marks = [], bytearray()
+            self._failed = self._failed or "abandoned (an injected kill)"
+
     def __enter__(self) -> MessageStore:
         return self
 

@@ -74,6 +74,29 @@ def _policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apply-to", default=None, help="queues, exchanges or all (the default)")
 
 
+def _fault_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", help="only the connections this names (drop/close)")
+    parser.add_argument("--reason", help="the close_connections explanation")
+    parser.add_argument("--queue", help="the queue of cancel_consumers")
+    parser.add_argument("--ms", type=float, help="the delay in milliseconds (0: none)")
+    parser.add_argument("--off", action="store_true", help="clear the alarm (memory/disk)")
+    parser.add_argument("--clean", action="store_true", help="restart cleanly, not as kill -9")
+
+
+def _fault_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The fault's JSON arguments, as the management API takes them (leveret.faults)."""
+    values: dict[str, Any] = {
+        key: getattr(args, key)
+        for key in ("client", "reason", "queue", "ms")
+        if getattr(args, key) is not None
+    }
+    if args.off:
+        values["on"] = False
+    if args.clean:
+        values["kill"] = False
+    return {"fault": args.fault, "arguments": values}
+
+
 SPECS: dict[str, Spec] = {
     "ping": Spec(
         "check that the node answers (no credentials needed)",
@@ -166,6 +189,16 @@ SPECS: dict[str, Spec] = {
         ("seconds",),
         banner="Advancing the clock of vhost '{vhost}' by {seconds} s ...",
         vhost=True,
+    ),
+    # A Leveret extension (no rabbitmqctl counterpart): docs/testing.md, "Injected faults".
+    "inject_fault": Spec(
+        "inject a fault: drop_connections, close_connections, restart, memory_alarm, "
+        "disk_alarm, cancel_consumers or delay",
+        ("fault",),
+        banner="Injecting fault {fault} into vhost '{vhost}' ...",
+        vhost=True,
+        options=_fault_options,
+        extra=_fault_args,
     ),
 }
 
@@ -296,6 +329,9 @@ def request_args(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "seconds",
         )
     }
+    spec = SPECS.get(name)
+    if spec is not None:
+        values.update(spec.extra(args))
     if name in ("add_user", "change_password"):
         values["password"] = _secret(args)
     if name == "import_definitions":

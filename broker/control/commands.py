@@ -177,6 +177,26 @@ def close_connection(server: ServerState[Connection], args: Args) -> Reply:
     raise ControlError(f"Connection '{name}' not found", EX_DATAERR)
 
 
+def inject_fault(server: ServerState[Connection], args: Args) -> Reply:
+    """inject_fault [-p VHOST] FAULT [--client C] [--reason R] [--queue Q] [--ms N] [--off]
+    [--clean]: what ``POST /api/leveret/faults/VHOST/FAULT`` does (leveret.faults.inject);
+    a restart begins once this reply is out."""
+    import leveret.faults as faults
+
+    arguments = args.get("arguments")
+    if not isinstance(arguments, dict):
+        raise ControlError("argument arguments missing", EX_USAGE)
+    try:
+        result = faults.inject(server, text(args, "vhost"), text(args, "fault"), arguments)
+    except (faults.UnknownVhostError, faults.UnknownQueueError) as exc:
+        raise ControlError(str(exc), EX_DATAERR) from None
+    except faults.FaultError as exc:
+        raise ControlError(str(exc), EX_USAGE) from None
+    counted = next((key for key in ("connections", "consumers") if key in result), None)
+    message = f"{result[counted]} {counted}" if counted is not None else None
+    return message, result
+
+
 def add_user(server: ServerState[Connection], args: Args) -> Reply:
     """add_user NAME PASSWORD: a user without tags or permissions."""
     name = text(args, "name")
@@ -392,6 +412,7 @@ COMMANDS: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[
         status,
         check_local_alarms,
         close_connection,
+        inject_fault,
         add_user,
         delete_user,
         change_password,

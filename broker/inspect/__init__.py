@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from leveret.inspect.faults import Faults
     from leveret.server import Server
 
 from leveret.inspect.backends import (
@@ -164,6 +165,13 @@ class Inspector:
             clock.freeze()
             self._clock = clock
         return self._clock
+
+    @property
+    def faults(self) -> Faults:
+        """Injected faults on the bound vhost (:mod:`leveret.inspect.faults`)."""
+        from leveret.inspect.faults import Faults
+
+        return Faults(self._backend, self.vhost)
 
     # -- reads ------------------------------------------------------------------------
 

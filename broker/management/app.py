@@ -18,6 +18,7 @@ import leveret.management.actions as actions
 import leveret.management.api as api
 import leveret.management.clients as clients
 import leveret.management.clock as clock
+import leveret.management.faults as faults
 import leveret.management.health as health
 import leveret.management.limits as limits
 import leveret.management.messages as messages
@@ -120,6 +121,7 @@ def build_app(server: ServerState[Connection]) -> web.Application:
         trace,
         health,
         clock,
+        faults,
     )
     for module in modules:
         app.router.add_routes(module.routes)

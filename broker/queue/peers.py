@@ -107,6 +107,10 @@ class Subscriber(Protocol):
     def cancel_by_server(self, consumer: Consumer) -> None:
         """The queue went away: forget ``consumer`` and tell the client if it can hear."""
 
+    def cancel_live(self, consumer: Consumer) -> None:
+        """Cancel ``consumer`` from the server side, its queue staying (an injected
+        fault): forget it, tell the client if it can hear, and detach it from the queue."""
+
 
 class QueueCounts:
     """What a channel counted of one queue: rabbit_channel's ``queue_stats`` fine stats, the

@@ -16,17 +16,34 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 FILE_NAME = re.compile(r"# ((?:test_\w+|conftest)\.py)\n")
 
 
-def blocks() -> tuple[dict[str, str], list[str]]:
-    """(file name -> code) of the named blocks, and the code of the others."""
+# The section whose examples are a project of their own: its conftest.py gives the broker
+# a data directory (restart() needs one), which the other examples' conftest.py does not.
+FAULTS = "\n## Injected faults\n"
+
+
+def blocks(faults: bool = False) -> tuple[dict[str, str], list[str]]:
+    """(file name -> code) of the named blocks, and the code of the others: those before
+    the "Injected faults" section, or (``faults``) those in it."""
     files: dict[str, str] = {}
     scripts: list[str] = []
-    for code in BLOCK.findall(DOC.read_text()):
+    before, _, section = DOC.read_text().partition(FAULTS)
+    for code in BLOCK.findall(section if faults else before):
         named = FILE_NAME.match(code)
         if named:
             files[named.group(1)] = code[named.end() :]
         else:
             scripts.append(code)
     return files, scripts
+
+
+def run_project(pytester: pytest.Pytester, files: dict[str, str]) -> None:
+    """Write ``files`` into a clean project and check that every test in them passes."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    for name, code in files.items():
+        (pytester.path / name).write_text(code)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    expected = sum(len(re.findall(r"^(?:async )?def test_", c, re.M)) for c in files.values())
+    result.assert_outcomes(passed=expected)
 
 
 def test_every_example_runs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,12 +54,22 @@ def test_every_example_runs(pytester: pytest.Pytester, monkeypatch: pytest.Monke
         files
     )
     assert {"test_celery_example.py", "test_inspector_example.py", "conftest.py"} <= set(files)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-    for name, code in files.items():
-        (pytester.path / name).write_text(code)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    expected = sum(len(re.findall(r"^(?:async )?def test_", c, re.M)) for c in files.values())
-    result.assert_outcomes(passed=expected)
+    run_project(pytester, files)
+
+
+def test_fault_examples_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LEVERET_URL", raising=False)
+    monkeypatch.delenv("LEVERET_MANAGEMENT_URL", raising=False)
+    files, scripts = blocks(faults=True)
+    assert not scripts
+    assert {
+        "conftest.py",
+        "test_faults_pika_example.py",
+        "test_faults_aio_pika_example.py",
+        "test_faults_celery_example.py",
+        "test_faults_faststream_example.py",
+    } <= set(files)
+    run_project(pytester, files)
 
 
 def test_scripts_run() -> None:
