@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from leveret.config import NODE_NAME
+from leveret.events import Subscriber
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
 
@@ -188,3 +189,20 @@ def delivered(message: Message, queue: str, redelivered: bool, channel: Origin) 
         return
     extra = _field("redelivered", _signedint(int(redelivered))) + _who(channel)
     channel.vhost.publish(_copy(message, "deliver", queue, extra), counted=False)
+
+
+class FirehoseTap(Subscriber):
+    """The firehose as a subscriber of its vhost's events (:mod:`leveret.events`): tracing
+    a vhost is subscribing one of these (``vhost.firehose = True``)."""
+
+    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+        """Trace a client's publish; the management API's and the broker's own (origin
+        None) are not traced, as RabbitMQ traces in the channel."""
+        if origin is not None:
+            published(message, queues, origin)
+
+    def delivered(
+        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+    ) -> None:
+        """Trace a delivery to a client."""
+        delivered(message, queue, redelivered, origin)

@@ -460,6 +460,9 @@ class Queue:
             consumer.unacked -= 1
         if message.store_ids is not None:
             self.forget(message)
+        events = self.vhost.events
+        if events is not None:
+            events.acked(message, self.name)
 
     def reject(self, message: Message, consumer: Consumer | None) -> None:
         """An unacked delivery was rejected without requeue: dead-lettered (reason
@@ -467,6 +470,9 @@ class Queue:
         self.unacked -= 1
         if consumer is not None:
             consumer.unacked -= 1
+        events = self.vhost.events
+        if events is not None:
+            events.rejected(message, self.name)
         if not self.deleted:  # counted without a DLX too (broker/churn.py)
             dead_letter(self, message, "rejected")
         if message.store_ids is not None:
@@ -476,11 +482,14 @@ class Queue:
         """Unacked deliveries come back (nack or reject with requeue, recover, a closed
         channel, a management get that requeues): no longer unacked, and ready again."""
         entries = []
+        events = self.vhost.events
         for entry, consumer in returned:
             self.unacked -= 1
             if consumer is not None:
                 consumer.unacked -= 1
             entries.append(entry)
+            if events is not None:
+                events.requeued(entry[0], self.name)
         self._put_back(entries)
 
     def _put_back(self, entries: list[Entry]) -> None:
