@@ -23,7 +23,9 @@ is all a project needs. Fixtures (see docs/testing.md for examples):
 ``leveret`` (function)
     An :class:`~broker.inspect.Inspector` bound to the test's vhost: queue depth, ready,
     unacked, consumers, counters, and waits (``wait_for_messages``, ``wait_until_acked``,
-    ``wait_for_consumers``...) that replace sleeps.
+    ``wait_for_consumers``...) that replace sleeps; ``leveret.journal``, the vhost's
+    traffic journal (:mod:`~broker.inspect.journal`), recording from its first use to
+    the test's end. Against an external broker a test that uses it is skipped.
 
 External broker: ``--leveret-url URL`` (or ``LEVERET_URL``, or the ``leveret_url`` ini
 option) runs the same tests against another broker, e.g. a real RabbitMQ. Per-test vhosts
@@ -53,11 +55,13 @@ from leveret.inspect import (
     BrokerThread,
     InspectionUnavailableError,
     Inspector,
+    Journal,
     ManagementAPI,
     QueueNotFoundError,
     QueueStats,
     amqp_url_with,
 )
+from leveret.inspect.journal import JournalUnavailableError
 
 if TYPE_CHECKING:
     import aio_pika.abc
@@ -347,11 +351,25 @@ def amqp_url(leveret_broker: LeveretBroker, leveret_vhost: str) -> str:
 @pytest.fixture
 def leveret(
     request: pytest.FixtureRequest, leveret_broker: LeveretBroker, leveret_vhost: str
-) -> Inspector:
-    """An :class:`Inspector` of the test's vhost."""
+) -> Iterator[Inspector]:
+    """An :class:`Inspector` of the test's vhost; its journal, if the test used it, stops
+    recording afterwards."""
     inspector = leveret_broker.inspector(leveret_vhost)
     inspector.timeout = float(request.config.getini("leveret_timeout") or DEFAULT_TIMEOUT)
-    return inspector
+    try:
+        yield inspector
+    finally:
+        Journal.stop_for(inspector)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test that reads ``leveret.journal`` against a broker without one (an external
+    broker) is skipped with the reason, not failed."""
+    try:
+        return (yield)
+    except JournalUnavailableError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from leveret.inspect.backends import (
 )
 from leveret.inspect.brokerthread import BrokerThread, amqp_url_with
 from leveret.inspect.http import ManagementAPI, ManagementError
+from leveret.inspect.journal import Journal
 from leveret.inspect.loops import call_on_loop
 from leveret.inspect.stats import (
     DEFAULT_TIMEOUT,
@@ -58,6 +59,7 @@ __all__ = [
     "BrokerThread",
     "InspectionUnavailableError",
     "Inspector",
+    "Journal",
     "ManagementAPI",
     "ManagementError",
     "QueueNotFoundError",
@@ -137,6 +139,12 @@ class Inspector:
 
     def __repr__(self) -> str:
         return f"<Inspector vhost={self.vhost!r} via {self._backend.describe()}>"
+
+    @property
+    def journal(self) -> Journal:
+        """The vhost's traffic journal (:mod:`leveret.inspect.journal`); the first access
+        starts recording. In-process broker only: JournalUnavailableError otherwise."""
+        return Journal.of(self)
 
     # -- reads ------------------------------------------------------------------------
 
