@@ -374,7 +374,7 @@ def table(records: Collection[Record]) -> str:
                 r.kind,
                 str(r.message) if r.message else "",
                 "" if r.channel is None else str(r.channel),
-                r.exchange if r.kind != "confirmed" else "",
+                "" if r.kind == "confirmed" else r.exchange or "(default)",
                 r.routing_key,
                 r.queue or "",
                 " ".join(detail),
@@ -382,11 +382,13 @@ def table(records: Collection[Record]) -> str:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        + "  "
-        + row[-1]
+        (
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[-1]
+        ).rstrip()
         for row in rows
-    ).rstrip()
+    )
 
 
 class Journal:

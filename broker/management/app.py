@@ -18,6 +18,7 @@ import leveret.management.actions as actions
 import leveret.management.api as api
 import leveret.management.clients as clients
 import leveret.management.health as health
+import leveret.management.journal as journal
 import leveret.management.limits as limits
 import leveret.management.messages as messages
 import leveret.management.node as node
@@ -118,6 +119,7 @@ def build_app(server: ServerState[Connection]) -> web.Application:
         page,
         trace,
         health,
+        journal,
     )
     for module in modules:
         app.router.add_routes(module.routes)
