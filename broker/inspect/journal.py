@@ -128,34 +128,40 @@ class Record:
         return self.kind == "published" and not self.queues
 
     def __repr__(self) -> str:
-        return f"<{self.seq} {self.kind} {self._summary()}>"
-
-    def _summary(self) -> str:
-        parts = [f"m{self.message}"] if self.message else []
+        parts = [f"<{self.seq} {self.kind}"]
+        if self.message:
+            parts.append(f"m{self.message}")
         if self.kind in ("published", "returned"):
             parts.append(f"{self.exchange!r}/{self.routing_key!r}")
-        if self.kind == "published":
-            parts.append(f"-> {list(self.queues)}" if self.queues else "unroutable")
-            if self.returned:
-                parts.append("returned")
         if self.queue is not None:
             parts.append(f"queue={self.queue!r}")
-        if self.kind == "dead_lettered":
+        parts.append(self.detail())
+        if self.channel is not None:
+            parts.append(f"ch={self.channel}")
+        return " ".join(p for p in parts if p) + ">"
+
+    def detail(self) -> str:
+        """What happened, in short: where a publish or dead letter went, a delivery's tag,
+        a confirm's outcome (the table's last column, before the body)."""
+        parts = []
+        if self.kind == "published":
+            parts.append(f"-> {', '.join(self.queues)}" if self.queues else "unroutable")
+            if self.returned:
+                parts.append("returned")
+        elif self.kind == "dead_lettered":
             parts.append(f"reason={self.reason}")
             if self.dead_letter_exchange is None:
                 parts.append("dropped")
             else:
-                parts.append(f"dlx={self.dead_letter_exchange!r} -> {list(self.queues)}")
-        if self.redelivered:
-            parts.append("redelivered")
-        if self.kind == "confirmed":
+                parts.append(f"dlx='{self.dead_letter_exchange}' -> {', '.join(self.queues)}")
+        elif self.kind == "confirmed":
             parts.append(f"{'ack' if self.ack else 'nack'} {self.delivery_tag}")
             if self.multiple:
                 parts.append("multiple")
         elif self.delivery_tag is not None:
             parts.append(f"tag={self.delivery_tag}")
-        if self.channel is not None:
-            parts.append(f"ch={self.channel}")
+        if self.redelivered:
+            parts.append("redelivered")
         return " ".join(parts)
 
 
@@ -345,25 +351,7 @@ def table(records: Collection[Record]) -> str:
     header = ("#", "+s", "kind", "msg", "ch", "exchange", "routing key", "queue", "detail")
     rows = [header]
     for r in records:
-        detail = []
-        if r.kind == "published":
-            detail.append(f"-> {', '.join(r.queues)}" if r.queues else "unroutable")
-            if r.returned:
-                detail.append("returned")
-        elif r.kind == "dead_lettered":
-            detail.append(f"reason={r.reason}")
-            if r.dead_letter_exchange is None:
-                detail.append("dropped")
-            else:
-                detail.append(f"dlx='{r.dead_letter_exchange}' -> {', '.join(r.queues)}")
-        elif r.kind == "confirmed":
-            detail.append(f"{'ack' if r.ack else 'nack'} {r.delivery_tag}")
-            if r.multiple:
-                detail.append("multiple")
-        elif r.delivery_tag is not None:
-            detail.append(f"tag={r.delivery_tag}")
-        if r.redelivered:
-            detail.append("redelivered")
+        detail = [r.detail()]
         if r.kind == "published" and r.body:
             shown = repr(r.body if len(r.body) <= 40 else r.body[:37] + b"...")
             detail.append(f"body={shown}")
@@ -389,6 +377,17 @@ def table(records: Collection[Record]) -> str:
         ).rstrip()
         for row in rows
     )
+
+
+def _of_kind(kind: str, doc: str) -> Callable[..., list[Record]]:
+    """A :class:`Journal` query: the records of ``kind`` that match its filters."""
+
+    def query(self: Journal, **filters: Any) -> list[Record]:
+        return self.records(kind, **filters)
+
+    query.__name__ = query.__qualname__ = kind
+    query.__doc__ = doc
+    return query
 
 
 class Journal:
@@ -490,37 +489,22 @@ class Journal:
         publisher, ``returned=False`` those dropped."""
         return [r for r in self.records("published", **filters) if not r.queues]
 
-    def returned(self, **filters: Any) -> list[Record]:
-        """basic.return records."""
-        return self.records("returned", **filters)
-
-    def delivered(self, **filters: Any) -> list[Record]:
-        """Deliveries (consumers and basic.get), e.g. ``queue="orders"``."""
-        return self.records("delivered", **filters)
-
-    def acked(self, **filters: Any) -> list[Record]:
-        """Acks."""
-        return self.records("acked", **filters)
-
-    def rejected(self, **filters: Any) -> list[Record]:
-        """Nacks and rejects without requeue."""
-        return self.records("rejected", **filters)
-
-    def requeued(self, **filters: Any) -> list[Record]:
-        """Deliveries put back in their queue."""
-        return self.records("requeued", **filters)
-
-    def dead_lettered(self, **filters: Any) -> list[Record]:
-        """Dead-letterings, e.g. ``reason="expired"``, ``queue="work"``."""
-        return self.records("dead_lettered", **filters)
+    returned = _of_kind("returned", "basic.return records.")
+    delivered = _of_kind(
+        "delivered", 'Deliveries (consumers and basic.get), e.g. ``queue="orders"``.'
+    )
+    acked = _of_kind("acked", "Acks.")
+    rejected = _of_kind("rejected", "Nacks and rejects without requeue.")
+    requeued = _of_kind("requeued", "Deliveries put back in their queue.")
+    dead_lettered = _of_kind(
+        "dead_lettered", 'Dead-letterings, e.g. ``reason="expired"``, ``queue="work"``.'
+    )
 
     def expired(self, **filters: Any) -> list[Record]:
         """Messages that expired (dead-lettered or dropped, reason ``expired``)."""
         return self.records("dead_lettered", reason="expired", **filters)
 
-    def confirmed(self, **filters: Any) -> list[Record]:
-        """Publisher confirms (``ack=True``, ``ack=False`` for nacks)."""
-        return self.records("confirmed", **filters)
+    confirmed = _of_kind("confirmed", "Publisher confirms (``ack=True``, ``ack=False`` for nacks).")
 
     # -- waits --------------------------------------------------------------------------
 

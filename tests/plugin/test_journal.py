@@ -286,7 +286,7 @@ def test_failed_wait_prints_the_journal(pika_connection: Any, leveret: Inspector
     assert "-> orders" in lines[header + 1] and "b'never acked'" in lines[header + 1]
     assert str(journal) == journal.table()
     assert "published" in journal.table()
-    assert repr(journal.published()[0]) == "<1 published m1 ''/'orders' -> ['orders'] ch=1>"
+    assert repr(journal.published()[0]) == "<1 published m1 ''/'orders' -> orders ch=1>"
 
 
 def test_recording_is_off_until_the_journal_is_used(
