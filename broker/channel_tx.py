@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
 
-    from leveret.firehose import Client
+    from leveret.events import Client
     from leveret.session.publish import ExchangeStats, SessionCounters
     from leveret.vhost import VHost
 

@@ -21,11 +21,59 @@ describes, so a subscriber sees events in the order they happened.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from leveret.firehose import Origin
     from leveret.message import Message
+
+
+# Who an event names: the channel, its connection and vhost, as the firehose's trace
+# messages name them (rabbit_trace's tap_in/tap_out fields).
+
+
+class Tap(Protocol):
+    """The vhost a trace message goes to (leveret.vhost.VHost implements it)."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name."""
+
+    def publish(self, message: Message, *, counted: bool) -> object:
+        """Route ``message`` (``counted``: in the publish counters)."""
+
+
+class Client(Protocol):
+    """The connection of a traced channel, as a trace message names it (the wire's
+    Connection implements it)."""
+
+    @property
+    def vhost(self) -> Tap:
+        """Its vhost."""
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name."""
+
+    @property
+    def user(self) -> str:
+        """The user it logged in as."""
+
+
+class Origin(Protocol):
+    """The channel a publish, delivery, return or confirm went through (the wire
+    channel)."""
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def vhost(self) -> Tap:
+        """Its vhost."""
+
+    @property
+    def conn(self) -> Client:
+        """Its connection (name, user)."""
 
 
 class Subscriber:

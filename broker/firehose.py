@@ -29,57 +29,11 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Collection, Iterable
-from typing import Protocol
 
 from leveret.config import NODE_NAME
-from leveret.events import Subscriber
+from leveret.events import Origin, Subscriber
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
-
-
-class Tap(Protocol):
-    """The vhost a trace message goes to (leveret.vhost.VHost implements it)."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name."""
-
-    def publish(self, message: Message, *, counted: bool) -> object:
-        """Route ``message`` (``counted``: in the publish counters)."""
-
-
-class Client(Protocol):
-    """The connection of a traced channel, as a trace message names it (the wire's
-    Connection implements it)."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def name(self) -> str:
-        """RabbitMQ's connection name."""
-
-    @property
-    def user(self) -> str:
-        """The user it logged in as."""
-
-
-class Origin(Protocol):
-    """The channel a traced publish or delivery went through (the wire channel)."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def conn(self) -> Client:
-        """Its connection (name, user)."""
-
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 

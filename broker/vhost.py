@@ -49,7 +49,7 @@ from leveret.vhost_policies import VHostPolicies
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.firehose import Origin
+    from leveret.events import Origin
     from leveret.persistence import Persistence
     from leveret.trace import TraceWriter
 

@@ -28,22 +28,14 @@ plugin skips the test with its one-line reason).
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
-from leveret.events import Subscriber
-from leveret.inspect.backends import LocalBackend, ManagementBackend, Unavailable
+from leveret.inspect.backends import Backend, LocalBackend, ManagementBackend, Unavailable
 from leveret.inspect.loops import call_on_loop, call_on_loop_async, running_loop
 from leveret.inspect.stats import InspectionUnavailableError
-
-if TYPE_CHECKING:
-    from leveret.firehose import Origin
-    from leveret.inspect import Inspector
-    from leveret.message import Message
-    from leveret.vhost import VHost
+from leveret.journal import KINDS, Record, Recorder, table
 
 __all__ = [
     "KINDS",
@@ -52,19 +44,18 @@ __all__ = [
     "Record",
     "Recorder",
     "VHostNotFoundError",
+    "table",
 ]
 
-#: The kinds of records, in the order a message usually meets them.
-KINDS = (
-    "published",
-    "returned",
-    "delivered",
-    "acked",
-    "rejected",
-    "requeued",
-    "dead_lettered",
-    "confirmed",
-)
+
+class Inspected(Protocol):
+    """What a journal reads of its :class:`~leveret.inspect.Inspector` (named by this
+    protocol so that the package and this child need not import each other)."""
+
+    vhost: str
+    timeout: float
+    _backend: Backend
+    __dict__: dict[str, Any]
 
 
 class JournalUnavailableError(InspectionUnavailableError):
@@ -73,96 +64,6 @@ class JournalUnavailableError(InspectionUnavailableError):
 
 class VHostNotFoundError(LookupError):
     """The journal's vhost does not exist."""
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class Record:
-    """One event of the journal. Fields that do not apply to its ``kind`` keep their
-    defaults (``queue`` is None for a publish, ``queues`` empty for a delivery, ...).
-
-    - ``seq``: its place in the journal (1, 2, ...); ``time``: the vhost's clock, epoch s;
-    - ``kind``: one of :data:`KINDS`: ``published``, ``returned`` (basic.return of an
-      unroutable mandatory publish), ``delivered`` (to a consumer or basic.get),
-      ``acked``, ``rejected`` (nack or reject without requeue), ``requeued`` (nack or
-      reject with requeue, recover, the channel closed), ``dead_lettered``,
-      ``confirmed`` (a publisher confirm: ``ack`` True, or a nack);
-    - ``message``: the journal's number of the message (its publish's order; a
-      dead-letter copy keeps its original's number); 0 for a confirm;
-    - ``exchange``, ``routing_key``: as published (a dead letter's: its original's);
-    - ``queues``: the queues a publish or a dead letter's copy reached (empty: unroutable,
-      or no dead-letter exchange);
-    - ``queue``: the queue a delivery, ack, reject, requeue or dead-lettering is from;
-    - ``reason``: a dead-lettering's (``expired``, ``rejected``, ``maxlen``,
-      ``delivery_limit``); ``dead_letter_exchange``: where its copy went (None: dropped);
-    - ``returned``: a publish that was unroutable and returned to its (mandatory)
-      publisher; ``redelivered``: a delivery's flag;
-    - ``connection``, ``channel``: who published, received or was confirmed (None: the
-      management API or the broker); ``delivery_tag``: a delivery's tag, a confirm's
-      publish sequence number; ``multiple``, ``ack``: a confirm's;
-    - ``properties`` (set properties, by pamqp name) and ``body``: the message's.
-    """
-
-    seq: int
-    time: float
-    kind: str
-    message: int = 0
-    exchange: str = ""
-    routing_key: str = ""
-    queues: tuple[str, ...] = ()
-    queue: str | None = None
-    reason: str | None = None
-    dead_letter_exchange: str | None = None
-    returned: bool = False
-    redelivered: bool = False
-    connection: str | None = None
-    channel: int | None = None
-    delivery_tag: int | None = None
-    multiple: bool = False
-    ack: bool | None = None
-    properties: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    body: bytes = b""
-
-    @property
-    def unroutable(self) -> bool:
-        """A publish that reached no queue."""
-        return self.kind == "published" and not self.queues
-
-    def __repr__(self) -> str:
-        parts = [f"<{self.seq} {self.kind}"]
-        if self.message:
-            parts.append(f"m{self.message}")
-        if self.kind in ("published", "returned"):
-            parts.append(f"{self.exchange!r}/{self.routing_key!r}")
-        if self.queue is not None:
-            parts.append(f"queue={self.queue!r}")
-        parts.append(self.detail())
-        if self.channel is not None:
-            parts.append(f"ch={self.channel}")
-        return " ".join(p for p in parts if p) + ">"
-
-    def detail(self) -> str:
-        """What happened, in short: where a publish or dead letter went, a delivery's tag,
-        a confirm's outcome (the table's last column, before the body)."""
-        parts = []
-        if self.kind == "published":
-            parts.append(f"-> {', '.join(self.queues)}" if self.queues else "unroutable")
-            if self.returned:
-                parts.append("returned")
-        elif self.kind == "dead_lettered":
-            parts.append(f"reason={self.reason}")
-            if self.dead_letter_exchange is None:
-                parts.append("dropped")
-            else:
-                parts.append(f"dlx='{self.dead_letter_exchange}' -> {', '.join(self.queues)}")
-        elif self.kind == "confirmed":
-            parts.append(f"{'ack' if self.ack else 'nack'} {self.delivery_tag}")
-            if self.multiple:
-                parts.append("multiple")
-        elif self.delivery_tag is not None:
-            parts.append(f"tag={self.delivery_tag}")
-        if self.redelivered:
-            parts.append("redelivered")
-        return " ".join(parts)
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Record))
@@ -193,192 +94,6 @@ def _matches(record: Record, kind: str | None, filters: dict[str, Any]) -> bool:
     return True
 
 
-def _properties(message: Message) -> dict[str, Any]:
-    # A copy: the decoded properties are shared by messages with the same header.
-    return {
-        name: copy.deepcopy(value)
-        for name, value in dict(message.properties).items()
-        if value is not None and value != ""
-    }
-
-
-class Recorder(Subscriber):
-    """The journal's subscriber on the broker's loop: turns events into :class:`Record` s.
-
-    Reads and waits go through :class:`Journal`, which calls it on the broker's loop."""
-
-    def __init__(self, vhost: VHost) -> None:
-        self.vhost = vhost
-        self.records: list[Record] = []
-        # Message numbers by id(), holding the message so an id is never reused meanwhile.
-        self._numbers: dict[int, tuple[Message, int]] = {}
-        self._wakeups: list[asyncio.Future[None]] = []
-
-    @property
-    def recording(self) -> bool:
-        """Whether the vhost still sends it events."""
-        return self in self.vhost.subscribers
-
-    def start(self) -> None:
-        """Record the vhost's events from now on."""
-        self.vhost.subscribe(self)
-
-    def stop(self) -> None:
-        """Record nothing more (the records stay readable)."""
-        self.vhost.unsubscribe(self)
-
-    # -- records ----------------------------------------------------------------------
-
-    def _number(self, message: Message) -> int:
-        known = self._numbers.get(id(message))
-        if known is not None:
-            return known[1]
-        number = len(self._numbers) + 1
-        self._numbers[id(message)] = (message, number)
-        return number
-
-    def _add(self, kind: str, message: Message | None, **fields: Any) -> None:
-        if message is not None:
-            fields["message"] = self._number(message)
-            fields.setdefault("exchange", message.exchange)
-            fields.setdefault("routing_key", message.routing_key)
-        record = Record(len(self.records) + 1, self.vhost.clock.wall(), kind, **fields)
-        self.records.append(record)
-        self._wake()
-
-    def _wake(self) -> None:
-        wakeups, self._wakeups = self._wakeups, []
-        for future in wakeups:
-            if not future.done():
-                future.set_result(None)
-
-    async def changed(self, timeout: float) -> None:  # noqa: ASYNC109 - a plain deadline
-        """Wait (on the broker's loop) until a record arrives or ``timeout`` passes."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._wakeups.append(future)
-        try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            pass
-
-    @staticmethod
-    def _who(origin: Origin | None) -> dict[str, Any]:
-        if origin is None:
-            return {}
-        return {"connection": origin.conn.name, "channel": origin.id}
-
-    # -- events (leveret.events.Subscriber) ---------------------------------------------
-
-    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
-        """A publish, with the queues it reached."""
-        self._add(
-            "published",
-            message,
-            queues=tuple(queues),
-            properties=_properties(message),
-            body=bytes(message.body),
-            **self._who(origin),
-        )
-
-    def returned(self, message: Message, origin: Origin) -> None:
-        """basic.return: also marks its publish ``returned`` (unroutable, not dropped)."""
-        number = self._number(message)
-        for index in range(len(self.records) - 1, -1, -1):
-            record = self.records[index]
-            if record.kind == "published" and record.message == number:
-                self.records[index] = dataclasses.replace(record, returned=True)
-                break
-        self._add("returned", message, **self._who(origin))
-
-    def delivered(
-        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
-    ) -> None:
-        """A delivery to a client."""
-        self._add(
-            "delivered",
-            message,
-            queue=queue,
-            redelivered=redelivered,
-            delivery_tag=tag,
-            **self._who(origin),
-        )
-
-    def acked(self, message: Message, queue: str) -> None:
-        """An ack."""
-        self._add("acked", message, queue=queue)
-
-    def rejected(self, message: Message, queue: str) -> None:
-        """A nack or reject without requeue."""
-        self._add("rejected", message, queue=queue)
-
-    def requeued(self, message: Message, queue: str) -> None:
-        """A delivery back in its queue."""
-        self._add("requeued", message, queue=queue)
-
-    def dead_lettered(
-        self,
-        message: Message,
-        queue: str,
-        reason: str,
-        copy: Message | None,
-        queues: Collection[str],
-    ) -> None:
-        """A dead-lettering; the copy's deliveries keep the original's number."""
-        number = self._number(message)
-        if copy is not None:
-            self._numbers[id(copy)] = (copy, number)
-        self._add(
-            "dead_lettered",
-            message,
-            queue=queue,
-            reason=reason,
-            dead_letter_exchange=None if copy is None else copy.exchange,
-            queues=tuple(queues),
-        )
-
-    def confirmed(self, origin: Origin, tag: int, multiple: bool, ack: bool) -> None:
-        """A publisher confirm."""
-        self._add(
-            "confirmed", None, delivery_tag=tag, multiple=multiple, ack=ack, **self._who(origin)
-        )
-
-
-def table(records: Collection[Record]) -> str:
-    """``records`` as a table: one line each, times from the first record's."""
-    if not records:
-        return "(no records)"
-    start = next(iter(records)).time
-    header = ("#", "+s", "kind", "msg", "ch", "exchange", "routing key", "queue", "detail")
-    rows = [header]
-    for r in records:
-        detail = [r.detail()]
-        if r.kind == "published" and r.body:
-            shown = repr(r.body if len(r.body) <= 40 else r.body[:37] + b"...")
-            detail.append(f"body={shown}")
-        rows.append(
-            (
-                str(r.seq),
-                f"{r.time - start:.3f}",
-                r.kind,
-                str(r.message) if r.message else "",
-                "" if r.channel is None else str(r.channel),
-                "" if r.kind == "confirmed" else r.exchange or "(default)",
-                r.routing_key,
-                r.queue or "",
-                " ".join(detail),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    return "\n".join(
-        (
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-            + "  "
-            + row[-1]
-        ).rstrip()
-        for row in rows
-    )
-
-
 def _of_kind(kind: str, doc: str) -> Callable[..., list[Record]]:
     """A :class:`Journal` query: the records of ``kind`` that match its filters."""
 
@@ -397,7 +112,7 @@ class Journal:
     unknown one is a :class:`TypeError`) and returns the matching records, oldest first.
     """
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(self, inspector: Inspected) -> None:
         backend = inspector._backend
         self.vhost = inspector.vhost
         self._inspector = inspector
@@ -412,7 +127,7 @@ class Journal:
         self._recorder = call_on_loop(backend.loop, self._start, 10.0)
 
     @classmethod
-    def of(cls, inspector: Inspector) -> Journal:
+    def of(cls, inspector: Inspected) -> Journal:
         """The inspector's journal, created (and recording started) on first use."""
         journal: Journal | None = inspector.__dict__.get("_journal")
         if journal is None:
@@ -420,7 +135,7 @@ class Journal:
         return journal
 
     @staticmethod
-    def stop_for(inspector: Inspector) -> None:
+    def stop_for(inspector: Inspected) -> None:
         """Stop the inspector's journal if it has one (the pytest fixture's teardown)."""
         journal: Journal | None = inspector.__dict__.get("_journal")
         if journal is not None:

@@ -4,7 +4,7 @@ suites in other languages (:mod:`leveret.inspect.journal` is the Python side).
 ``PUT /api/leveret/journal/{vhost}`` with ``{"recording": true}`` starts recording the
 vhost's events, ``{"recording": false}`` stops (the records stay readable);
 ``GET /api/leveret/journal/{vhost}`` is the list of records, oldest first, each as
-:class:`~leveret.inspect.journal.Record`'s fields with ``properties`` as the management
+:class:`~leveret.journal.Record`'s fields with ``properties`` as the management
 API shows a message's and the body as ``payload`` + ``payload_encoding`` (``string`` when
 it is UTF-8, else ``base64``, as ``POST /api/queues/{vhost}/{name}/get`` with
 ``encoding=auto``), plus ``recording``. Administrators only; an unknown vhost is
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
-from leveret.inspect.journal import Record, Recorder
-from leveret.management import views
+from leveret.journal import Record, Recorder
 from leveret.management.access import require_admin
 from leveret.management.api import server_of
 from leveret.management.errors import bad_request, not_found
 from leveret.management.messages import is_utf8
 from leveret.management.query import json_response, read_json
+from leveret.management.views import properties_view
 
 if TYPE_CHECKING:
     from leveret.vhost import VHost
@@ -54,7 +54,7 @@ def record_view(record: Record) -> dict[str, Any]:
         if f.name not in ("properties", "body")
     }
     item["queues"] = list(record.queues)
-    item["properties"] = views.properties_view(commands.Basic.Properties(**record.properties))
+    item["properties"] = properties_view(commands.Basic.Properties(**record.properties))
     if is_utf8(record.body):
         item["payload"], item["payload_encoding"] = record.body.decode("utf-8"), "string"
     else:
