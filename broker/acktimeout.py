@@ -11,7 +11,9 @@ timeout is not an integer (``x-consumer-timeout: "1h"``) has none, whatever the 
 
 RabbitMQ looks once a minute; Leveret every twentieth of the shortest timeout in use
 (between 0.1 s and a minute), so a channel closes at most 5 % late, and a short timeout set
-for a test takes effect promptly.
+for a test takes effect promptly. A channel's times are its vhost's clock's
+(:mod:`leveret.clock`), and a vhost's channels are looked at again whenever its manual
+clock is advanced, so a test sees a timeout the instant its clock passes it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from leveret.clock import Clock
 
 
 class TimedQueue(Protocol):
@@ -115,8 +120,21 @@ class Watched(Protocol):
         """The timeout (ms) its oldest unacknowledged delivery has outlived, or None."""
 
 
+class Clocked(Protocol):
+    """A connection's vhost as the check sees it: the clock its deliveries are timed by."""
+
+    @property
+    def clock(self) -> Clock:
+        """The vhost's clock."""
+
+
 class Holder(Protocol):
-    """A connection as the check sees it: its channels, and how one is closed with 406."""
+    """A connection as the check sees it: its vhost (the clock), its channels, and how one
+    is closed with 406."""
+
+    @property
+    def vhost(self) -> Clocked:
+        """The vhost it opened (set before any channel exists)."""
 
     @property
     def channels(self) -> Mapping[int, Watched]:
@@ -180,14 +198,24 @@ class AckTimeouts:
 
     def _check(self) -> None:
         self._timer = None
-        now = asyncio.get_running_loop().time()
+        self.check()
+        if self._running:
+            self._schedule()
+
+    def check(self, clock: Clock | None = None) -> None:
+        """Close every channel whose oldest delivery outlived its timeout: of every
+        connection, or (a vhost's clock was advanced) of those on ``clock`` only."""
         for connection in list(self._connections):
+            if not connection.channels:
+                continue  # no channel yet: the vhost may not be open either
+            own = connection.vhost.clock
+            if clock is not None and own is not clock:
+                continue
+            now = own.time()
             for channel in list(connection.channels.values()):
                 overdue = channel.overdue_ack(now, self.timeout_ms)
                 if overdue is not None:
                     connection.fail_channel(channel, timeout_text(channel.id, overdue))
-        if self._running:
-            self._schedule()
 
 
 def _period(timeout_ms: float | None) -> float:

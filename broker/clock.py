@@ -19,6 +19,11 @@ loop. :meth:`Clock.resume` lets time run again from where it stands (it does not
 back), the waiting timers handed back to the event loop.
 
 The mode is not stored: after a restart every vhost runs on the real clock.
+
+What belongs to a connection or to the whole node rather than to a vhost keeps the event
+loop's real time: heartbeats, handshake and close timeouts, the memory and disk monitors,
+the store's retry after a failed write, and the management statistics (rates and consumer
+utilisation are measurements of the machine, not of the messages' time).
 """
 
 from __future__ import annotations
@@ -176,6 +181,16 @@ class Clock:
         for timer in heap:
             if not timer.cancelled:
                 self._hand_to_loop(timer)
+
+    def set_mode(self, mode: object) -> None:
+        """``"manual"`` (:meth:`freeze`) or ``"real"`` (:meth:`resume`); ValueError for
+        anything else."""
+        if mode == "manual":
+            self.freeze()
+        elif mode == "real":
+            self.resume()
+        else:
+            raise ValueError(f'mode must be "manual" or "real", not {mode!r}')
 
     async def advance(self, seconds: float) -> int:
         """Move time ``seconds`` forward (freezing the clock first if it runs), firing

@@ -21,7 +21,6 @@ reads of the queue and its vhost), so this module does not import :mod:`leveret.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from leveret.churn import NodeCounters
+    from leveret.clock import Clock
     from leveret.delayed import DelayedMessages
     from leveret.events import Subscriber
     from leveret.exchanges.projection import Projection
@@ -60,6 +60,10 @@ class DeadLetterHome(Protocol):
     @property
     def churn(self) -> NodeCounters:
         """The node's counters (dead letters)."""
+
+    @property
+    def clock(self) -> Clock:
+        """Its clock (the ``x-death`` time; its queues' timers)."""
 
     @property
     def projection(self) -> Projection:
@@ -236,7 +240,7 @@ def dead_letter(queue: DeadLettering, message: Message, reason: str) -> None:
         message.exchange,
         message.routing_key,
         queue.dlrk,
-        int(time.time()),
+        int(vhost.clock.wall()),
     )
     # The same body, so the same class, weight and body size before the properties.
     copy = Message(dlx, death.keys[0], message.header[:PROPERTIES_AT] + death.payload, message.body)

@@ -25,11 +25,9 @@ queues, so a crash in between delivers it twice rather than never.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import logging
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,6 +35,7 @@ from leveret.exchanges.delayed import DELAY_HEADER, delay_of
 from leveret.message import Message, with_header
 
 if TYPE_CHECKING:
+    from leveret.clock import Clock, Timer
     from leveret.persistence import Persistence
     from leveret.storage.segments import StoredMessage
 
@@ -53,6 +52,11 @@ class Releaser(Protocol):
     def persistence(self) -> Persistence | None:
         """Where kept-back messages are stored (None: not durable)."""
 
+    @property
+    def clock(self) -> Clock:
+        """The vhost's clock: due times are its wall time in ms (they are stored, so they
+        outlive the process), the release timer is its timer."""
+
     def publish(self, message: Message, *, source: str | None) -> object:
         """Route a released ``message`` from the exchange ``source``."""
 
@@ -63,11 +67,6 @@ log = logging.getLogger(__name__)
 _Held = tuple[int, int, str, Message, int]
 
 
-def now_ms() -> int:
-    """Wall-clock milliseconds: due times outlive the process (they are stored)."""
-    return time.time_ns() // 1_000_000
-
-
 class DelayedMessages:
     """One vhost's kept-back messages, in due order, with one timer for the earliest."""
 
@@ -75,7 +74,7 @@ class DelayedMessages:
         self.vhost = vhost
         self._heap: list[_Held] = []
         self._order = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._timer_due = 0
 
     def hold(self, message: Message, exchanges: Sequence[str]) -> int:
@@ -85,7 +84,7 @@ class DelayedMessages:
         Returns the group-commit generation that makes it durable (0 without a data dir):
         a publisher confirm waits for it.
         """
-        due = now_ms() + delay_of(message.headers)
+        due = self.vhost.clock.wall_ms() + delay_of(message.headers)
         persistence = self.vhost.persistence
         generation = 0
         for exchange in exchanges:
@@ -137,15 +136,15 @@ class DelayedMessages:
             if self._timer_due <= due:
                 return
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
+        clock = self.vhost.clock
         self._timer_due = due
-        self._timer = loop.call_later(max(0, due - now_ms()) / 1000, self._release)
+        self._timer = clock.call_later(max(0, due - clock.wall_ms()) / 1000, self._release)
 
     def _release(self) -> None:
         """Route every message that is due, from the exchange that kept it."""
         self._timer = None
         heap = self._heap
-        now = now_ms()
+        now = self.vhost.clock.wall_ms()
         released: list[tuple[tuple[str, str], int]] = []
         while heap and heap[0][0] <= now:
             _, _, exchange, message, store_id = heapq.heappop(heap)

@@ -19,10 +19,10 @@ from leveret.arguments import arg_text, int_arg
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 
 if TYPE_CHECKING:
-    import asyncio
     from collections import deque
 
     from leveret.acktimeout import AckTimeouts
+    from leveret.clock import Timer
     from leveret.prioritydeque import Entry, PriorityDeque
 
 
@@ -52,7 +52,7 @@ class ConfiguredQueue(Protocol):
     policy: Policy | None
     operator_policy: Policy | None
     policy_definition: dict[str, Any]
-    _expiry_timer: asyncio.TimerHandle | None
+    _expiry_timer: Timer | None
 
     @property
     def vhost(self) -> ConfiguredHome:

@@ -12,12 +12,12 @@ which lists what they use, so this module does not import
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Sized
 from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 
 if TYPE_CHECKING:
+    from leveret.clock import Clock, Timer
     from leveret.message import Message
     from leveret.prioritydeque import Entry, PriorityDeque
 
@@ -35,9 +35,9 @@ class ExpiringQueue(Protocol):
     """A queue as its clocks see it (:class:`leveret.queue.Queue` implements it; the
     functions below are its methods)."""
 
-    _loop: asyncio.AbstractEventLoop
-    _ttl_timer: asyncio.TimerHandle | None
-    _expiry_timer: asyncio.TimerHandle | None
+    clock: Clock
+    _ttl_timer: Timer | None
+    _expiry_timer: Timer | None
     _last_used: float
 
     @property
@@ -89,7 +89,7 @@ def expire_head(queue: ExpiringQueue, now: float | None = None) -> None:
     if not messages:
         return
     if now is None:
-        now = queue._loop.time()
+        now = queue.clock.time()
     while messages and messages[0][2] and messages[0][2] <= now:
         queue._drop(queue._pop()[0], "expired")
 
@@ -102,8 +102,7 @@ def schedule_ttl(queue: ExpiringQueue) -> None:
     head_expires = queue.messages[0][2]
     if not head_expires:
         return
-    loop = queue._loop
-    queue._ttl_timer = loop.call_at(head_expires, queue._on_ttl_timer)
+    queue._ttl_timer = queue.clock.call_at(head_expires, queue._on_ttl_timer)
 
 
 def on_ttl_timer(queue: ExpiringQueue) -> None:
@@ -120,10 +119,10 @@ def touch(queue: ExpiringQueue) -> None:
     """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
     if queue.expires is None or queue.deleted:
         return
-    loop = queue._loop
-    queue._last_used = loop.time()
+    clock = queue.clock
+    queue._last_used = clock.time()
     if queue._expiry_timer is None:
-        queue._expiry_timer = loop.call_later(queue.expires / 1000, queue._on_expiry_timer)
+        queue._expiry_timer = clock.call_later(queue.expires / 1000, queue._on_expiry_timer)
 
 
 def on_expiry_timer(queue: ExpiringQueue) -> None:
@@ -133,9 +132,9 @@ def on_expiry_timer(queue: ExpiringQueue) -> None:
         return
     if queue.consumers:
         return  # in use; the last consumer to leave restarts the clock
-    loop = queue._loop
-    remaining = queue._last_used + queue.expires / 1000 - loop.time()
+    clock = queue.clock
+    remaining = queue._last_used + queue.expires / 1000 - clock.time()
     if remaining > 0:
-        queue._expiry_timer = loop.call_later(remaining, queue._on_expiry_timer)
+        queue._expiry_timer = clock.call_later(remaining, queue._on_expiry_timer)
         return
     queue.vhost.delete_queue(queue)

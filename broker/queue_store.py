@@ -12,14 +12,12 @@ apart so the queue module holds dispatch and the delivery verbs; they see it as 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Protocol
 
 from leveret.message import Message
 
 if TYPE_CHECKING:
-    import asyncio
-
+    from leveret.clock import Clock
     from leveret.persistence import Persistence
     from leveret.prioritydeque import Entry
     from leveret.storage.messages import MessageStore
@@ -46,8 +44,8 @@ class StoredQueue(Protocol):
     seq: int
 
     @property
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        """Its event loop (recovered expiries become loop times)."""
+    def clock(self) -> Clock:
+        """Its vhost's clock (stored expiries are its wall times, ready ones its times)."""
 
     @property
     def vhost(self) -> StoringHome:
@@ -76,7 +74,7 @@ def persist(queue: StoredQueue, message: Message, ttl: int | None) -> None:
     """Write a persistent message of this durable queue to the message store."""
     store = queue.store
     assert store is not None
-    expires = int(time.time() * 1000) + ttl if ttl is not None else 0
+    expires = queue.clock.wall_ms() + ttl if ttl is not None else 0
     msg_id = store.append(
         (queue.vhost.name, queue.name),
         message.exchange,
@@ -118,14 +116,14 @@ def restore(queue: StoredQueue, stored: list[StoredMessage], all_redelivered: bo
 
     ``all_redelivered``: flag every message ``redelivered``, whatever its delivered mark
     says (after a kill, a mark made since the last sync may not be on disk)."""
-    loop = queue._loop
-    now = time.time()
+    clock = queue.clock
+    now = clock.wall()
     for item in stored:
         message = Message(item.exchange, item.routing_key, item.header, item.body)
         message.store_ids = {queue.name: item.msg_id}
         expires = 0.0
         if item.expires:
-            expires = loop.time() + (item.expires / 1000 - now)
+            expires = clock.time() + (item.expires / 1000 - now)
             queue.expiring = True
         queue.seq += 1
         queue._push((message, all_redelivered or item.redelivered, expires, queue.seq))

@@ -152,6 +152,7 @@ class ServerState(Generic[C]):
             vhost = self.vhosts[name] = VHost(name, self.memory, self.persistence)
             vhost.tracer = self.tracer
             vhost.ack_timeouts = self.ack_timeouts
+            vhost.clock.on_moved(self.ack_timeouts.check)
             vhost.churn = self.churn
         return vhost
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import bisect
 import datetime
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -71,12 +70,13 @@ def not_supported(what: str, where: str) -> AMQPConnectionError:
     return AMQPConnectionError(NOT_IMPLEMENTED, f"{what} not supported by stream queues {where}")
 
 
-def parse_start(arguments: Mapping[str, Any]) -> Start:
+def parse_start(arguments: Mapping[str, Any], now_ms: int = 0) -> Start:
     """The start a consumer's ``x-stream-offset`` asks for (``next`` when absent).
 
     As RabbitMQ 3.10.8: an integer is an offset (a negative one means the first), a
     timestamp a time (seconds), a string ``first``/``last``/``next`` or an interval back
-    from now (other strings were refused before: leveret.arguments.consume_error); floats,
+    from ``now_ms`` (the vhost's time; other strings were refused before:
+    leveret.arguments.consume_error); floats,
     booleans and other types crash RabbitMQ's channel (541).
     """
     if OFFSET_HEADER not in arguments:
@@ -95,7 +95,7 @@ def parse_start(arguments: Mapping[str, Any]) -> Start:
             return (text, 0)
         back = interval_ms(text)
         if back is not None:
-            return ("time", int(time.time() * 1000) - back)
+            return ("time", now_ms - back)
     raise ChannelCrashError()
 
 
@@ -222,7 +222,7 @@ class StreamQueue(Queue):
             with_header(message.header, OFFSET_HEADER, offset),
             message.body,
         )
-        stamp = int(time.time() * 1000)
+        stamp = self.clock.wall_ms()
         if self.store is not None:
             copy.store_ids = {
                 self.name: self.store.append(
@@ -364,7 +364,8 @@ class StreamQueue(Queue):
     def subscribe(self, consumer: Consumer) -> None:
         """Attach ``consumer`` reading from the start its ``x-stream-offset`` asks for,
         filtered if its arguments ask."""
-        self.positions[consumer] = self.start_at(parse_start(consumer.arguments))
+        start = parse_start(consumer.arguments, self.clock.wall_ms())
+        self.positions[consumer] = self.start_at(start)
         wanted = parse_filter(consumer.arguments)
         if wanted is not None:
             self.filters[consumer] = wanted

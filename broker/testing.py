@@ -23,9 +23,10 @@ is all a project needs. Fixtures (see docs/testing.md for examples):
 ``leveret`` (function)
     An :class:`~broker.inspect.Inspector` bound to the test's vhost: queue depth, ready,
     unacked, consumers, counters, and waits (``wait_for_messages``, ``wait_until_acked``,
-    ``wait_for_consumers``...) that replace sleeps; ``leveret.journal``, the vhost's
-    traffic journal (:mod:`~broker.inspect.journal`), recording from its first use to
-    the test's end. Against an external broker a test that uses it is skipped.
+    ``wait_for_consumers``...) that replace sleeps; ``leveret.clock``, the vhost's virtual
+    clock (frozen on first use: ``advance(seconds)`` fires what comes due);
+    ``leveret.journal``, the vhost's traffic journal (:mod:`~broker.inspect.journal`),
+    recording from its first use to the test's end.
 
 External broker: ``--leveret-url URL`` (or ``LEVERET_URL``, or the ``leveret_url`` ini
 option) runs the same tests against another broker, e.g. a real RabbitMQ. Per-test vhosts
@@ -35,7 +36,9 @@ and the inspector then use its management HTTP API, at ``--leveret-management-ur
 every test uses the URL's own vhost (no isolation: tests must clean up after themselves)
 and the inspector raises :class:`~broker.inspect.InspectionUnavailableError`.
 
-The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures point at an
+What only Leveret can do (``leveret.clock``...) raises
+:class:`~broker.inspect.LeveretOnlyError` against another broker, and the test is skipped
+with its text. The marker ``@pytest.mark.leveret_only`` skips a test when the fixtures point at an
 external broker (for tests of Leveret-specific behaviour).
 """
 
@@ -56,12 +59,12 @@ from leveret.inspect import (
     InspectionUnavailableError,
     Inspector,
     Journal,
+    LeveretOnlyError,
     ManagementAPI,
     QueueNotFoundError,
     QueueStats,
     amqp_url_with,
 )
-from leveret.inspect.journal import JournalUnavailableError
 
 if TYPE_CHECKING:
     import aio_pika.abc
@@ -79,6 +82,7 @@ __all__ = [
     "InspectionUnavailableError",
     "Inspector",
     "LeveretBroker",
+    "LeveretOnlyError",
     "ManagementAPI",
     "QueueNotFoundError",
     "QueueStats",
@@ -293,6 +297,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"leveret_only: the fixtures point at an external broker {redact(url)}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test that asks an external broker for what only Leveret does (the inspector's
+    ``clock``, ``journal``, ``faults``) is skipped with the one line saying why."""
+    try:
+        return (yield)
+    except LeveretOnlyError as exc:
+        pytest.skip(str(exc))
+
+
 # -- fixtures ------------------------------------------------------------------------------
 
 
@@ -360,16 +374,6 @@ def leveret(
         yield inspector
     finally:
         Journal.stop_for(inspector)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """A test that reads ``leveret.journal`` against a broker without one (an external
-    broker) is skipped with the reason, not failed."""
-    try:
-        return (yield)
-    except JournalUnavailableError as exc:
-        pytest.skip(str(exc))
 
 
 @pytest.fixture

@@ -160,6 +160,13 @@ SPECS: dict[str, Spec] = {
         vhost=True,
         options=_delete_queue_options,
     ),
+    # Leveret's own (no rabbitmqctl counterpart): the vhost's virtual clock, for tests.
+    "advance_clock": Spec(
+        "advance a vhost's clock SECONDS (it stays manual: time stands still after)",
+        ("seconds",),
+        banner="Advancing the clock of vhost '{vhost}' by {seconds} s ...",
+        vhost=True,
+    ),
 }
 
 
@@ -286,6 +293,7 @@ def request_args(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "tags",
             "default_queue_type",
             "columns",
+            "seconds",
         )
     }
     if name in ("add_user", "change_password"):

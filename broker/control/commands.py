@@ -370,6 +370,21 @@ def delete_queue(server: ServerState[Connection], args: Args) -> Reply:
     return f"Queue was successfully deleted with {count} messages", count
 
 
+async def advance_clock(server: ServerState[Connection], args: Args) -> Reply:
+    """advance_clock [-p VHOST] SECONDS: the vhost's clock moves on (manual from then on),
+    firing what comes due (:meth:`leveret.clock.Clock.advance`)."""
+    from leveret.clock import checked_seconds
+
+    vhost = vhost_named(server, text(args, "vhost"))
+    raw = text(args, "seconds")
+    try:
+        seconds = checked_seconds(float(raw))
+    except ValueError:
+        raise ControlError(f"SECONDS must be a number >= 0, not '{raw}'", EX_USAGE) from None
+    fired = await vhost.clock.advance(seconds)
+    return f"Fired {fired} timer{'s' if fired != 1 else ''}", fired
+
+
 COMMANDS: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[Reply]]] = {
     handler.__name__: handler
     for handler in (
@@ -391,5 +406,6 @@ COMMANDS: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[
         import_definitions,
         purge_queue,
         delete_queue,
+        advance_clock,
     )
 }

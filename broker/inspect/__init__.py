@@ -43,6 +43,7 @@ from leveret.inspect.backends import (
     Unavailable,
 )
 from leveret.inspect.brokerthread import BrokerThread, amqp_url_with
+from leveret.inspect.clock import Clocks, HttpClocks, LocalClocks, NoClocks, VirtualClock
 from leveret.inspect.http import ManagementAPI, ManagementError
 from leveret.inspect.journal import Journal
 from leveret.inspect.loops import call_on_loop
@@ -50,8 +51,10 @@ from leveret.inspect.stats import (
     DEFAULT_TIMEOUT,
     Condition,
     InspectionUnavailableError,
+    LeveretOnlyError,
     QueueNotFoundError,
     QueueStats,
+    VHostNotFoundError,
 )
 
 __all__ = [
@@ -60,10 +63,13 @@ __all__ = [
     "InspectionUnavailableError",
     "Inspector",
     "Journal",
+    "LeveretOnlyError",
     "ManagementAPI",
     "ManagementError",
     "QueueNotFoundError",
     "QueueStats",
+    "VHostNotFoundError",
+    "VirtualClock",
     "amqp_url_with",
     "call_on_loop",
 ]
@@ -98,6 +104,7 @@ class Inspector:
     _backend: Backend
     vhost: str
     timeout: float
+    _clock: VirtualClock | None = None
 
     def __init__(
         self,
@@ -139,6 +146,26 @@ class Inspector:
 
     def __repr__(self) -> str:
         return f"<Inspector vhost={self.vhost!r} via {self._backend.describe()}>"
+
+    @property
+    def clock(self) -> VirtualClock:
+        """The vhost's clock, frozen on first use (:class:`VirtualClock`): ``advance``
+        moves it, ``resume`` lets it run again. Leveret only: another broker raises
+        :class:`LeveretOnlyError` (the pytest plugin skips the test)."""
+        if self._clock is None:
+            backend = self._backend
+            clocks: Clocks
+            if isinstance(backend, LocalBackend):
+                clocks = LocalClocks(backend)
+            elif isinstance(backend, ManagementBackend):
+                clocks = HttpClocks(backend.api)
+            else:
+                reason = backend.reason if isinstance(backend, Unavailable) else "no broker"
+                clocks = NoClocks(reason)
+            clock = VirtualClock(clocks, self.vhost)
+            clock.freeze()
+            self._clock = clock
+        return self._clock
 
     @property
     def journal(self) -> Journal:

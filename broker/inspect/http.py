@@ -88,6 +88,16 @@ class ManagementAPI:
             if exc.status != 404:
                 raise
 
+    def vhost_exists(self, name: str) -> bool:
+        """Whether ``GET /api/vhosts/{name}`` finds the vhost."""
+        try:
+            self.request("GET", f"/api/vhosts/{self._q(name)}")
+        except ManagementError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def set_permissions(
         self, vhost: str, user: str, configure: str = ".*", write: str = ".*", read: str = ".*"
     ) -> None:

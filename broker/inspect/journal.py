@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from leveret.inspect.backends import Backend, LocalBackend, ManagementBackend, Unavailable
 from leveret.inspect.loops import call_on_loop, call_on_loop_async, running_loop
-from leveret.inspect.stats import InspectionUnavailableError
+from leveret.inspect.stats import LeveretOnlyError
 from leveret.journal import KINDS, Record, Recorder, table
 
 __all__ = [
@@ -58,8 +58,9 @@ class Inspected(Protocol):
     __dict__: dict[str, Any]
 
 
-class JournalUnavailableError(InspectionUnavailableError):
-    """The broker has no journal to read (an external broker)."""
+class JournalUnavailableError(LeveretOnlyError):
+    """The broker has no journal to read (an external broker); the pytest plugin skips
+    the test with its text."""
 
 
 class VHostNotFoundError(LookupError):

@@ -25,8 +25,17 @@ class InspectionUnavailableError(RuntimeError):
     """The broker cannot be inspected (an external broker without a management API)."""
 
 
+class LeveretOnlyError(InspectionUnavailableError):
+    """What only Leveret can do (the virtual clock, the journal, injected faults) was asked
+    of another broker; the pytest plugin skips the test with this text."""
+
+
 class QueueNotFoundError(LookupError):
     """The queue does not exist in the inspected vhost."""
+
+
+class VHostNotFoundError(LookupError):
+    """The inspected vhost does not exist."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from aiohttp import web
 import leveret.management.actions as actions
 import leveret.management.api as api
 import leveret.management.clients as clients
+import leveret.management.clock as clock
 import leveret.management.health as health
 import leveret.management.journal as journal
 import leveret.management.limits as limits
@@ -120,6 +121,7 @@ def build_app(server: ServerState[Connection]) -> web.Application:
         trace,
         health,
         journal,
+        clock,
     )
     for module in modules:
         app.router.add_routes(module.routes)

@@ -1,13 +1,13 @@
 """Queues and consumers: ready messages, dispatch, prefetch, and the queue features.
 
 A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
-is a loop time, 0 for never). Delivered-but-unacked entries live in the ledger of the
-subscriber that took them (a channel), which settles them through the queue's verbs
-(:meth:`Queue.ack`, :meth:`Queue.reject`, :meth:`Queue.requeue`, in
-:mod:`leveret.queue_settle`); an entry keeps its
-expiry when requeued, as in RabbitMQ. The queue owns its counters (delivered, acked,
-unacked...) and the consumers' unacked and no-ack delivery counts: only these verbs and
-:meth:`Queue.get` and :meth:`Queue.deliver` write them.
+is a time of the vhost's clock, :mod:`leveret.clock`, 0 for never). Delivered-but-unacked
+entries live in the ledger of the subscriber that took them (a channel), which settles
+them through the queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`,
+:meth:`Queue.requeue`, in :mod:`leveret.queue_settle`); an entry keeps its expiry when
+requeued, as in RabbitMQ. The queue owns its counters (delivered, acked, unacked...) and
+the consumers' unacked and no-ack delivery counts: only these verbs and :meth:`Queue.get`
+and :meth:`Queue.deliver` write them.
 
 A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
 state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
@@ -33,7 +33,6 @@ skips every check.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from leveret.queue.peers import Subscriber as Subscriber
 from leveret.queue.peers import Writable as Writable
 
 if TYPE_CHECKING:
+    from leveret.clock import Timer
     from leveret.storage.messages import MessageStore
 
 
@@ -72,13 +72,13 @@ class Queue:
         "__weakref__",
         "_expiry_timer",
         "_last_used",
-        "_loop",
         "_prioritised_consumers",
         "_rr",
         "_ttl_timer",
         "acked_total",
         "arguments",
         "auto_delete",
+        "clock",
         "consumer_timeout",
         "consumers",
         "deleted",
@@ -142,7 +142,7 @@ class Queue:
         arguments: dict[str, Any],
     ) -> None:
         self.vhost = vhost
-        self._loop = asyncio.get_running_loop()
+        self.clock = vhost.clock  # the one door time enters by (leveret.clock)
         self.memory = vhost.memory
         persistence = vhost.persistence
         self.store: MessageStore | None = (
@@ -190,8 +190,8 @@ class Queue:
         self.expiring = False
         self._configure()
         self._prioritised_consumers = False
-        self._ttl_timer: asyncio.TimerHandle | None = None
-        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._ttl_timer: Timer | None = None
+        self._expiry_timer: Timer | None = None
         self._last_used = 0.0
         if self.expires is not None:
             self.touch()
@@ -242,7 +242,7 @@ class Queue:
         ttl = self.message_ttl
         if message.ttl is not None and (ttl is None or message.ttl < ttl):
             ttl = message.ttl
-        now = self._loop.time()
+        now = self.clock.time()
         expires = now + ttl / 1000 if ttl is not None else 0.0
         if expires:
             self.expiring = True
@@ -320,7 +320,7 @@ class Queue:
         messages = self.messages
         now = 0.0
         if self.expiring:
-            now = self._loop.time()
+            now = self.clock.time()
             self._expire_head(now)
         while messages and self.consumers:
             consumer = self._next_consumer()

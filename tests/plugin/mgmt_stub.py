@@ -81,6 +81,10 @@ class ManagementStub:
             match (method, parts):
                 case ("GET", ["overview"]):
                     return 200, {"product_name": "management stub"}
+                case ("GET", ["vhosts", name]):
+                    if name not in server.vhosts:
+                        return 404, {"error": "Object Not Found", "reason": "Not Found"}
+                    return 200, {"name": name}
                 case ("PUT", ["vhosts", name]):
                     server.add_vhost(name)
                     return 201, None

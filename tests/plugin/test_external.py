@@ -238,3 +238,72 @@ def test_management_api_rejecting_credentials_is_explained(
         result = project.runpytest("--leveret-url", url, "--leveret-management-url", stub.url)
         result.assert_outcomes(passed=1)
         assert json.dumps(stub.requests).count("/api/overview") == 1
+
+
+USES_THE_CLOCK = """
+import pika
+
+def test_clock(amqp_url, leveret):
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = connection.channel()
+    channel.queue_declare("q", arguments={{"x-message-ttl": 600_000}})
+    leveret.clock.freeze()
+    channel.basic_publish("", "q", b"x")
+    leveret.wait_for_messages("q", 1)
+    leveret.clock.advance(601)
+    assert leveret.messages_ready("q") == 0
+    connection.close()
+"""
+
+
+def test_the_clock_of_another_broker_skips_the_test(
+    project: pytest.Pytester, external: BrokerThread
+) -> None:
+    """A RabbitMQ (here its stand-in) cannot move its time: the test is skipped, saying so."""
+    with ManagementStub(external) as stub:
+        project.makepyfile(USES_THE_CLOCK.format())
+        result = project.runpytest(
+            "-rs", "--leveret-url", external.url, "--leveret-management-url", stub.url
+        )
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(
+            [
+                f"SKIPPED * the virtual clock needs Leveret: the broker at {stub.url} has no "
+                "/api/leveret/clock/*"
+            ]
+        )
+
+
+def test_the_clock_without_a_management_api_skips_the_test(
+    project: pytest.Pytester, external: BrokerThread
+) -> None:
+    project.makepyfile(USES_THE_CLOCK.format())
+    result = project.runpytest(
+        "-rs", "--leveret-url", external.url, "--leveret-management-url", "none"
+    )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED * the virtual clock is not available: the leveret inspector needs the "
+            "management HTTP API of the external broker*"
+        ]
+    )
+
+
+def test_the_clock_of_an_external_leveret_moves(
+    project: pytest.Pytester, external: BrokerThread
+) -> None:
+    """An external Leveret's clock, through /api/leveret/clock: a Go or Node suite's way."""
+    from leveret.management import start_management
+
+    handle = asyncio.run_coroutine_threadsafe(
+        start_management(external.server, "127.0.0.1", 0, stats_interval=0.2), external.loop
+    ).result(10)
+    try:
+        project.makepyfile(USES_THE_CLOCK.format())
+        result = project.runpytest(
+            "--leveret-url", external.url, "--leveret-management-url", handle.url
+        )
+        result.assert_outcomes(passed=1)
+    finally:
+        asyncio.run_coroutine_threadsafe(handle.close(), external.loop).result(10)
