@@ -192,6 +192,10 @@ class EventSource:
         if subscriber in self._subscribers:
             self._set(tuple(s for s in self._subscribers if s is not subscriber))
 
+    def unsubscribe_all(self) -> None:
+        """Stop sending events to anyone (the vhost is deleted)."""
+        self._set(())
+
     def _set(self, subscribers: tuple[Subscriber, ...]) -> None:
         self._subscribers = subscribers
         # One subscriber is called directly: the common case (the firehose, the trace or

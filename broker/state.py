@@ -225,6 +225,7 @@ class ServerState(Generic[C]):
             vhost.delete_queue(queue)
         vhost.delayed.drop()
         vhost.clock.close()
+        vhost.unsubscribe_all()  # a deleted vhost records nothing more (a test's journal)
         self.access.forget_vhost(name)
         self.save_access()
         return True

@@ -372,3 +372,19 @@ def test_external_broker_skips_a_journal_test(pytester: pytest.Pytester) -> None
     )
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*no traffic journal*"])
+
+
+def test_deleting_the_vhost_stops_recording(leveret_broker: BrokerThread) -> None:
+    leveret_broker.add_vhost("journal-deleted")
+    inspector = Inspector(leveret_broker, vhost="journal-deleted")
+    vhost = vhost_of(leveret_broker, "journal-deleted")
+    journal = inspector.journal
+    connection = pika.BlockingConnection(
+        pika.URLParameters(leveret_broker.vhost_url("journal-deleted"))
+    )
+    connection.channel().basic_publish("", "nowhere", b"before")
+    journal.wait_for("published")
+    assert journal.recording and vhost.events is not None
+    leveret_broker.delete_vhost("journal-deleted")
+    assert not journal.recording and vhost.events is None
+    assert [r.body for r in journal] == [b"before"]  # still readable
