@@ -79,6 +79,9 @@ class VHost(VHostPolicies, EventSource):
         # messages and consumer timeouts (leveret.clock; manual in a test).
         self.clock = Clock(name)
         self.persistence = persistence
+        # Who listens to its events (leveret.events): an instance attribute, as every
+        # delivery and ack reads it.
+        self.events = None
         self._tracer: TraceWriter | None = None
         self._trace_tap: TraceTap | None = None
         self._firehose_tap: FirehoseTap | None = None
