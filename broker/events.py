@@ -14,7 +14,8 @@ nobody listens, so an absent subscriber costs each point one check::
 The subscribers are the firehose (:mod:`leveret.firehose`), the traffic trace
 (:mod:`leveret.trace`) and the test journal (:mod:`leveret.inspect.journal`). A vhost with
 one subscriber calls it directly; with several, a :class:`Fanout` calls each in the order
-they subscribed. Every call happens on the broker's loop, synchronously at the point it
+they subscribed, those that publish into the vhost as they handle one (the firehose) last.
+Every call happens on the broker's loop, synchronously at the point it
 describes, so a subscriber sees events in the order they happened.
 """
 
@@ -80,6 +81,11 @@ class Subscriber:
     """Receives a vhost's events; every method does nothing unless overridden, so a
     subscriber implements only the events it wants."""
 
+    #: Whether it publishes into the vhost while it handles an event (the firehose's
+    #: copies): such subscribers are called after the others, so that those see an event
+    #: before the publishes it causes.
+    publishes = False
+
     def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
         """``message`` was published (``origin``: the channel, None for the management API
         or the firehose's own copies) and reached ``queues`` (empty: unroutable); called
@@ -123,7 +129,7 @@ class Subscriber:
 
 
 class Fanout(Subscriber):
-    """Several subscribers of one vhost, called in the order they subscribed."""
+    """Several subscribers of one vhost, called in order (EventSource._set orders them)."""
 
     def __init__(self, subscribers: tuple[Subscriber, ...]) -> None:
         self.subscribers = subscribers
@@ -179,7 +185,7 @@ class EventSource:
 
     @property
     def subscribers(self) -> tuple[Subscriber, ...]:
-        """The subscribers, in the order they subscribed."""
+        """The subscribers, in the order they are called."""
         return self._subscribers
 
     def subscribe(self, subscriber: Subscriber) -> None:
@@ -197,6 +203,7 @@ class EventSource:
         self._set(())
 
     def _set(self, subscribers: tuple[Subscriber, ...]) -> None:
+        subscribers = tuple(sorted(subscribers, key=lambda s: s.publishes))  # stable
         self._subscribers = subscribers
         # One subscriber is called directly: the common case (the firehose, the trace or
         # a test's journal alone) pays no loop.

@@ -149,6 +149,8 @@ class FirehoseTap(Subscriber):
     """The firehose as a subscriber of its vhost's events (:mod:`leveret.events`): tracing
     a vhost is subscribing one of these (``vhost.firehose = True``)."""
 
+    publishes = True  # its copies: called after the other subscribers of an event
+
     def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
         """Trace a client's publish; the management API's and the broker's own (origin
         None) are not traced, as RabbitMQ traces in the channel."""

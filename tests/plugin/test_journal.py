@@ -15,11 +15,13 @@ import aio_pika
 import pika
 import pytest
 
+from leveret.firehose import FirehoseTap
 from leveret.inspect import BrokerThread, Inspector, call_on_loop
 from leveret.inspect.journal import (
     Journal,
     JournalUnavailableError,
     Record,
+    Recorder,
     VHostNotFoundError,
 )
 from leveret.vhost import VHost
@@ -388,3 +390,32 @@ def test_deleting_the_vhost_stops_recording(leveret_broker: BrokerThread) -> Non
     leveret_broker.delete_vhost("journal-deleted")
     assert not journal.recording and vhost.events is None
     assert [r.body for r in journal] == [b"before"]  # still readable
+
+
+def test_the_journal_beside_the_firehose(
+    pika_connection: Any, leveret: Inspector, leveret_broker: BrokerThread
+) -> None:
+    vhost = vhost_of(leveret_broker, leveret.vhost)
+    channel = pika_connection.channel()
+    channel.queue_declare("traced")
+    channel.queue_declare("orders")
+    channel.queue_bind("traced", "amq.rabbitmq.trace", "publish.#")
+
+    def firehose_on() -> None:
+        vhost.firehose = True
+
+    call_on_loop(leveret_broker.loop, firehose_on, 5.0)
+    journal = leveret.journal
+    # The firehose publishes as it handles an event: it is called last, so the journal
+    # records a publish before the firehose's copy of it.
+    assert [type(s) for s in vhost.subscribers] == [Recorder, FirehoseTap]
+    channel.basic_publish("", "orders", b"both see it")
+    # The firehose's copy is a publish into the vhost as well, so the journal has both.
+    records = journal.wait_for("published", count=2)
+    assert [(r.exchange, r.routing_key, r.queues) for r in records] == [
+        ("", "orders", ("orders",)),
+        ("amq.rabbitmq.trace", "publish.", ("traced",)),
+    ]
+    leveret.wait_for_messages("traced", 1)
+    journal.stop()
+    assert vhost.subscribers != () and vhost.firehose
