@@ -260,16 +260,17 @@ def dead_letter(queue: DeadLettering, message: Message, reason: str) -> None:
     if kept:
         # An exchange on the way that keeps it does so once, whatever the number of keys.
         vhost.delayed.hold(copy, list(kept))
-    reached = [
-        name
-        for name in sorted(targets)
-        if name in vhost.queues and (reason == "rejected" or not is_cycle(name, death.deaths))
-    ]
     events = vhost.events
     if events is not None:
         # Before the copy is in any queue, as a publish: its deliveries come after.
+        reached = [
+            name
+            for name in sorted(targets)
+            if name in vhost.queues and (reason == "rejected" or not is_cycle(name, death.deaths))
+        ]
         events.dead_lettered(message, queue.name, reason, copy, reached)
-    for name in reached:
+    for name in sorted(targets):
         target = vhost.queues.get(name)
-        if target is not None:
-            target.publish(copy)
+        if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):
+            continue
+        target.publish(copy)
