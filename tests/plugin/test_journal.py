@@ -33,6 +33,13 @@ def vhost_of(broker: BrokerThread, name: str) -> VHost:
     return call_on_loop(broker.loop, lambda: broker.server.vhosts[name], 5.0)
 
 
+def dead_letter_exchange(channel: Any, kind: str, queue: str, key: str = "") -> None:
+    """Exchange ``dlx`` of type ``kind``, with ``queue`` bound to it by ``key``."""
+    channel.exchange_declare("dlx", kind)
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, "dlx", key)
+
+
 def test_routed_publish_delivery_and_ack_in_order(pika_connection: Any, leveret: Inspector) -> None:
     journal = leveret.journal
     channel = pika_connection.channel()
@@ -138,9 +145,7 @@ def test_dead_lettering_by_rejection_reaches_the_dlq(
     pika_connection: Any, leveret: Inspector
 ) -> None:
     channel = pika_connection.channel()
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("dead")
-    channel.queue_bind("dead", "dlx")
+    dead_letter_exchange(channel, "fanout", "dead")
     channel.queue_declare("jobs", arguments={"x-dead-letter-exchange": "dlx"})
     journal = leveret.journal
     channel.basic_publish("", "jobs", b"bad job")
@@ -159,9 +164,7 @@ def test_dead_lettering_by_ttl_and_expiry_without_dlx(
     pika_connection: Any, leveret: Inspector
 ) -> None:
     channel = pika_connection.channel()
-    channel.exchange_declare("dlx", "direct")
-    channel.queue_declare("expired")
-    channel.queue_bind("expired", "dlx", "late")
+    dead_letter_exchange(channel, "direct", "expired", "late")
     channel.queue_declare(
         "short",
         arguments={
