@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from leveret import channel_consume, channel_topology, channel_tx, codec, firehose
+from leveret import channel_consume, channel_topology, channel_tx, codec
 from leveret.acktimeout import DeliveryClock
 from leveret.channel_parts import Content, Node, Record, Wire
 from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
@@ -394,6 +394,9 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             )
             + codec.content_frames(self.id, message.header, message.body, self.conn.frame_max)
         )
+        events = self.vhost.events
+        if events is not None:
+            events.returned(message, self)
 
     # -- delivery ---------------------------------------------------------------------
 
@@ -437,8 +440,9 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             self.conn.write_parts(parts)
         else:
             self.conn.write(b"".join(parts))
-        if self.vhost.firehose:
-            firehose.delivered(message, queue.name, bool(redelivered), self)
+        events = self.vhost.events
+        if events is not None:
+            events.delivered(message, queue.name, bool(redelivered), self, tag)
 
     def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) the oldest unacknowledged delivery has outlived, or None

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from leveret import codec, firehose
+from leveret import codec
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
 from leveret.queue import QueueCounts
 from leveret.session.get import basic_get, delivery_header
@@ -343,8 +343,9 @@ def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
         )
         + codec.content_frames(channel.id, content_header, message.body, channel.conn.frame_max)
     )
-    if channel.vhost.firehose:
-        firehose.delivered(message, queue.name, bool(redelivered), channel)
+    events = channel.vhost.events
+    if events is not None:
+        events.delivered(message, queue.name, bool(redelivered), channel, tag)
 
 
 def count_confirms(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections import deque
     from collections.abc import Callable
 
+    from leveret.events import Client
     from leveret.session.publish import ExchangeStats, SessionCounters
     from leveret.vhost import VHost
 
@@ -44,7 +45,15 @@ class Transacted(Protocol):
 
     @property
     def vhost(self) -> VHost:
-        """Its connection's vhost (its store's fsyncs)."""
+        """Its connection's vhost (its store's fsyncs, its events)."""
+
+    @property
+    def id(self) -> int:
+        """The channel number (events name the channel a confirm went out on)."""
+
+    @property
+    def conn(self) -> Client:
+        """Its connection."""
 
     @property
     def counters(self) -> SessionCounters:
@@ -162,8 +171,11 @@ def flush_confirms(channel: Transacted) -> None:
     upto = channel.waiting[0][0] - 1 if channel.waiting else channel.publish_seq
     start = channel.confirmed_upto
     confirms, channel.confirmed_upto, acked = tx.confirms_due(start, upto, channel.nacks)
+    events = channel.vhost.events
     for tag, multiple, ack in confirms:
         channel.send(B.Ack(tag, multiple) if ack else B.Nack(tag, False, False))
+        if events is not None:
+            events.confirmed(channel, tag, multiple, ack)
     channel.counters.confirmed += acked
     if confirms:
         count_confirms(channel.confirm_runs, start, confirms)  # per exchange

@@ -182,6 +182,18 @@ class Clock:
             if not timer.cancelled:
                 self._hand_to_loop(timer)
 
+    def continue_from(self, old: Clock) -> None:
+        """Take up ``old``'s time: its mode and where it stands (this vhost before the
+        node restarted, :mod:`leveret.faults`), before any timer is set on this clock."""
+        self._skew = old._skew_now()
+        if old.manual:
+            self.manual = True
+            self._now = old._now
+            self._wall_offset = old._wall_offset
+            self.time = self._manual_now
+        elif self._skew:
+            self.time = self._skewed
+
     def set_mode(self, mode: object) -> None:
         """``"manual"`` (:meth:`freeze`) or ``"real"`` (:meth:`resume`); ValueError for
         anything else (:func:`checked_mode`)."""

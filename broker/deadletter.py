@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from leveret.churn import NodeCounters
     from leveret.clock import Clock
     from leveret.delayed import DelayedMessages
+    from leveret.events import Subscriber
     from leveret.exchanges.projection import Projection
 
 
@@ -75,6 +76,10 @@ class DeadLetterHome(Protocol):
     @property
     def queues(self) -> Mapping[str, DeadLetterTarget]:
         """Its queues, by name (dead-letter targets)."""
+
+    @property
+    def events(self) -> Subscriber | None:
+        """Who listens to its events (:mod:`leveret.events`; None: nobody)."""
 
 
 class DeadLettering(Protocol):
@@ -220,12 +225,13 @@ def _death(
 
 def dead_letter(queue: DeadLettering, message: Message, reason: str) -> None:
     """Dead-letter ``message`` from ``queue`` for ``reason`` (no-op without a DLX)."""
-    queue.vhost.churn.dead_letter(queue, reason)  # counted with or without a DLX
-    dlx = queue.dlx
-    if dlx is None:
-        return
     vhost = queue.vhost
-    if dlx not in vhost.projection.exchanges:
+    vhost.churn.dead_letter(queue, reason)  # counted with or without a DLX
+    dlx = queue.dlx
+    if dlx is None or dlx not in vhost.projection.exchanges:
+        events = vhost.events
+        if events is not None:
+            events.dead_lettered(message, queue.name, reason, None, ())
         return
     death = _death(
         message.header[PROPERTIES_AT:],
@@ -254,6 +260,15 @@ def dead_letter(queue: DeadLettering, message: Message, reason: str) -> None:
     if kept:
         # An exchange on the way that keeps it does so once, whatever the number of keys.
         vhost.delayed.hold(copy, list(kept))
+    events = vhost.events
+    if events is not None:
+        # Before the copy is in any queue, as a publish: its deliveries come after.
+        reached = [
+            name
+            for name in sorted(targets)
+            if name in vhost.queues and (reason == "rejected" or not is_cycle(name, death.deaths))
+        ]
+        events.dead_lettered(message, queue.name, reason, copy, reached)
     for name in sorted(targets):
         target = vhost.queues.get(name)
         if target is None or (reason != "rejected" and is_cycle(name, death.deaths)):

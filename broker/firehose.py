@@ -28,57 +28,12 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Collection, Iterable
 
 from leveret.config import NODE_NAME
+from leveret.events import Origin, Subscriber
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
 from leveret.message import BccMessage, Message
-
-
-class Tap(Protocol):
-    """The vhost a trace message goes to (leveret.vhost.VHost implements it)."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name."""
-
-    def publish(self, message: Message, *, counted: bool) -> object:
-        """Route ``message`` (``counted``: in the publish counters)."""
-
-
-class Client(Protocol):
-    """The connection of a traced channel, as a trace message names it (the wire's
-    Connection implements it)."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def name(self) -> str:
-        """RabbitMQ's connection name."""
-
-    @property
-    def user(self) -> str:
-        """The user it logged in as."""
-
-
-class Origin(Protocol):
-    """The channel a traced publish or delivery went through (the wire channel)."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def conn(self) -> Client:
-        """Its connection (name, user)."""
-
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 
@@ -188,3 +143,22 @@ def delivered(message: Message, queue: str, redelivered: bool, channel: Origin) 
         return
     extra = _field("redelivered", _signedint(int(redelivered))) + _who(channel)
     channel.vhost.publish(_copy(message, "deliver", queue, extra), counted=False)
+
+
+class FirehoseTap(Subscriber):
+    """The firehose as a subscriber of its vhost's events (:mod:`leveret.events`): tracing
+    a vhost is subscribing one of these (``vhost.firehose = True``)."""
+
+    publishes = True  # its copies: called after the other subscribers of an event
+
+    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+        """Trace a client's publish; the management API's and the broker's own (origin
+        None) are not traced, as RabbitMQ traces in the channel."""
+        if origin is not None:
+            published(message, queues, origin)
+
+    def delivered(
+        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+    ) -> None:
+        """Trace a delivery to a client."""
+        delivered(message, queue, redelivered, origin)

@@ -392,7 +392,9 @@ class Server:
             vhost.clock.close()
         self.config = config
         self.state = self._new_state()
+        self.state.predecessors = dict(old.vhosts)
         await self.start()
+        self.state.predecessors.clear()
 
     async def kill(self) -> None:
         """Stop as ``kill -9`` stops the process: every socket aborted (clients see a

@@ -130,6 +130,9 @@ class ServerState(Generic[C]):
         # Stops and starts the node again (True: as kill -9 would), for an injected
         # restart (broker/faults.py); the composition root sets it.
         self.restart: Callable[[bool], Awaitable[None]] | None = None
+        # The vhosts of the node before that restart, by name: each new one of the same
+        # name carries on from it (VHost.continue_from).
+        self.predecessors: dict[str, VHost] = {}
 
     def _on_memory_alarm(self, alarm: bool) -> None:
         memory = self.memory
@@ -157,6 +160,9 @@ class ServerState(Generic[C]):
             vhost.ack_timeouts = self.ack_timeouts
             vhost.clock.on_moved(self.ack_timeouts.check)
             vhost.churn = self.churn
+            old = self.predecessors.pop(name, None)
+            if old is not None:
+                vhost.continue_from(old)
         return vhost
 
     def save_access(self) -> None:
@@ -228,6 +234,7 @@ class ServerState(Generic[C]):
             vhost.delete_queue(queue)
         vhost.delayed.drop()
         vhost.clock.close()
+        vhost.unsubscribe_all()  # a deleted vhost records nothing more (a test's journal)
         self.access.forget_vhost(name)
         self.save_access()
         return True

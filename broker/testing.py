@@ -25,6 +25,8 @@ is all a project needs. Fixtures (see docs/testing.md for examples):
     unacked, consumers, counters, and waits (``wait_for_messages``, ``wait_until_acked``,
     ``wait_for_consumers``...) that replace sleeps; ``leveret.clock``, the vhost's virtual
     clock (frozen on first use: ``advance(seconds)`` fires what comes due);
+    ``leveret.journal``, the vhost's traffic journal (:mod:`~broker.inspect.journal`),
+    recording from its first use to the test's end.
     ``leveret.faults`` injects faults (drop or close connections, restart, alarms, cancel
     consumers, delay: docs/testing.md), and the alarms and delay it left on are cleared
     after the test.
@@ -59,6 +61,7 @@ from leveret.inspect import (
     BrokerThread,
     InspectionUnavailableError,
     Inspector,
+    Journal,
     LeveretOnlyError,
     ManagementAPI,
     QueueNotFoundError,
@@ -366,12 +369,16 @@ def amqp_url(leveret_broker: LeveretBroker, leveret_vhost: str) -> str:
 def leveret(
     request: pytest.FixtureRequest, leveret_broker: LeveretBroker, leveret_vhost: str
 ) -> Iterator[Inspector]:
-    """An :class:`Inspector` of the test's vhost; faults it injected (``leveret.faults``:
-    alarms, a delay) are cleared after the test."""
+    """An :class:`Inspector` of the test's vhost; its journal, if the test used it, stops
+    recording afterwards, and faults it injected (``leveret.faults``: alarms, a delay) are
+    cleared."""
     inspector = leveret_broker.inspector(leveret_vhost)
     inspector.timeout = float(request.config.getini("leveret_timeout") or DEFAULT_TIMEOUT)
-    yield inspector
-    inspector.faults.reset()
+    try:
+        yield inspector
+    finally:
+        Journal.stop_for(inspector)
+        inspector.faults.reset()
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import os
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret import firehose
 from leveret.arguments import copy_args, queue_type
 from leveret.churn import NodeCounters
 from leveret.clock import Clock
 from leveret.delayed import DelayedMessages
 from leveret.errors import AMQPError, ChannelCrashError
+from leveret.events import EventSource
 from leveret.exchanges.model import (
     PREDECLARED_EXCHANGES,
     Binding,
@@ -39,15 +39,17 @@ from leveret.exchanges.model import Queue as QueueDef
 from leveret.exchanges.policies import Policy, apply_alternates
 from leveret.exchanges.projection import Projection
 from leveret.exchanges.routing import route, route_kept
+from leveret.firehose import FirehoseTap
 from leveret.memory import MemoryMonitor, default_watermark
 from leveret.message import BccMessage, Message
 from leveret.queue import Consumer, Owner, Queue
 from leveret.stream import StreamQueue
+from leveret.trace.recorder import TraceTap
 from leveret.vhost_policies import VHostPolicies
 
 if TYPE_CHECKING:
     from leveret.acktimeout import AckTimeouts
-    from leveret.firehose import Origin
+    from leveret.events import Origin
     from leveret.persistence import Persistence
     from leveret.trace import TraceWriter
 
@@ -62,8 +64,9 @@ def generated_name(prefix: str) -> str:
     return prefix + "-" + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostPolicies):
-    """The topology and queues of one virtual host."""
+class VHost(VHostPolicies, EventSource):
+    """The topology and queues of one virtual host; what happens to its messages goes to
+    the subscribers of its events (:mod:`leveret.events`)."""
 
     def __init__(
         self,
@@ -76,7 +79,12 @@ class VHost(VHostPolicies):
         # messages and consumer timeouts (leveret.clock; manual in a test).
         self.clock = Clock(name)
         self.persistence = persistence
-        self.tracer: TraceWriter | None = None
+        # Who listens to its events (leveret.events): an instance attribute, as every
+        # delivery and ack reads it.
+        self.events = None
+        self._tracer: TraceWriter | None = None
+        self._trace_tap: TraceTap | None = None
+        self._firehose_tap: FirehoseTap | None = None
         # The server's delivery acknowledgement timeout checks, told of queues with a
         # timeout of their own (None: a vhost outside a server, in unit tests).
         self.ack_timeouts: AckTimeouts | None = None
@@ -103,11 +111,48 @@ class VHost(VHostPolicies):
         self.operator_policies: dict[str, Policy] = {}
         # max-connections and max-queues (broker/limits.py); persisted like the policies.
         self.limits: dict[str, int] = {}
-        # Whether the firehose tracer copies this vhost's traffic (broker/firehose.py).
-        self.firehose = False
         for exchange in DEFAULT_EXCHANGES:
             # Predeclared on every start: never written to the definitions log.
             self._apply(ExchangeDeclared(exchange), replaying=True)
+
+    def continue_from(self, old: VHost) -> None:
+        """Carry on from ``old``, this vhost before an injected restart of the node
+        (:mod:`leveret.faults`): its clock's time and mode (a test's frozen clock stays
+        frozen where it stood) and the subscribers that outlive a restart (a test's
+        journal). Called as the vhost is created, before anything is recovered into it."""
+        self.clock.continue_from(old.clock)
+        self.take_subscribers(old)
+
+    # -- the subscribers the node itself adds (leveret.events) --------------------------
+
+    @property
+    def firehose(self) -> bool:
+        """Whether the firehose tracer copies this vhost's traffic (broker/firehose.py)."""
+        return self._firehose_tap is not None
+
+    @firehose.setter
+    def firehose(self, on: bool) -> None:
+        if on and self._firehose_tap is None:
+            self._firehose_tap = FirehoseTap()
+            self.subscribe(self._firehose_tap)
+        elif not on and self._firehose_tap is not None:
+            self.unsubscribe(self._firehose_tap)
+            self._firehose_tap = None
+
+    @property
+    def tracer(self) -> TraceWriter | None:
+        """The traffic trace this vhost's publishes are recorded in (None: not recorded)."""
+        return self._tracer
+
+    @tracer.setter
+    def tracer(self, tracer: TraceWriter | None) -> None:
+        if self._trace_tap is not None:
+            self.unsubscribe(self._trace_tap)
+            self._trace_tap = None
+        self._tracer = tracer
+        if tracer is not None:
+            self._trace_tap = TraceTap(self.name, tracer)
+            self.subscribe(self._trace_tap)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -289,7 +334,7 @@ class VHost(VHostPolicies):
         unless ``counted`` is false (the firehose's copies) or they are such a release:
         RabbitMQ counts what channels publish (the management API publishes through one),
         not what the broker publishes itself (observed on 3.10.8: firehose copies,
-        dead letters).
+        dead letters). Every publish but such a release is an event (:mod:`leveret.events`).
         """
         payload = message.header
         headers = None
@@ -315,8 +360,16 @@ class VHost(VHostPolicies):
             props = message.copy_properties()
             props.headers = {k: v for k, v in headers.items() if k != "BCC"}
             message = BccMessage.stripped(message, props)
-        if self.firehose and origin is not None:
-            firehose.published(message, [n for n in names if n in self.queues], origin)
+        events = self.events
+        if events is not None and source is None:
+            # Before any queue has it, as rabbit_channel's tap_in: a firehose copy of the
+            # publish is routed before the copies of its deliveries.
+            queues = self.queues
+            events.published(
+                message,
+                names if all(n in queues for n in names) else [n for n in names if n in queues],
+                origin,
+            )
         rejected = False
         reached = 0
         if names:
@@ -336,15 +389,5 @@ class VHost(VHostPolicies):
         # The queues reached: the routed set itself (shared, its hash cached) when every
         # queue exists.
         routed = names if reached == len(names) else [n for n in names if n in self.queues]
-        tracer = self.tracer
-        if tracer is not None and source is None:
-            tracer.record(
-                self.name,
-                message.exchange,
-                message.routing_key,
-                payload,
-                message.body_size,
-                routed,
-            )
         generation = max(message.sync_gen, held) if held else message.sync_gen
         return routed, rejected, generation

@@ -46,6 +46,7 @@ from leveret.inspect.backends import (
 from leveret.inspect.brokerthread import BrokerThread, amqp_url_with
 from leveret.inspect.clock import Clocks, HttpClocks, LocalClocks, NoClocks, VirtualClock
 from leveret.inspect.http import ManagementAPI, ManagementError
+from leveret.inspect.journal import Journal
 from leveret.inspect.loops import call_on_loop
 from leveret.inspect.stats import (
     DEFAULT_TIMEOUT,
@@ -62,6 +63,7 @@ __all__ = [
     "BrokerThread",
     "InspectionUnavailableError",
     "Inspector",
+    "Journal",
     "LeveretOnlyError",
     "ManagementAPI",
     "ManagementError",
@@ -172,6 +174,12 @@ class Inspector:
         from leveret.inspect.faults import Faults
 
         return Faults(self._backend, self.vhost)
+
+    @property
+    def journal(self) -> Journal:
+        """The vhost's traffic journal (:mod:`leveret.inspect.journal`); the first access
+        starts recording. In-process broker only: JournalUnavailableError otherwise."""
+        return Journal.of(self)
 
     # -- reads ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import leveret.management.clients as clients
 import leveret.management.clock as clock
 import leveret.management.faults as faults
 import leveret.management.health as health
+import leveret.management.journal as journal
 import leveret.management.limits as limits
 import leveret.management.messages as messages
 import leveret.management.node as node
@@ -120,6 +121,7 @@ def build_app(server: ServerState[Connection]) -> web.Application:
         page,
         trace,
         health,
+        journal,
         clock,
         faults,
     )

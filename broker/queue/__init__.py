@@ -1,12 +1,13 @@
 """Queues and consumers: ready messages, dispatch, prefetch, and the queue features.
 
 A queue holds ready messages as entries ``(message, redelivered, expires)`` (``expires``
-is a time of the vhost's clock, 0 for never). Delivered-but-unacked entries live in the
-ledger of the subscriber that took them (a channel), which settles them through the
-queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`, :meth:`Queue.requeue`); an entry
-keeps its expiry when requeued, as in RabbitMQ. The queue owns its counters (delivered,
-acked, unacked...) and the consumers' unacked and no-ack delivery counts: only these verbs
-and :meth:`Queue.get` and :meth:`Queue.deliver` write them.
+is a time of the vhost's clock, :mod:`leveret.clock`, 0 for never). Delivered-but-unacked
+entries live in the ledger of the subscriber that took them (a channel), which settles
+them through the queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`,
+:meth:`Queue.requeue`, in :mod:`leveret.queue_settle`); an entry keeps its expiry when
+requeued, as in RabbitMQ. The queue owns its counters (delivered, acked, unacked...) and
+the consumers' unacked and no-ack delivery counts: only these verbs and :meth:`Queue.get`
+and :meth:`Queue.deliver` write them.
 
 A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
 state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
@@ -33,10 +34,10 @@ skips every check.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret import queue_config, queue_expiry, queue_store
+from leveret import queue_config, queue_expiry, queue_settle, queue_store
 from leveret.arguments import int_arg, queue_type
 from leveret.consumeruse import ConsumerUse
 from leveret.deadletter import dead_letter
@@ -452,36 +453,10 @@ class Queue:
                 self.mark_delivered(message)
         return entry
 
-    def ack(self, message: Message, consumer: Consumer | None) -> None:
-        """An unacked delivery (``consumer`` None: a get) was acknowledged: it is gone."""
-        self.unacked -= 1
-        self.acked_total += 1
-        if consumer is not None:
-            consumer.unacked -= 1
-        if message.store_ids is not None:
-            self.forget(message)
-
-    def reject(self, message: Message, consumer: Consumer | None) -> None:
-        """An unacked delivery was rejected without requeue: dead-lettered (reason
-        ``rejected``) where the queue has a dead-letter exchange, and gone."""
-        self.unacked -= 1
-        if consumer is not None:
-            consumer.unacked -= 1
-        if not self.deleted:  # counted without a DLX too (broker/churn.py)
-            dead_letter(self, message, "rejected")
-        if message.store_ids is not None:
-            self.forget(message)
-
-    def requeue(self, returned: Iterable[tuple[Entry, Consumer | None]]) -> None:
-        """Unacked deliveries come back (nack or reject with requeue, recover, a closed
-        channel, a management get that requeues): no longer unacked, and ready again."""
-        entries = []
-        for entry, consumer in returned:
-            self.unacked -= 1
-            if consumer is not None:
-                consumer.unacked -= 1
-            entries.append(entry)
-        self._put_back(entries)
+    # settling a delivery (leveret.queue_settle)
+    ack = queue_settle.ack
+    reject = queue_settle.reject
+    requeue = queue_settle.requeue
 
     def _put_back(self, entries: list[Entry]) -> None:
         """Put entries back in their original places, keeping their expiry, redelivered."""

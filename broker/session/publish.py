@@ -45,7 +45,7 @@ from leveret.state import PublishCounters as PublishCounters  # a channel's own,
 
 if TYPE_CHECKING:
     from leveret.auth import AccessControl
-    from leveret.firehose import Origin
+    from leveret.events import Origin
     from leveret.vhost import VHost
 
 BASIC_PUBLISH = (60, 40)

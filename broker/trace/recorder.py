@@ -49,8 +49,13 @@ import time
 from array import array
 from collections import deque
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
+from leveret.events import Subscriber
 from leveret.message import headers_and_mode
+
+if TYPE_CHECKING:
+    from leveret.message import Message
 
 # vhost, exchange, routing key, headers table (raw, length prefix included) or None,
 # delivery mode or None, the names of the queues reached.
@@ -247,3 +252,23 @@ class Recorder:
     def _hand_off_stale(self) -> None:
         if self._rows and time.time() >= self._deadline:
             self.hand_off()
+
+
+class TraceTap(Subscriber):
+    """The traffic trace as a subscriber of one vhost's events (:mod:`leveret.events`):
+    each publish a row of ``recorder``."""
+
+    def __init__(self, vhost: str, recorder: Recorder) -> None:
+        self.vhost = vhost
+        self.recorder = recorder
+
+    def published(self, message: Message, queues: Collection[str], origin: object) -> None:
+        """Record the publish (clients', the management API's and firehose copies alike)."""
+        self.recorder.record(
+            self.vhost,
+            message.exchange,
+            message.routing_key,
+            message.header,
+            message.body_size,
+            queues,
+        )

@@ -138,6 +138,13 @@ async def test_restart_answers_202_and_the_node_comes_back(tmp_path: Path) -> No
         channel = await connection.channel()
         await channel.declare_queue("durable", durable=True)
         async with aiohttp.ClientSession(headers=basic("guest", "guest")) as http:
+            # A journal and a manual clock started through the API carry on after it.
+            for path, body in (("journal", {"recording": True}), ("clock", {"mode": "manual"})):
+                async with http.put(f"{base}/api/leveret/{path}/%2F", json=body) as response:
+                    assert response.status == 204
+            await channel.default_exchange.publish(aio_pika.Message(b"before"), "durable")
+            async with http.get(f"{base}/api/leveret/clock/%2F") as response:
+                frozen_at = (await response.json())["now"]
             async with http.post(
                 f"{base}/api/leveret/faults/%2F/restart", json={"kill": True}
             ) as response:
@@ -153,9 +160,19 @@ async def test_restart_answers_202_and_the_node_comes_back(tmp_path: Path) -> No
                     pass
                 await asyncio.sleep(0.01)
             assert response.status == 200
-        again = await aio_pika.connect(url)
-        channel = await again.channel()
-        await channel.declare_queue("durable", durable=True, passive=True)
-        await again.close()
+            again = await aio_pika.connect(url)
+            channel = await again.channel()
+            await channel.declare_queue("durable", durable=True, passive=True)
+            await channel.default_exchange.publish(aio_pika.Message(b"after"), "durable")
+            await again.close()
+            async with http.get(f"{base}/api/leveret/journal/%2F") as response:
+                records = await response.json()
+                published = [
+                    r for r in records if r["kind"] == "published" and r["routing_key"] == "durable"
+                ]
+                assert [r["payload"] for r in published] == ["before", "after"]
+            async with http.get(f"{base}/api/leveret/clock/%2F") as response:
+                clock = await response.json()
+                assert (clock["mode"], clock["now"]) == ("manual", frozen_at)
     finally:
         await server.stop()

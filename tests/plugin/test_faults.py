@@ -218,6 +218,35 @@ def test_clean_restart_sends_320_and_keeps_the_vhost(amqp_url: str, leveret: Ins
     assert leveret.queues() == ["kept"]
 
 
+def test_journal_and_frozen_clock_carry_on_through_a_restart(
+    amqp_url: str, leveret: Inspector
+) -> None:
+    journal = leveret.journal
+    leveret.clock.advance(3600)
+    frozen_at = leveret.clock.now()
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = connection.channel()
+    channel.queue_declare("jobs", durable=True, arguments={"x-message-ttl": 60000})
+    channel.basic_publish("", "jobs", b"before", pika.BasicProperties(delivery_mode=2))
+    journal.wait_for("published")
+    leveret.faults.restart()
+
+    assert leveret.clock.now() == frozen_at  # still frozen where it stood
+    again = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        channel = again.channel()
+        channel.basic_publish("", "jobs", b"after", pika.BasicProperties(delivery_mode=2))
+        journal.wait_for("published", count=2)
+        assert leveret.queue_depth("jobs") == 2
+        leveret.clock.advance(61)  # the TTL runs on the carried clock, for both messages
+        assert leveret.queue_depth("jobs") == 0
+    finally:
+        again.close()
+    assert [r.body for r in journal.published()] == [b"before", b"after"]
+    assert [r.time for r in journal.published()] == [frozen_at, frozen_at]
+    assert len(journal.expired(queue="jobs")) == 2
+
+
 def test_restart_without_a_data_dir_says_what_to_do() -> None:
     with BrokerThread(Config(host="127.0.0.1", port=0)) as broker:
         broker.add_vhost("v")
