@@ -223,8 +223,10 @@ def rabbit_args() -> list[str]:
 def write_project(root: Path, files: dict[str, str], n: int, asyncio: bool = False) -> None:
     root.mkdir(parents=True, exist_ok=True)
     (root / "pytest.ini").write_text(INI if asyncio else "[pytest]\n")
-    (root / "conftest.py").write_text(TIMING_CONFTEST)
+    files = {"conftest.py": "", **files}
     for name, text in files.items():
+        if name == "conftest.py":  # a project's own conftest comes after the timing one
+            text = TIMING_CONFTEST + text
         (root / name).write_text(text.replace("{n}", str(n)))
 
 
@@ -387,68 +389,79 @@ def test_virtual_clock_ttl_minute(pika_connection, leveret):
     assert time.monotonic() - started < 1.0
 
 
-def test_journal(leveret):
-    """A journal of what was published and routed, as the brief describes it."""
+def test_journal(pika_connection, leveret):
+    """What was published, where it went, what was dead-lettered: leveret.journal."""
     journal = leveret.journal
-    assert journal is not None
-
-
-def test_faults_api(leveret):
-    """Injected faults (connection drop, restart, alarms) from the inspector."""
-    faults = leveret.faults
-    assert faults is not None
-
-
-def test_restart_own_broker_keeps_durable_message(tmp_path):
-    """A restart without a fault API: a BrokerThread of the test's own, stopped and
-    started again on the same data directory."""
-    from leveret.config import Config
-    from leveret.inspect import BrokerThread
-
-    with BrokerThread(Config(host="127.0.0.1", port=0, data_dir=tmp_path)) as broker:
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare("durable", durable=True)
-        channel.basic_publish("", "durable", b"kept",
-                              pika.BasicProperties(delivery_mode=2))
-        connection.close()
-    started = time.perf_counter()
-    with BrokerThread(Config(host="127.0.0.1", port=0, data_dir=tmp_path)) as broker:
-        restarted = time.perf_counter() - started
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-        method, _p, body = connection.channel().basic_get("durable", auto_ack=True)
-        connection.close()
-    with open("leveret-restart.txt", "w") as f:
-        f.write("%.4f" % restarted)
-    assert body == b"kept"
-
-
-def test_firehose_trace_via_internals(pika_connection, leveret_broker, leveret_vhost):
-    """RabbitMQ's firehose (amq.rabbitmq.trace): switched on here through the broker's
-    internals (the plugin runs no management API; PUT /api/vhosts/NAME {"tracing": true}
-    where one runs)."""
-    server = leveret_broker.server
-    leveret_broker.call(lambda: setattr(server.vhosts[leveret_vhost], "firehose", True))
     channel = pika_connection.channel()
-    channel.queue_declare("trace")
-    channel.queue_bind("trace", "amq.rabbitmq.trace", "publish.#")
-    channel.queue_declare("jobs")
-    channel.basic_publish("", "jobs", b"hello")
-    channel.queue_declare("jobs", passive=True)
-    method, props, body = channel.basic_get("trace", auto_ack=True)
-    assert body == b"hello" and list(props.headers["routed_queues"]) == ["jobs"]
+    channel.queue_declare("dead")
+    channel.queue_declare("work", arguments={"x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": "dead"})
+    channel.basic_publish("", "work", b"job")
+    channel.basic_publish("", "nowhere", b"lost")
+    method, _p, _b = channel.basic_get("work")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    [dead] = journal.wait_for("dead_lettered", reason="rejected")
+    assert (dead.queue, dead.queues) == ("work", ("dead",))
+    assert [r.body for r in journal.routed_to("work")] == [b"job"]
+    assert [r.body for r in journal.unroutable()] == [b"lost"]
 
 
-def test_connection_drop_via_vhost_delete(amqp_url, leveret_broker, leveret_vhost):
-    """Dropping the test's connections without a fault API: deleting its vhost (320)."""
+def test_faults_drop_close_alarm(amqp_url, leveret):
+    """Injected faults from the inspector: a network failure, a forced close, an alarm."""
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    leveret_broker.delete_vhost(leveret_vhost)
+    assert leveret.faults.drop_connections() == 1
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         for _ in range(100):
             connection.process_data_events(time_limit=0.01)
             connection.channel()
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    assert leveret.faults.close_connections(reason="maintenance") == 1
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.channel()
+    assert closed.value.reply_code == 320
+    blocked = []
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    connection.add_on_connection_blocked_callback(lambda *a: blocked.append(1))
+    leveret.faults.memory_alarm()
+    try:
+        connection.channel().basic_publish("", "q", b"x")
+        for _ in range(100):
+            connection.process_data_events(time_limit=0.01)
+            if blocked:
+                break
+        assert blocked
+    finally:
+        leveret.faults.memory_alarm(on=False)
+        connection.close()
+
+
+def test_faults_restart_keeps_durable_message(amqp_url, leveret):
+    """leveret.faults.restart(): kill -9 and start again on the same port and data dir."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare("durable", durable=True)
+    channel.basic_publish("", "durable", b"kept", pika.BasicProperties(delivery_mode=2))
+    started = time.perf_counter()
+    leveret.faults.restart()
+    restarted = time.perf_counter() - started
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    method, _p, body = connection.channel().basic_get("durable", auto_ack=True)
+    connection.close()
+    with open("leveret-restart.txt", "w") as f:
+        f.write("%.4f" % restarted)
+    assert body == b"kept"
 '''
+
+LEVERET_CONFTEST = """
+import pytest
+from leveret.config import Config
+
+
+@pytest.fixture(scope="session")
+def leveret_config(tmp_path_factory):
+    return Config(host="127.0.0.1", port=0, data_dir=tmp_path_factory.mktemp("leveret"))
+"""
 
 RABBIT_CAPS = '''
 import time
@@ -713,6 +726,8 @@ CAP_PROJECTS = {
         "files": {
             "test_caps_pika.py": caps_text(PIKA_CAPS, conn="pika_connection"),
             "test_caps_own.py": LEVERET_CAPS,
+            # restart() needs a data directory, as docs/testing.md's conftest gives it.
+            "conftest.py": LEVERET_CONFTEST,
         },
     },
     "pytest-rabbitmq": {

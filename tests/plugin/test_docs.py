@@ -54,7 +54,16 @@ def test_every_example_runs(pytester: pytest.Pytester, monkeypatch: pytest.Monke
         files
     )
     assert {"test_celery_example.py", "test_inspector_example.py", "conftest.py"} <= set(files)
-    assert {"test_journal_pika_example.py", "test_journal_aio_pika_example.py"} <= set(files)
+    assert {
+        "test_clock_example.py",
+        "test_clock_aio_pika_example.py",
+        "test_clock_celery_example.py",
+        "test_clock_faststream_example.py",
+        "test_journal_pika_example.py",
+        "test_journal_aio_pika_example.py",
+        "test_journal_celery_example.py",
+        "test_journal_faststream_example.py",
+    } <= set(files)
     run_project(pytester, files)
 
 

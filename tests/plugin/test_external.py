@@ -274,20 +274,36 @@ def test_the_clock_of_another_broker_skips_the_test(
         )
 
 
-def test_the_clock_without_a_management_api_skips_the_test(
-    project: pytest.Pytester, external: BrokerThread
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            USES_THE_CLOCK.format(),
+            "the virtual clock is not available: the leveret inspector needs the management "
+            "HTTP API of the external broker*",
+        ),
+        (
+            "def test_journal(leveret):\n    leveret.journal.published()\n",
+            "no traffic journal: the leveret inspector needs the management HTTP API*",
+        ),
+        (
+            "def test_drop(leveret):\n    leveret.faults.drop_connections()\n",
+            "injected faults need the in-process Leveret broker*",
+        ),
+    ],
+    ids=["clock", "journal", "faults"],
+)
+def test_leveret_only_features_without_a_management_api_skip_the_test(
+    project: pytest.Pytester, external: BrokerThread, code: str, reason: str
 ) -> None:
-    project.makepyfile(USES_THE_CLOCK.format())
+    """A test using the clock, the journal or faults against an external broker is
+    skipped with one line saying why (LeveretOnlyError, the plugin's hook), never failed."""
+    project.makepyfile(code)
     result = project.runpytest(
         "-rs", "--leveret-url", external.url, "--leveret-management-url", "none"
     )
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(
-        [
-            "SKIPPED * the virtual clock is not available: the leveret inspector needs the "
-            "management HTTP API of the external broker*"
-        ]
-    )
+    result.stdout.fnmatch_lines([f"SKIPPED * {reason}"])
 
 
 def test_the_clock_of_an_external_leveret_moves(

@@ -469,30 +469,6 @@ def test_faults_need_the_in_process_broker() -> None:
             call()
 
 
-def test_the_plugin_skips_a_fault_test_against_an_external_broker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    project(
-        pytester,
-        monkeypatch,
-        """
-        def test_drop(leveret):
-            leveret.faults.drop_connections()
-        """,
-    )
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        "--leveret-url",
-        "amqp://guest:guest@127.0.0.1:9/",
-        "--leveret-management-url",
-        "none",
-    )
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*injected faults need the in-process Leveret broker*"])
-
-
 # -- Celery and FastStream -----------------------------------------------------------------
 
 

@@ -359,26 +359,6 @@ def test_external_broker_has_no_journal() -> None:
         Journal(inspector)
 
 
-def test_external_broker_skips_a_journal_test(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        """
-        def test_journal(leveret):
-            leveret.journal.published()
-        """
-    )
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--leveret-url",
-        "amqp://guest:guest@127.0.0.1:1/",
-        "--leveret-management-url",
-        "none",
-        "-rs",
-    )
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*no traffic journal*"])
-
-
 def test_deleting_the_vhost_stops_recording(leveret_broker: BrokerThread) -> None:
     leveret_broker.add_vhost("journal-deleted")
     inspector = Inspector(leveret_broker, vhost="journal-deleted")
