@@ -750,9 +750,11 @@ CAP_PROJECTS = {
 }
 
 
-def run_capabilities(python: str, root: Path) -> dict:
+def run_capabilities(python: str, root: Path, only: list[str]) -> dict:
     results: dict = {}
     for variant, spec in CAP_PROJECTS.items():
+        if only and variant not in only:
+            continue
         project = root / f"caps-{variant}"
         write_project(project, spec["files"], 0, asyncio="pytest_asyncio.plugin" in spec["plugins"])
         xml = project / "junit.xml"
@@ -905,7 +907,7 @@ def main() -> int:
                     f"{bad}/{len(runs)} |"
                 )
         if args.capabilities:
-            caps = run_capabilities(args.python, root)
+            caps = run_capabilities(args.python, root, [v for v in args.only.split(",") if v])
             report["capabilities"] = caps
             for variant, result in caps.items():
                 print(f"\n## {variant} (exit {result['returncode']}, {result['wall']:.1f} s)")
