@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 
 RABBITMQADMIN := $(VENV)/bin/rabbitmqadmin
 
-.PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps
+.PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps docs
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,8 +60,13 @@ unit: $(TEST_STAMP) system-deps $(RABBITMQADMIN)
 
 test: lint typecheck unit
 
+# The documentation site (docs/, mkdocs.yml) in build/site/; tests/test_docs_site.py builds
+# it with --strict in make test.
+docs: $(TEST_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 bench: $(TEST_STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py --readme
 
 bench-pipeline: $(TEST_STAMP)
 	$(PY) bench/pipeline_bench.py

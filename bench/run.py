@@ -394,6 +394,45 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# The block of bench/README.md that `make bench` rewrites: the current figures only (their
+# history is in git and in bench/results/).
+README = Path(__file__).resolve().parent / "README.md"
+README_START = "<!-- make bench: current figures -->"
+README_END = "<!-- /make bench -->"
+
+
+def main_table(records: list[Record], workloads: list[Workload], brokers: list[Broker]) -> str:
+    """The summary table: per workload the median figure per broker, the ratio, the CPU."""
+    names = [b.name for b in brokers]
+    pretty = {LEVERET: "Leveret", RABBITMQ: "RabbitMQ"}
+    header = ["workload", "metric"] + [pretty[n] for n in names]
+    if RABBITMQ in names:
+        header.append("Leveret/RabbitMQ")
+    header += [f"{pretty[n]} CPU" for n in names]
+    header.append(f"runs ok ({'; '.join(pretty[n] for n in names)})")
+    return markdown_table(header, summary_rows(records, workloads, names))
+
+
+def update_readme(path: Path, table: str, args: argparse.Namespace, jsonl: Path) -> None:
+    """Replace the block between the markers of ``path`` with ``table`` and its context."""
+    text = path.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"bench/run.py: {path} has no '{README_START}' ... '{README_END}' block")
+    block = "\n".join(
+        [
+            README_START,
+            f"`make bench` on {time.strftime('%Y-%m-%d', time.gmtime())}, Leveret "
+            f"{args.revision}, medians of {args.reps} interleaved runs, {os.cpu_count()} CPUs, "
+            f"load average {args.loadavg_start} before; raw results `{display_path(jsonl)}`.",
+            "",
+            table,
+            "",
+        ]
+    )
+    path.write_text(text[:start] + block + text[end:])
+
+
 def render_markdown(
     records: list[Record],
     workloads: list[Workload],
@@ -403,12 +442,6 @@ def render_markdown(
 ) -> str:
     """The whole ``latest.md``: context, main table, spread table, failures."""
     names = [b.name for b in brokers]
-    pretty = {LEVERET: "Leveret", RABBITMQ: "RabbitMQ"}
-    header = ["workload", "metric"] + [pretty[n] for n in names]
-    if RABBITMQ in names:
-        header.append("Leveret/RabbitMQ")
-    header += [f"{pretty[n]} CPU" for n in names]
-    header.append(f"runs ok ({'; '.join(pretty[n] for n in names)})")
     rabbit = next((b for b in brokers if b.name == RABBITMQ), None)
     parts = [
         f"# Leveret{' vs RabbitMQ' if rabbit else ''} (bench/loadgen)",
@@ -422,7 +455,7 @@ def render_markdown(
         "(1.00 = one full core)"
         + ("; ratio > 1 means Leveret is faster (for latency: slower)" if rabbit else ""),
         "",
-        markdown_table(header, summary_rows(records, workloads, names)),
+        main_table(records, workloads, brokers),
         "",
         "Spread (min - max of ok runs) and harness CPU (near 1.00 = the client limits):",
         "",
@@ -479,6 +512,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="interpreter for Leveret and the scripts (default: the repo's .venv)",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="put the main table into bench/README.md's current figures (make bench)",
+    )
     args = parser.parse_args(argv)
     if args.reps is None:
         args.reps = 1 if args.quick else 3
@@ -522,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     report = render_markdown(records, workloads, brokers, args, jsonl)
     (args.results_dir / f"{stamp}.md").write_text(report)
     (args.results_dir / "latest.md").write_text(report)
+    if args.readme and not args.quick:
+        update_readme(README, main_table(records, workloads, brokers), args, jsonl)
     print(report)
     failed = sum(not r.get("ok") for r in records)
     summary = {"jsonl": str(jsonl), "runs": len(records), "failed": failed}

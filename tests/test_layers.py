@@ -508,7 +508,7 @@ def test_session_rules_are_decided_only_in_the_session(needle: str) -> None:
 
 
 # Issue 23's measure of "small modules with one owner": a file past this has grown a second
-# concern, and is split where the code divides (see README, "where a change goes").
+# concern, and is split where the code divides (see ARCHITECTURE.md, "Where a change goes").
 MAX_LINES = 600
 
 
