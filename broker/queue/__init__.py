@@ -4,7 +4,7 @@ A queue holds ready messages as entries ``(message, redelivered, expires)`` (``e
 is a time of the vhost's clock, :mod:`leveret.clock`, 0 for never). Delivered-but-unacked
 entries live in the ledger of the subscriber that took them (a channel), which settles
 them through the queue's verbs (:meth:`Queue.ack`, :meth:`Queue.reject`,
-:meth:`Queue.requeue`, in :mod:`leveret.queue_settle`); an entry keeps its expiry when
+:meth:`Queue.requeue`); an entry keeps its expiry when
 requeued, as in RabbitMQ. The queue owns its counters (delivered, acked, unacked...) and
 the consumers' unacked and no-ack delivery counts: only these verbs and :meth:`Queue.get`
 and :meth:`Queue.deliver` write them.
@@ -16,10 +16,10 @@ vhost (:class:`Home`) and exclusive owner (:class:`Owner`) live in the queue's c
 :mod:`leveret.queue.peers` (a package and its child is the one import pair allowed both
 ways), re-exported here.
 
-The queue's settings, clocks, side of the store and dead-lettering are functions in
-:mod:`leveret.queue_config`, :mod:`leveret.queue_expiry`, :mod:`leveret.queue_store` and
-:mod:`leveret.deadletter`, which this module binds as methods (or calls); each sees the
-queue through a protocol of its own that lists what it uses, so imports run one way.
+The queue's settings (its arguments and policies, applied on declare and on a policy
+change), its clocks (message TTL at the head, ``x-expires``) and its side of the message
+store are its own methods; dead-lettering is :mod:`leveret.deadletter`'s, which sees the
+queue through :class:`~leveret.deadletter.DeadLettering`.
 
 Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer with
 capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity may
@@ -33,16 +33,16 @@ skips every check.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret import queue_config, queue_expiry, queue_settle, queue_store
-from leveret.arguments import int_arg, queue_type
+from leveret.arguments import arg_text, int_arg, queue_type
 from leveret.consumeruse import ConsumerUse
 from leveret.deadletter import dead_letter
 from leveret.errors import NOT_IMPLEMENTED, AMQPConnectionError
-from leveret.exchanges.policies import Policy
+from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.memory import MESSAGE_OVERHEAD, message_bytes
 from leveret.message import Message
 from leveret.prioritydeque import Entry as Entry  # a ready entry: named here too
@@ -59,6 +59,11 @@ from leveret.queue.peers import Writable as Writable
 if TYPE_CHECKING:
     from leveret.clock import Timer
     from leveret.storage.messages import MessageStore
+    from leveret.storage.segments import StoredMessage
+
+
+def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
+    return arg_text(arguments.get(key))
 
 
 class Queue:
@@ -121,7 +126,7 @@ class Queue:
         "vhost",
     )
 
-    # Set from the arguments and policies by _configure (leveret.queue_config).
+    # Set from the arguments and policies by _configure.
     message_ttl: int | None
     expires: int | None
     max_length: int | None
@@ -196,10 +201,63 @@ class Queue:
         if self.expires is not None:
             self.touch()
 
-    # -- arguments and policies (leveret.queue_config) ------------------------------------
+    # -- arguments and policies -----------------------------------------------------------
 
-    _configure = queue_config.configure
-    apply_policy = queue_config.apply_policy
+    def _configure(self) -> None:
+        """The feature settings from the queue's arguments and its policy's keys
+        (rabbit_amqqueue_process:process_args_policy/1)."""
+        arguments = queue_arguments(self.arguments, self.policy_definition)
+        self.message_ttl = int_arg(arguments, "x-message-ttl")
+        self.expires = int_arg(arguments, "x-expires")
+        self.max_length = int_arg(arguments, "x-max-length")
+        self.max_length_bytes = int_arg(arguments, "x-max-length-bytes")
+        self.overflow = _str_arg(arguments, "x-overflow") or "drop-head"
+        self.dlx = _str_arg(arguments, "x-dead-letter-exchange")
+        self.dlrk = _str_arg(arguments, "x-dead-letter-routing-key")
+        if self.quorum:
+            self.delivery_limit = int_arg(arguments, "x-delivery-limit")
+        # The queue's own delivery acknowledgement timeout (leveret.acktimeout): None
+        # means the broker's; a value that is no integer means none at all, as RabbitMQ's
+        # evaluate_consumer_timeout1/2 then never fires.
+        self.consumer_timeout = None
+        if "x-consumer-timeout" in arguments:
+            own = int_arg(arguments, "x-consumer-timeout")
+            self.consumer_timeout = math.inf if own is None else own
+        ack_timeouts = self.vhost.ack_timeouts
+        if self.consumer_timeout is not None and ack_timeouts is not None:
+            ack_timeouts.watch(self)
+        # True when no TTL, length limit or priority applies: publish skips all checks.
+        self.plain = (
+            self.message_ttl is None
+            and self.max_length is None
+            and self.max_length_bytes is None
+            and not self.max_priority
+        )
+        self.expiring = self.expiring or self.message_ttl is not None
+
+    def apply_policy(self, policy: Policy | None, operator_policy: Policy | None = None) -> None:
+        """Take ``policy`` and ``operator_policy`` (None: none) as a classic queue does on a
+        policy change: the new limits apply now (drop-head drops the excess,
+        dead-lettered as ``maxlen``), the new TTL to messages published from now on, a new
+        ``expires`` restarts the expiry clock."""
+        if policy == self.policy and operator_policy == self.operator_policy:
+            return
+        expires = self.expires
+        self.policy = policy
+        self.operator_policy = operator_policy
+        self.policy_definition = effective_definition(policy, operator_policy)
+        self._configure()
+        if self.deleted:
+            return
+        if self.overflow == "drop-head":
+            self._enforce_drop_head()
+        if self.expiring and self.messages:
+            self._expire_head()
+        if self.expires != expires:
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+                self._expiry_timer = None
+            self.touch()
 
     # -- messages ---------------------------------------------------------------------
 
@@ -334,13 +392,60 @@ class Queue:
                 continue
             self.deliver(consumer, entry)
 
-    # -- message TTL and x-expires (leveret.queue_expiry) ---------------------------------
+    # -- message TTL and x-expires ----------------------------------------------------------
 
-    _expire_head = queue_expiry.expire_head
-    _schedule_ttl = queue_expiry.schedule_ttl
-    _on_ttl_timer = queue_expiry.on_ttl_timer
-    touch = queue_expiry.touch
-    _on_expiry_timer = queue_expiry.on_expiry_timer
+    def _expire_head(self, now: float | None = None) -> None:
+        """Drop (or dead-letter) expired messages at the head: RabbitMQ expires messages
+        only when they reach the head of the queue."""
+        messages = self.messages
+        if not messages:
+            return
+        if now is None:
+            now = self.clock.time()
+        while messages and messages[0][2] and messages[0][2] <= now:
+            self._drop(self._pop()[0], "expired")
+
+    def _schedule_ttl(self) -> None:
+        """Arm the timer for the head's expiry (one at a time), so an idle queue still expires
+        its messages."""
+        if self._ttl_timer is not None or not self.messages or self.deleted:
+            return
+        head_expires = self.messages[0][2]
+        if not head_expires:
+            return
+        self._ttl_timer = self.clock.call_at(head_expires, self._on_ttl_timer)
+
+    def _on_ttl_timer(self) -> None:
+        """The head's expiry is due: expire, deliver what is left, arm the next."""
+        self._ttl_timer = None
+        if self.deleted:
+            return
+        self._expire_head()
+        self.drain()
+        self._schedule_ttl()
+
+    def touch(self) -> None:
+        """The queue was used (declare, get, consume): restart its ``x-expires`` clock."""
+        if self.expires is None or self.deleted:
+            return
+        clock = self.clock
+        self._last_used = clock.time()
+        if self._expiry_timer is None:
+            self._expiry_timer = clock.call_later(self.expires / 1000, self._on_expiry_timer)
+
+    def _on_expiry_timer(self) -> None:
+        """``x-expires`` is due: delete the queue if it stayed unused that long, else wait on."""
+        self._expiry_timer = None
+        if self.deleted or self.expires is None:
+            return
+        if self.consumers:
+            return  # in use; the last consumer to leave restarts the clock
+        clock = self.clock
+        remaining = self._last_used + self.expires / 1000 - clock.time()
+        if remaining > 0:
+            self._expiry_timer = clock.call_later(remaining, self._on_expiry_timer)
+            return
+        self.vhost.delete_queue(self)
 
     def _next_consumer(self) -> Consumer | None:
         """The consumer for the next delivery: the single active one, else the highest
@@ -453,10 +558,47 @@ class Queue:
                 self.mark_delivered(message)
         return entry
 
-    # settling a delivery (leveret.queue_settle)
-    ack = queue_settle.ack
-    reject = queue_settle.reject
-    requeue = queue_settle.requeue
+    # -- settling a delivery ----------------------------------------------------------------
+
+    def ack(self, message: Message, consumer: Consumer | None) -> None:
+        """An unacked delivery (``consumer`` None: a get) was acknowledged: it is gone."""
+        self.unacked -= 1
+        self.acked_total += 1
+        if consumer is not None:
+            consumer.unacked -= 1
+        if message.store_ids is not None:
+            self.forget(message)
+        events = self.vhost.events
+        if events is not None:
+            events.acked(message, self.name)
+
+    def reject(self, message: Message, consumer: Consumer | None) -> None:
+        """An unacked delivery was rejected without requeue: dead-lettered (reason
+        ``rejected``) where the queue has a dead-letter exchange, and gone."""
+        self.unacked -= 1
+        if consumer is not None:
+            consumer.unacked -= 1
+        events = self.vhost.events
+        if events is not None:
+            events.rejected(message, self.name)
+        if not self.deleted:  # counted without a DLX too (broker/churn.py)
+            dead_letter(self, message, "rejected")
+        if message.store_ids is not None:
+            self.forget(message)
+
+    def requeue(self, returned: Iterable[tuple[Entry, Consumer | None]]) -> None:
+        """Unacked deliveries come back (nack or reject with requeue, recover, a closed
+        channel, a management get that requeues): no longer unacked, and ready again."""
+        entries = []
+        events = self.vhost.events
+        for entry, consumer in returned:
+            self.unacked -= 1
+            if consumer is not None:
+                consumer.unacked -= 1
+            entries.append(entry)
+            if events is not None:
+                events.requeued(entry[0], self.name)
+        self._put_back(entries)
 
     def _put_back(self, entries: list[Entry]) -> None:
         """Put entries back in their original places, keeping their expiry, redelivered."""
@@ -494,12 +636,64 @@ class Queue:
         if message.store_ids is not None:
             self.forget(message)
 
-    # -- persistence (leveret.queue_store) ----------------------------------------------
+    # -- persistence --------------------------------------------------------------------------
 
-    _persist = queue_store.persist
-    forget = queue_store.forget
-    mark_delivered = queue_store.mark_delivered
-    restore = queue_store.restore
+    def _persist(self, message: Message, ttl: int | None) -> None:
+        """Write a persistent message of this durable queue to the message store."""
+        store = self.store
+        assert store is not None
+        expires = self.clock.wall_ms() + ttl if ttl is not None else 0
+        msg_id = store.append(
+            (self.vhost.name, self.name),
+            message.exchange,
+            message.routing_key,
+            message.header,
+            message.body,
+            expires=expires,
+        )
+        if message.store_ids is None:
+            message.store_ids = {}
+        message.store_ids[self.name] = msg_id
+        persistence = self.vhost.persistence
+        assert persistence is not None
+        message.sync_gen = persistence.appended()
+
+    def forget(self, message: Message) -> None:
+        """The message left this queue for good: drop it from the store."""
+        ids = message.store_ids
+        msg_id = ids.pop(self.name, None) if ids is not None else None
+        if msg_id is not None and self.store is not None and not self.deleted:
+            self.store.ack((self.vhost.name, self.name), msg_id)
+            assert self.vhost.persistence is not None
+            self.vhost.persistence.marks_changed()
+
+    def mark_delivered(self, message: Message) -> None:
+        """A stored message went to a consumer: after a restart it comes back redelivered."""
+        ids = message.store_ids
+        msg_id = ids.get(self.name) if ids is not None else None
+        if msg_id is not None and self.store is not None:
+            self.store.delivered((self.vhost.name, self.name), msg_id)
+            assert self.vhost.persistence is not None
+            self.vhost.persistence.marks_changed()
+
+    def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
+        """Put messages recovered from the store back, in order (start-up).
+
+        ``all_redelivered``: flag every message ``redelivered``, whatever its delivered mark
+        says (after a kill, a mark made since the last sync may not be on disk)."""
+        clock = self.clock
+        now = clock.wall()
+        for item in stored:
+            message = Message(item.exchange, item.routing_key, item.header, item.body)
+            message.store_ids = {self.name: item.msg_id}
+            expires = 0.0
+            if item.expires:
+                expires = clock.time() + (item.expires / 1000 - now)
+                self.expiring = True
+            self.seq += 1
+            self._push((message, all_redelivered or item.redelivered, expires, self.seq))
+        if self.expiring:
+            self._schedule_ttl()
 
     def purge(self) -> int:
         """Drop every ready message; return how many there were."""
