@@ -19,10 +19,11 @@ becomes a ``Channel.Close`` (channel-level codes on a non-zero channel) or a
 frames on that channel are dropped until the client's ``Channel.CloseOk``.
 
 The handshake (login, tune, Connection.Open, heartbeats; the states) is
-:mod:`leveret.handshake`, and what stops a connection reading (write back-pressure, resource
-alarms, the read budget) is :mod:`leveret.flow`. Both see the connection through protocols
-of their own (:class:`leveret.handshake.Handshaking`, :class:`leveret.flow.Paused`), and a
-channel sees it as :class:`leveret.channel.Link`: none of them imports this module.
+:mod:`leveret.handshake`, which sees the connection as
+:class:`leveret.handshake.Handshaking`, and a channel sees it as
+:class:`leveret.channel.Link`: neither imports this module. What stops a connection
+reading (write back-pressure, resource alarms, the read budget) is the connection's own
+(its ``_paused`` reasons, "flow control" below).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec, flow, handshake, wirefaults
+from leveret import codec, handshake
 from leveret.channel import Channel
 from leveret.churn import SocketCounters
 from leveret.config import FRAME_MIN
@@ -182,19 +183,105 @@ class Connection(asyncio.Protocol):
         self.server.churn.connections_closed += 1
         self.closed.set()
 
-    # -- flow control and read fairness (leveret.flow) ----------------------------------
+    # -- flow control and read fairness ---------------------------------------------------
 
-    _pause = flow.pause
-    _resume = flow.resume
-    pause_writing = flow.pause_writing
-    resume_writing = flow.resume_writing
-    _alarm = flow.alarm_set
-    memory_alarm = flow.memory_alarm
-    disk_alarm = flow.memory_alarm
-    _block = flow.block
-    _yield = flow.yield_turn
-    _continue = flow.continue_backlog
-    drop = wirefaults.drop  # an injected network failure (broker/faults.py)
+    def _pause(self, reason: str) -> None:
+        """Stop reading for ``reason`` ("write", "memory", "budget"); reading stops once."""
+        if not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        """``reason`` no longer holds: read again once no reason is left."""
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and self.state is not State.CLOSED:
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        """asyncio.Protocol: the client reads slower than we write. Stop delivering to it and
+        stop reading from it until its socket drains (no unbounded buffers)."""
+        self.writable = False
+        self._pause("write")
+
+    def resume_writing(self) -> None:
+        """asyncio.Protocol: the socket drained; read again and deliver what waited."""
+        self.writable = True
+        self._resume("write")
+        for channel in list(self.channels.values()):
+            for consumer in list(channel.consumers.values()):
+                consumer.queue.drain()
+
+    def _alarm(self) -> bool:
+        """Whether the memory or the disk alarm is set."""
+        return self.server.memory.alarm or self.server.disk.alarm
+
+    def memory_alarm(self, alarm: bool) -> None:
+        """A resource alarm (memory or disk) changed: block publishers, or let them go again
+        once neither is set."""
+        if alarm and self.published and not self.blocked:
+            self._block()
+        elif not alarm and self.blocked and not self._alarm():
+            self.blocked = False
+            if self.client_capability("connection.blocked"):
+                self.send_method(0, C.Unblocked())
+            self._resume("memory")
+
+    def _block(self) -> None:
+        """docs/connection-blocked.md: a publishing connection is told (when it can hear it)
+        and is no longer read from until the alarm clears; consumers keep draining."""
+        self.blocked = True
+        if self.client_capability("connection.blocked") and self.state is State.OPEN:
+            # rabbit_reader:blocked_by_message/1: "low on memory", "low on disk", both.
+            alarms = (("memory", self.server.memory.alarm), ("disk", self.server.disk.alarm))
+            reason = "low on " + " & ".join(name for name, on in alarms if on)
+            self.send_method(0, C.Blocked(reason=reason))
+        self._pause("memory")
+
+    def _yield(self) -> None:
+        """The read budget ran out (Connection._run): stop reading until the next loop
+        iteration, so other connections are served."""
+        self._spent = 0.0
+        if self.state is State.CLOSED:
+            self._backlog = None
+            self._held.clear()
+            return
+        self._pause("budget")
+        self._yield_handle = self.loop.call_soon(self._resume_after_yield)
+
+    def _resume_after_yield(self) -> None:
+        """The next loop iteration after a yield: handle what waited, then read again."""
+        self._yield_handle = None
+        if self.state is State.CLOSED:
+            self._backlog = None
+            self._held.clear()
+            return
+        if self._backlog is not None or self._held:
+            self._run(None)
+            if self._yield_handle is not None:
+                return  # still more than one budget's worth: later again
+        self._resume("budget")
+
+    def _continue(self, deadline: float) -> None:
+        """Handle the frames and reads left over when the budget ran out."""
+        if self._backlog is not None:
+            frames, index, error = self._backlog
+            self._backlog = None
+            if not self._handle(frames, index, error, deadline):
+                return
+        while self._held:
+            if not self._process(self._held.popleft(), deadline):
+                return
+
+    def disk_alarm(self, alarm: bool) -> None:
+        """The disk alarm changed: the same rule as :meth:`memory_alarm`."""
+        self.memory_alarm(alarm)
+
+    def drop(self) -> None:
+        """A network failure (an injected fault, broker/faults.py): abort the socket (a TCP
+        reset, no Connection.Close)."""
+        self._close_reason = "dropped by an injected fault"
+        if self.transport is not None:
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()

@@ -1,5 +1,5 @@
-"""What an injected fault (broker/faults.py) does to one connection's socket: hold its
-writes a while (a slow network) or abort it (a network failure).
+"""What an injected delay (broker/faults.py) does to one connection's socket: hold its
+writes a while, as a slow network would (a network failure is ``Connection.drop``).
 
 A delay puts a :class:`HeldWrites` in front of the connection's transport: the connection
 writes to it as to any transport, and it hands each write to the real one ``seconds``
@@ -23,13 +23,6 @@ class Socketed(Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """Its event loop."""
-
-
-def drop(conn: Socketed) -> None:
-    """A network failure: abort the socket (a TCP reset, no Connection.Close)."""
-    conn._close_reason = "dropped by an injected fault"
-    if conn.transport is not None:
-        conn.transport.abort()
 
 
 def delay_writes(conn: Socketed, seconds: float) -> None:
