@@ -2,11 +2,9 @@
 unacked delivery, the connection (:class:`Wire`) and the node's state (:class:`Node`) as
 they see them, and the states of a published message's content assembly.
 
-:mod:`leveret.channel_consume`, :mod:`leveret.channel_tx`, :mod:`leveret.channel_topology`
-and :mod:`leveret.channel_stats` are functions over the channel, which binds them as its
-methods (or calls them). Each sees the channel through a protocol of its own that lists what
-it uses, and the channel's connection through :class:`Wire`, so none imports
-:mod:`leveret.channel` (which imports them); the channel sees its connection through
+:mod:`leveret.channel_stats` (the channel's counters) sees the channel's connection
+through :class:`Wire`, so it does not import :mod:`leveret.channel` (which imports it);
+the channel sees its connection through
 :class:`leveret.channel.Link`, which extends :class:`Wire`, and never imports
 :mod:`leveret.connection`. Protocols and plain types: nothing here runs code on a
 message's path.

@@ -54,25 +54,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Container
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from leveret import codec
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
 from leveret.queue import QueueCounts
-from leveret.session.get import basic_get, delivery_header
 from leveret.session.publish import ExchangeStats
 
 if TYPE_CHECKING:
-    from leveret.auth import AccessControl
-    from leveret.channel_parts import Record, Wire
-    from leveret.memory import MemoryMonitor
     from leveret.message import Message
     from leveret.queue import Consumer, Queue
     from leveret.session.publish import SessionCounters
     from leveret.session.tx import Confirm
-    from leveret.vhost import VHost
 
 B = commands.Basic
 
@@ -263,89 +257,6 @@ class DeliveryCounters:
         Read at scrape time from the publish counter (0 -> 1), so the publish path keeps
         no flag; publishes held in an open transaction count too."""
         return self.counters.received > 0 or self.tx_publishes > 0
-
-
-class Getting(Protocol):
-    """A channel as basic.get on the wire sees it (:class:`leveret.channel.Channel`
-    implements it): who asks, its ledger, its counts of the queue and its connection."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def access(self) -> AccessControl:
-        """Users, permissions and their checks."""
-
-    @property
-    def user(self) -> str:
-        """Its connection's user."""
-
-    @property
-    def vhost(self) -> VHost:
-        """Its connection's vhost."""
-
-    @property
-    def conn(self) -> Wire:
-        """Its connection."""
-
-    @property
-    def memory(self) -> MemoryMonitor:
-        """The memory watermark (an unacked get counts against it)."""
-
-    def send(self, method: Any) -> None:
-        """Send a pamqp method on this channel."""
-
-    def record(self, delivery: Record | None) -> int:
-        """A delivery tag, and the unacked delivery in the ledger (None: no ack)."""
-
-    def _queue_name(self, name: str) -> str:
-        """A queue name with the channel's last-queue shortcut expanded."""
-
-    def counts_of(self, queue: Queue) -> QueueCounts:
-        """The channel's counts of ``queue``."""
-
-
-def basic_get_on_wire(channel: Getting, m: commands.Basic.Get) -> None:
-    """basic.get on a channel: take the head message (leveret.session.get), count it as
-    the channel's get, get_no_ack or get_empty, and send get-ok or get-empty."""
-    queue, entry = basic_get(
-        channel.access,
-        channel.user,
-        channel.vhost,
-        channel._queue_name(m.queue),
-        m.no_ack,
-        channel.conn,
-    )
-    counts = channel.counts_of(queue)
-    if entry is None:
-        counts.get_empty += 1
-        channel.send(B.GetEmpty())
-        return
-    message = entry[0]
-    content_header, redelivered = delivery_header(queue, entry)
-    if redelivered:
-        counts.redelivered += 1
-    tag = channel.record(None if m.no_ack else (queue, entry, None))
-    if m.no_ack:
-        counts.get_no_ack += 1
-    else:
-        counts.get_ack += 1
-        channel.memory.add(record_bytes(queue, message))
-    channel.conn.write(
-        codec.get_ok_method(
-            channel.id,
-            tag,
-            redelivered,
-            message.exchange,
-            message.routing_key,
-            queue.message_count,
-        )
-        + codec.content_frames(channel.id, content_header, message.body, channel.conn.frame_max)
-    )
-    events = channel.vhost.events
-    if events is not None:
-        events.delivered(message, queue.name, bool(redelivered), channel, tag)
 
 
 def count_confirms(

@@ -21,9 +21,9 @@ are tested without a socket or an event loop (``tests/session/``). The wire chan
 - ``tx``: tx and confirm modes, commit and rollback of held publishes and acks, and the
   confirms' ``multiple`` acks between nacks.
 
-A rule lives here once, whoever asks: the wire channel (``leveret.channel_topology``,
-``channel_consume``, ``channel_tx``) only turns a frame into a call and the result into a
-frame, and the management API runs each request as its user through the same calls (as
+A rule lives here once, whoever asks: the wire channel (:mod:`leveret.channel` and its
+:class:`~leveret.channel.topology.Topology`) only turns a frame into a call and the result
+into a frame, and the management API runs each request as its user through the same calls (as
 RabbitMQ's management plugin goes through a channel). Errors are
 :class:`leveret.errors.AMQPError` with RabbitMQ's codes and texts; each caller words them
 its way (a close frame, an HTTP status, ``leveret ctl``'s message).

@@ -19,11 +19,10 @@ assembled.
 Handlers raise :class:`leveret.errors.AMQPError`; the connection converts it (the one
 place that does). Delivery tags are per channel, start at 1 and never repeat; unacked
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
-Methods off that path are functions bound as its handlers: :mod:`leveret.channel_consume`,
-:mod:`leveret.channel_tx` and :mod:`leveret.channel_topology`. Each sees the channel
-through a protocol of its own that lists what it uses, and its connection through
-:class:`leveret.channel_parts.Wire`; the channel sees its connection as :class:`Link`.
-So imports run one way: connection -> channel -> its command modules -> channel_parts.
+Consumers, confirms and transactions are the channel's own methods; its exchange.* and
+queue.* methods are a collaborator it holds, :class:`leveret.channel.topology.Topology`
+(the package's child, which names the channel only as a type). The channel sees its
+connection as :class:`Link`, so imports run one way: connection -> channel -> channel_parts.
 """
 
 from __future__ import annotations
@@ -34,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
-from leveret import channel_consume, channel_topology, channel_tx, codec
+from leveret import codec
 from leveret.acktimeout import DeliveryClock
+from leveret.channel.topology import Topology
 from leveret.channel_parts import Content, Node, Record, Wire
-from leveret.channel_stats import DeliveryCounters, basic_get_on_wire
+from leveret.channel_stats import DeliveryCounters, count_confirms
 from leveret.channel_stats import record_bytes as _record_bytes
 from leveret.errors import (
     CHANNEL_ERROR,
@@ -50,16 +50,20 @@ from leveret.errors import (
 from leveret.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD, message_bytes
 from leveret.message import Message, properties_decode, with_header
 from leveret.queue import Consumer, Entry, Queue
+from leveret.session import consume, tx
+from leveret.session.get import basic_get, delivery_header
 from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
+    REPLY_TO,
     ExchangeStats,
     Publisher,
     fold,
     size_error,
 )
 from leveret.session.topology import Actor
+from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
     from leveret.config import Config
@@ -157,7 +161,8 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
         self.tx_bytes = 0  # what those publishes hold (leveret.memory)
         # When deliveries went out, roughly, for the consumer timeout (overdue_ack).
         self.sent = DeliveryClock()
-        self.last_queue: str | None = None
+        # Its exchange.* and queue.* methods, and its last declared queue.
+        self.topology = Topology(self)
         self.reply_consumer: Consumer | None = None
         self.reply_key = ""
         self.handlers: dict[type, Callable[[Any], None]] = {
@@ -174,15 +179,15 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             B.RecoverAsync: self._on_basic_recover,
             commands.Channel.Flow: self._on_channel_flow,
             commands.Channel.Open: self._on_channel_reopen,
-            commands.Exchange.Declare: self._on_exchange_declare,
-            commands.Exchange.Delete: self._on_exchange_delete,
-            commands.Exchange.Bind: self._on_exchange_bind,
-            commands.Exchange.Unbind: self._on_exchange_unbind,
-            commands.Queue.Declare: self._on_queue_declare,
-            commands.Queue.Bind: self._on_queue_bind,
-            commands.Queue.Unbind: self._on_queue_unbind,
-            commands.Queue.Purge: self._on_queue_purge,
-            commands.Queue.Delete: self._on_queue_delete,
+            commands.Exchange.Declare: self.topology.exchange_declare,
+            commands.Exchange.Delete: self.topology.exchange_delete,
+            commands.Exchange.Bind: self.topology.exchange_bind,
+            commands.Exchange.Unbind: self.topology.exchange_unbind,
+            commands.Queue.Declare: self.topology.queue_declare,
+            commands.Queue.Bind: self.topology.queue_bind,
+            commands.Queue.Unbind: self.topology.queue_unbind,
+            commands.Queue.Purge: self.topology.queue_purge,
+            commands.Queue.Delete: self.topology.queue_delete,
             commands.Confirm.Select: self._on_confirm_select,
             commands.Tx.Select: self._on_tx_select,
             commands.Tx.Commit: self._on_tx_commit,
@@ -369,14 +374,85 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             self._wait_for_sync(self.publish_seq, sync_gen)
         self.conn.confirm_pending(self)
 
-    # confirms and transactions (leveret.channel_tx)
-    _wait_for_sync = channel_tx.wait_for_sync
-    _on_synced = channel_tx.on_synced
-    flush_confirms = channel_tx.flush_confirms
-    _on_confirm_select = channel_tx.confirm_select
-    _on_tx_select = channel_tx.tx_select
-    _on_tx_commit = channel_tx.tx_commit
-    _on_tx_rollback = channel_tx.tx_rollback
+    # -- confirms and transactions ---------------------------------------------------
+
+    def _on_confirm_select(self, m: commands.Confirm.Select) -> None:
+        """confirm.select: publisher confirms from here
+        (:func:`leveret.session.tx.confirm_select`)."""
+        tx.confirm_select(self.tx is not None)
+        self.confirm = True
+        if not m.nowait:
+            self.send(commands.Confirm.SelectOk())
+
+    def _on_tx_select(self, _m: commands.Tx.Select) -> None:
+        """tx.select: publishes and acks are held until tx.commit (not in confirm mode)."""
+        self.tx = tx.tx_select(self.confirm, self.tx)
+        self.send(commands.Tx.SelectOk())
+
+    def _on_tx_commit(self, _m: commands.Tx.Commit) -> None:
+        """tx.commit: run the held publishes and acks; commit-ok once their messages are on
+        disk."""
+        actions = tx.tx_commit(self, self.tx)
+        self.tx = []
+        self.tx_publishes = 0
+        # The committed messages count in their queues from here.
+        self._release_held()
+        generation = tx.run(actions)
+        persistence = self.vhost.persistence
+        if self.pending_commits or (persistence is not None and generation > persistence.synced):
+            # Committed persistent messages must be on disk before commit-ok.
+            if persistence is not None and not self.waiting and not self.pending_commits:
+                persistence.subscribe(self._on_synced)
+            self.pending_commits.append(generation)
+            return
+        self.send(commands.Tx.CommitOk())
+
+    def _on_tx_rollback(self, _m: commands.Tx.Rollback) -> None:
+        """tx.rollback: drop the held publishes; the acks are undone, deliveries unacked again."""
+        tx.tx_rollback(self, self.tx)
+        self.tx = []
+        self.tx_publishes = 0
+        self._release_held()
+        self.send(commands.Tx.RollbackOk())
+
+    def _wait_for_sync(self, seq: int, generation: int) -> None:
+        """Publish ``seq`` is confirmed only after ``generation``'s fsync."""
+        persistence = self.vhost.persistence
+        assert persistence is not None
+        if generation <= persistence.synced:
+            return
+        if not self.waiting and not self.pending_commits:
+            persistence.subscribe(self._on_synced)
+        self.waiting.append((seq, generation))
+
+    def _on_synced(self, generation: int) -> None:
+        """An fsync finished: confirm what it covered, send due ``tx.commit-ok``s."""
+        waiting = self.waiting
+        while waiting and waiting[0][1] <= generation:
+            waiting.popleft()
+        self.flush_confirms()
+        while self.pending_commits and self.pending_commits[0] <= generation:
+            self.pending_commits.popleft()
+            self.send(commands.Tx.CommitOk())
+        if not waiting and not self.pending_commits and self.vhost.persistence is not None:
+            self.vhost.persistence.unsubscribe(self._on_synced)
+
+    def flush_confirms(self) -> None:
+        """Confirm every publish so far (:func:`leveret.session.tx.confirms_due`)."""
+        if not self.open:
+            return
+        # Persistent publishes not yet on disk hold back every later confirm.
+        upto = self.waiting[0][0] - 1 if self.waiting else self.publish_seq
+        start = self.confirmed_upto
+        confirms, self.confirmed_upto, acked = tx.confirms_due(start, upto, self.nacks)
+        events = self.vhost.events
+        for tag, multiple, ack in confirms:
+            self.send(B.Ack(tag, multiple) if ack else B.Nack(tag, False, False))
+            if events is not None:
+                events.confirmed(self, tag, multiple, ack)
+        self.counters.confirmed += acked
+        if confirms:
+            count_confirms(self.confirm_runs, start, confirms)  # per exchange
 
     def _route(self, message: Message, mandatory: bool, stats: ExchangeStats) -> tuple[bool, int]:
         """Route and enqueue ``message``; return it when mandatory and unroutable.
@@ -451,18 +527,156 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
 
     # -- basic ------------------------------------------------------------------------
 
-    _queue_name = channel_topology.queue_name
+    # -- consumers --------------------------------------------------------------------
 
-    # consumers (leveret.channel_consume)
-    cancel_by_server = channel_consume.cancel_by_server
-    cancel_live = channel_consume.cancel_live
-    _on_basic_consume = channel_consume.basic_consume
-    _drop_reply_consumer = channel_consume.drop_reply_consumer
-    _on_basic_cancel = channel_consume.basic_cancel
-    _on_basic_qos = channel_consume.basic_qos
-    _on_basic_recover = channel_consume.basic_recover
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: forget the consumer and tell the client if it can hear
+        it (capability ``consumer_cancel_notify``, docs/consumer-cancel.md)."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            # The queue's row goes with it, as RabbitMQ's does (rabbit_channel's
+            # erase_queue_stats/1 on the queue's eol; leveret.channel_stats's docstring).
+            self.erase_row(consumer.queue)
+            self._notify_cancel(consumer)
 
-    _on_basic_get = basic_get_on_wire  # counts the channel's gets (leveret.channel_stats)
+    def cancel_live(self, consumer: Consumer) -> None:
+        """Cancel ``consumer`` from the server side while its queue stays (an injected fault,
+        broker/faults.py): as a client's basic.cancel for the queue (it leaves, an auto-delete
+        queue goes with its last consumer, its counts stay in the queue's row, its unacked
+        deliveries stay on the channel), and basic.cancel to the client as on a queue's
+        deletion."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            self._notify_cancel(consumer)
+            consumer.queue.remove_consumer(consumer)
+            self.cancelled(consumer)
+
+    def _notify_cancel(self, consumer: Consumer) -> None:
+        """basic.cancel to a client that can hear it (capability ``consumer_cancel_notify``,
+        docs/consumer-cancel.md); rabbit_channel sends it with nowait set."""
+        if self.conn.client_capability("consumer_cancel_notify"):
+            self.conn.write(
+                codec.simple_method(self.id, B.Cancel, ("shortstr", consumer.tag), ("bit", True))
+            )
+
+    def _on_basic_consume(self, m: commands.Basic.Consume) -> None:
+        """basic.consume: the session's checks (:mod:`leveret.session.consume`), then the
+        consumer exists, consume-ok goes out and only then does it subscribe (its first
+        deliveries follow the -Ok)."""
+        consume.check_tag(m.consumer_tag, self.consumers)
+        if m.queue == REPLY_TO:
+            self._consume_replies(m)
+            return
+        arguments = m.arguments or {}
+        queue = consume.consumable_queue(
+            self.actor,
+            self.topology.queue_name(m.queue),
+            m.no_ack,
+            m.exclusive,
+            self.prefetch_count,
+            self.global_prefetch,
+            arguments,
+        )
+        tag = consume.new_tag(m.consumer_tag)
+        consumer = Consumer(
+            self,
+            queue,
+            tag,
+            m.no_ack,
+            m.exclusive,
+            self.prefetch_count,
+            dict(arguments),
+            codec.shortstr(tag),
+        )
+        consumer.counts = self.counts_of(queue)  # its acks and redeliveries: the channel's
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
+        queue.subscribe(consumer)
+
+    def _consume_replies(self, m: commands.Basic.Consume) -> None:
+        """basic.consume on ``amq.rabbitmq.reply-to`` (docs/direct-reply-to.md)."""
+        consume.check_reply_consume(m.no_ack, self.reply_consumer is not None)
+        tag = consume.new_tag(m.consumer_tag)
+        # A queue object that is never registered in the vhost: it only carries the
+        # consumer; replies are delivered to the consumer directly.
+        pseudo = Queue(self.vhost, REPLY_TO, False, None, False, {})
+        consumer = Consumer(self, pseudo, tag, True, False, 0, {}, codec.shortstr(tag))
+        self.consumers[tag] = consumer
+        self.reply_consumer = consumer
+        self.reply_key = generated_name("amq.gen")[len("amq.gen-") :]
+        self.vhost.reply_consumers[self.reply_key] = consumer
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.ConsumeOk, ("shortstr", tag)))
+
+    def _drop_reply_consumer(self) -> None:
+        """Forget the channel's direct reply-to consumer, if it has one."""
+        if self.reply_consumer is not None:
+            self.vhost.reply_consumers.pop(self.reply_key, None)
+            self.reply_consumer = None
+
+    def _on_basic_cancel(self, m: commands.Basic.Cancel) -> None:
+        """basic.cancel: the consumer goes (an auto-delete queue with its last one)."""
+        consumer = self.consumers.pop(m.consumer_tag or "", None)
+        if consumer is not None and consumer is self.reply_consumer:
+            self._drop_reply_consumer()
+        if not m.nowait:
+            self.conn.write(codec.simple_method(self.id, B.CancelOk, ("shortstr", m.consumer_tag)))
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+            self.cancelled(consumer)
+
+    def _on_basic_qos(self, m: commands.Basic.Qos) -> None:
+        """basic.qos (:func:`leveret.session.consume.qos`)."""
+        consume.qos(self, self.consumers.values(), m.prefetch_size, m.prefetch_count, m.global_)
+        self.send(B.QosOk())
+
+    def _on_basic_recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
+        """basic.recover(-async): every unacked delivery back to its queue, redelivered."""
+        self._apply_settle(consume.recover(self, m.requeue), True)
+        if isinstance(m, B.Recover):
+            self.send(B.RecoverOk())
+
+    def _on_basic_get(self, m: commands.Basic.Get) -> None:
+        """basic.get on a channel: take the head message (leveret.session.get), count it as
+        the channel's get, get_no_ack or get_empty, and send get-ok or get-empty."""
+        queue, entry = basic_get(
+            self.access,
+            self.user,
+            self.vhost,
+            self.topology.queue_name(m.queue),
+            m.no_ack,
+            self.conn,
+        )
+        counts = self.counts_of(queue)
+        if entry is None:
+            counts.get_empty += 1
+            self.send(B.GetEmpty())
+            return
+        message = entry[0]
+        content_header, redelivered = delivery_header(queue, entry)
+        if redelivered:
+            counts.redelivered += 1
+        tag = self.record(None if m.no_ack else (queue, entry, None))
+        if m.no_ack:
+            counts.get_no_ack += 1
+        else:
+            counts.get_ack += 1
+            self.memory.add(_record_bytes(queue, message))
+        self.conn.write(
+            codec.get_ok_method(
+                self.id,
+                tag,
+                redelivered,
+                message.exchange,
+                message.routing_key,
+                queue.message_count,
+            )
+            + codec.content_frames(self.id, content_header, message.body, self.conn.frame_max)
+        )
+        events = self.vhost.events
+        if events is not None:
+            events.delivered(message, queue.name, bool(redelivered), self, tag)
 
     def _settle(self, tag: int, multiple: bool, requeue: bool | None) -> None:
         """Ack (``requeue`` None), or reject with or without requeue."""
@@ -581,15 +795,3 @@ class Channel(Ledger[Record], Publisher, DeliveryCounters):
             queue.requeue(returned)
         for queue in {consumer.queue for consumer in consumers}:
             queue.maybe_auto_delete()
-
-    # -- exchanges and queues (leveret.channel_topology) -------------------------------
-
-    _on_exchange_declare = channel_topology.exchange_declare
-    _on_exchange_delete = channel_topology.exchange_delete
-    _on_exchange_bind = channel_topology.exchange_bind
-    _on_exchange_unbind = channel_topology.exchange_unbind
-    _on_queue_declare = channel_topology.queue_declare
-    _on_queue_bind = channel_topology.queue_bind
-    _on_queue_unbind = channel_topology.queue_unbind
-    _on_queue_purge = channel_topology.queue_purge
-    _on_queue_delete = channel_topology.queue_delete
