@@ -65,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workloads import PUBSUB, REPO_ROOT, accepts_tcp, default_python, free_port, run_script
 
-from leveret.fieldtable import amqp_json
-from leveret.message import decoded_table, headers_and_mode
+from leveret.node.fieldtable import amqp_json
+from leveret.node.message import decoded_table, headers_and_mode
 from leveret.trace import TraceWriter
 
 # What the broker's publish path gives the recorder: vhost, exchange, routing key, the raw
@@ -100,7 +100,7 @@ CASES: dict[str, Callable[[int], commands.Basic.Properties]] = {
 def records(case: str, count: int) -> list[Record]:
     """``count`` publish records of one case (built before the clock starts). Content headers
     of up to 128 bytes are shared, and each queue's name set is one object, as in the broker
-    (``leveret.codec`` shares repeated headers; routing returns a binding index's own set)."""
+    (``leveret.wire.codec`` shares repeated headers; routing returns a binding index's own set)."""
     make = CASES[case]
     shared: dict[bytes, bytes] = {}
     queues = [frozenset({f"q{i}"}) for i in range(10)]

@@ -4,14 +4,15 @@
 the only layer that knows the wire; routing lives in :mod:`exchanges`, durable bytes in
 :mod:`storage`.
 
-Inside, from the top: :mod:`leveret.server` (the composition root, which starts the
-listeners), the management API and the control socket, the wire (connections, channels),
-the session (what rabbit_channel decides) and the node (vhosts, queues, messages). What
-every connection and the management API share (vhosts, access control, counters, the
-connections) is one :class:`leveret.state.ServerState` at the top of the node, handed to
-them by the server; nothing below the server imports it. No import circle closes but a
-package and its own child (``tests/test_layers.py`` enforces these rules): the modules a
-class's methods are split into see the class through protocols, never import it.
+The root holds the entry points only: :mod:`leveret.cli` (``leveret serve``, ``ctl``,
+``diagnostics``), :mod:`leveret.server` (the composition root, which builds the state and
+starts the listeners), :mod:`leveret.settings` and :mod:`leveret.config` (what it is
+configured with), :mod:`leveret.testing` (the pytest plugin) and :mod:`leveret.faults`
+(injected faults). Below them, one package per layer, each stating its rule at its door:
+the operator side (:mod:`leveret.management`, :mod:`leveret.control`,
+:mod:`leveret.inspect`), then :mod:`leveret.wire` -> :mod:`leveret.session` ->
+:mod:`leveret.node` (with :mod:`leveret.trace` beside it). Imports only go down; no import
+circle closes but a package and its own child (``tests/test_layers.py`` enforces both).
 """
 
 __version__ = "0.1.0"

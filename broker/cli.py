@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from leveret import __version__
-from leveret.auth import AccessControl, Permission
 from leveret.config import Config
-from leveret.memory import CGROUP_ROOT
+from leveret.node.auth import AccessControl, Permission
+from leveret.node.memory import CGROUP_ROOT
 from leveret.settings import Settings, SettingsError, add_arguments, one_line, resolve
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def dump_objects(data_dir: Path) -> list[dict[str, object]]:
     """A data dir's definitions log as `leveret log dump` objects (for the pipeline), then
     its policies (saved with the users) as ``policy.set`` objects: an alternate exchange
     set by a policy changes routing."""
-    from leveret.persistence import USERS_FILE
+    from leveret.node.persistence import USERS_FILE
     from leveret.storage.logtools import read_log
     from leveret.storage.records import event_to_json
 

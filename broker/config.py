@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.auth import AccessControl
+    from leveret.node.auth import AccessControl
 
 # RabbitMQ's defaults (deps/rabbit/Makefile app env): frame_max 131072, channel_max 2047,
 # heartbeat 60 s, handshake_timeout 10 s.

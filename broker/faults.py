@@ -19,14 +19,14 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from leveret import wirefaults
+from leveret.wire import heldwrites
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.connection import Connection
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def connections_of(
     state: ServerState[Connection], vhost: str, client: str | None = None
 ) -> list[Connection]:
     """The vhost's open connections (those ``client`` names, when given)."""
-    from leveret.handshake import State
+    from leveret.wire.handshake import State
 
     host = vhost_named(state, vhost)
     return [
@@ -188,7 +188,7 @@ def delay(state: ServerState[Connection], vhost: str, ms: float) -> None:
     host = vhost_named(state, vhost)
     host.write_delay = ms / 1000.0
     for conn in connections_of(state, vhost):
-        wirefaults.delay_writes(conn, host.write_delay)
+        heldwrites.delay_writes(conn, host.write_delay)
 
 
 def check_restart(state: ServerState[Connection], vhost: str, kill: bool) -> None:

@@ -4,7 +4,7 @@
 ``Connection.Close`` 320 CONNECTION_FORCED and waits (bounded) for them to go.
 
 This is the composition root, the top of ``broker/``: it builds the shared state
-(:class:`leveret.state.ServerState`), recovers it from the data directory, and starts the
+(:class:`leveret.node.state.ServerState`), recovers it from the data directory, and starts the
 listeners that serve it (AMQP connections, the management API, Prometheus, the control
 socket), handing each the state, never the ``Server``. Only ``cli``, ``testing`` and
 ``inspect`` import this module.
@@ -21,27 +21,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leveret.auth import AccessControl
 from leveret.config import Config
-from leveret.connection import Connection
 from leveret.exchanges.policies import parse as parse_policy
-from leveret.listen import dual_stack_socket
-from leveret.state import PublishCounters, ServerState
+from leveret.node.auth import AccessControl
+from leveret.node.state import PublishCounters, ServerState
+from leveret.wire.connection import Connection
+from leveret.wire.listen import dual_stack_socket
 
 if TYPE_CHECKING:
     import ssl
 
-    from leveret.acktimeout import AckTimeouts
-    from leveret.churn import NodeCounters
     from leveret.control.node import ControlListener
-    from leveret.disk import DiskMonitor
     from leveret.exchanges.policies import Policy
     from leveret.management import ManagementHandle
     from leveret.management.prometheus import PrometheusHandle
-    from leveret.memory import MemoryMonitor
-    from leveret.persistence import Persistence
+    from leveret.node.acktimeout import AckTimeouts
+    from leveret.node.churn import NodeCounters
+    from leveret.node.disk import DiskMonitor
+    from leveret.node.memory import MemoryMonitor
+    from leveret.node.persistence import Persistence
+    from leveret.node.vhost import VHost
     from leveret.trace import TraceWriter
-    from leveret.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Server:
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""
         # Imported here: a broker without a data dir (tests) never loads storage/.
-        from leveret.persistence import Persistence
+        from leveret.node.persistence import Persistence
         from leveret.storage.files import gc_paused
 
         state = self.state

@@ -58,7 +58,6 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from leveret.auth import SALT_BYTES, invalid_regexp
 from leveret.config import (
     CHANNEL_MAX,
     CHANNEL_MAX_LIMIT,
@@ -72,8 +71,9 @@ from leveret.config import (
     MAX_MESSAGE_SIZE,
     MAX_MESSAGE_SIZE_LIMIT,
 )
-from leveret.disk import DiskFreeLimit
-from leveret.memory import Watermark
+from leveret.node.auth import SALT_BYTES, invalid_regexp
+from leveret.node.disk import DiskFreeLimit
+from leveret.node.memory import Watermark
 
 ENV_PREFIX = "LEVERET_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"

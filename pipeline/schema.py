@@ -10,7 +10,7 @@ versions 1 and 2 are read whole with :data:`TRACE_SCHEMA`, never with schema inf
 :func:`leveret.pipeline.router.parse_headers` turns back into a table with JSON's types (ints
 stay ints, floats floats, booleans booleans), so headers-exchange matching sees the values the
 broker saw, as far as the trace keeps them (``broker/trace/`` writes them as the management
-API shows them, ``leveret.fieldtable.amqp_json``: bytes as text, decimals as numbers,
+API shows them, ``leveret.node.fieldtable.amqp_json``: bytes as text, decimals as numbers,
 timestamps as epoch seconds).
 """
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import body, commands, frame, header
 
-from leveret import codec
-from leveret.errors import FRAME_ERROR, AMQPConnectionError
+from leveret.node.errors import FRAME_ERROR, AMQPConnectionError
+from leveret.wire import codec
 
 names = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40
@@ -268,7 +268,7 @@ def test_rewritten_headers_keep_rabbitmq_types() -> None:
     import datetime
     import decimal
 
-    from leveret.fieldtable import marshal_content_header
+    from leveret.node.fieldtable import marshal_content_header
 
     props = commands.Basic.Properties(
         content_type="text/plain",

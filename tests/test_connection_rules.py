@@ -12,10 +12,10 @@ import aio_pika
 import pytest
 from pamqp import commands, frame
 
-from leveret import codec
 from leveret.config import Config
-from leveret.connection import Connection
 from leveret.server import Server
+from leveret.wire import codec
+from leveret.wire.connection import Connection
 
 
 class FakeTransport(asyncio.Transport):

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from leveret import consumeruse
-from leveret.consumeruse import ConsumerUse, use_avg
+from leveret.node import consumeruse
+from leveret.node.consumeruse import ConsumerUse, use_avg
 
 
 class Clock:

@@ -1,9 +1,9 @@
-"""leveret.acktimeout.DeliveryClock: when a channel's oldest unacked delivery went out, as
+"""leveret.node.acktimeout.DeliveryClock: when a channel's oldest unacked delivery went out, as
 the consumer timeout reads it (never earlier than it did, at most one check late)."""
 
 from __future__ import annotations
 
-from leveret.acktimeout import DeliveryClock
+from leveret.node.acktimeout import DeliveryClock
 
 
 def test_a_delivery_is_dated_by_the_first_check_after_it() -> None:

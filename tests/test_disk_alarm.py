@@ -28,9 +28,9 @@ import pytest
 
 from leveret.cli import build_parser, config_from
 from leveret.config import DISK_FREE_LIMIT, Config
-from leveret.disk import MAX_INTERVAL, MIN_INTERVAL, DiskFreeLimit, DiskMonitor, free_bytes
 from leveret.inspect import BrokerThread
-from leveret.memory import total_memory
+from leveret.node.disk import MAX_INTERVAL, MIN_INTERVAL, DiskFreeLimit, DiskMonitor, free_bytes
+from leveret.node.memory import total_memory
 from leveret.settings import SettingsError, resolve
 from tests.integration.helpers import Http, unique
 

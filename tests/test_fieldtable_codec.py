@@ -1,7 +1,7 @@
-"""leveret.fieldtable against pamqp, the codec of record: the iterative decoder gives pamqp's
+"""leveret.node.fieldtable against pamqp, the codec of record: the iterative decoder gives pamqp's
 values, the checker agrees with the decoder, encoding round-trips; and what pamqp cannot do:
 tables nested 15,000 deep, timestamps over all 64 bits. Also the method decoding in
-leveret.codec that uses it, against pamqp's, and the publish-path check in leveret.message."""
+leveret.wire.codec that uses it, against pamqp's, and the publish-path check in leveret.message."""
 
 from __future__ import annotations
 
@@ -17,14 +17,15 @@ from hypothesis import strategies as st
 from pamqp import commands, decode, encode, header
 from pamqp import frame as pframe
 
-from leveret import codec, fieldtable
-from leveret.message import (
+from leveret.node import fieldtable
+from leveret.node.message import (
     CACHED_PROPERTIES_MAX,
     decoded_table,
     marshal_properties,
     properties_decode,
     unmarshal_properties,
 )
+from leveret.wire import codec
 
 # -- values pamqp can encode --------------------------------------------------------------
 
@@ -293,7 +294,7 @@ def test_the_publish_check_takes_deep_and_large_headers() -> None:
     assert not properties_decode(fixed + large[:-2] + b"Z\x01")  # an unknown field type
 
 
-# -- methods with tables (leveret.codec) ---------------------------------------------------
+# -- methods with tables (leveret.wire.codec) ---------------------------------------------------
 
 table_methods = st.one_of(
     st.builds(

@@ -205,44 +205,89 @@ def test_exchange_type_modules_import_neither_the_projection_nor_routing() -> No
     assert offences == []
 
 
-# -- inside broker/: wire -> session -> node (issue 23) ---------------------------------------
+# -- inside broker/: one package per layer, imports only down (issue 33) -------------------
 
-# The wire: frames, pamqp, sockets, and what serves them.
+# The wire and everything above it: what the session and the node never import.
 WIRE = (
-    "leveret.codec",
-    "leveret.connection",
-    "leveret.handshake",
-    "leveret.channel",
-    "leveret.channel.topology",
-    "leveret.channel_stats",
-    "leveret.channel_parts",
+    "leveret.wire",
     "leveret.server",
     "leveret.cli",
     "leveret.management",
     "leveret.control",
     "leveret.testing",
     "leveret.inspect",
+    "leveret.faults",
 )
-# The node: vhosts, queues and messages and their rules.
-NODE = (
-    "queue",
-    "queue.peers",
-    "stream",
-    "vhost",
-    "vhost_policies",
-    "equivalence",
-    "deadletter",
-    "delayed",
-    "prioritydeque",
-    "acktimeout",
-    "consumeruse",
-    "churn",
-    "firehose",
-    "persistence",
-    "disk",
-    "memory",
-    "state",
-)
+
+# What each package of broker/ may import of leveret (beside itself), as its door says.
+# ``leveret`` alone is the namespace's door (its __version__).
+BELOW_NODE = ("leveret.config", "leveret.exchanges", "leveret.storage")
+ALLOWED = {
+    "node": ("leveret.node", "leveret.trace", *BELOW_NODE),
+    # The traffic trace's recorder is one of the node's event subscribers: it sits beside
+    # the node (the module circle test below still holds between their modules).
+    "trace": ("leveret.trace", "leveret.node", *BELOW_NODE),
+    "session": ("leveret.session", "leveret.node", *BELOW_NODE),
+    "wire": ("leveret.wire", "leveret.session", "leveret.node", "leveret.trace", *BELOW_NODE),
+    "management": (
+        "leveret.management",
+        "leveret.faults",
+        "leveret.wire",
+        "leveret.session",
+        "leveret.node",
+        "leveret.trace",
+        *BELOW_NODE,
+    ),
+    "control": (
+        "leveret.control",
+        "leveret.faults",
+        "leveret.management",
+        "leveret.wire",
+        "leveret.session",
+        "leveret.node",
+        "leveret.trace",
+        *BELOW_NODE,
+    ),
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_imports_only_what_its_door_allows(package: str) -> None:
+    """Between packages imports go down only (counting type-only and late imports)."""
+    allowed = ALLOWED[package]
+    offences = sorted(
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources(f"broker/{package}")
+        for name, _guarded in imports_with_guard(path)
+        if name.startswith("leveret.")
+        and name != "leveret.__version__"  # the namespace's door
+        and not _within(name, allowed)
+    )
+    assert sources(f"broker/{package}")
+    assert offences == []
+
+
+def test_every_package_states_its_rule_at_the_door() -> None:
+    """Each package's __init__ says what it may import and what imports it."""
+    for package in (*ALLOWED, "inspect"):
+        door = (ROOT / "broker" / package / "__init__.py").read_text(encoding="utf-8")
+        assert "Rule at the door" in door, package
+
+
+def test_the_root_holds_only_the_entry_points() -> None:
+    """broker/ itself: the CLI, the server's assembly, the settings, the pytest plugin and
+    the injected faults' API; everything else lives in a package named after its layer."""
+    modules = {path.stem for path in (ROOT / "broker").glob("*.py")}
+    assert modules == {
+        "__init__",
+        "__main__",
+        "cli",
+        "config",
+        "faults",
+        "server",
+        "settings",
+        "testing",
+    }
 
 
 def imports_with_guard(path: Path) -> list[tuple[str, bool]]:
@@ -283,20 +328,17 @@ def test_the_session_imports_neither_asyncio_nor_pamqp_nor_the_wire() -> None:
     assert offences == []
 
 
-@pytest.mark.parametrize("module", NODE)
-def test_the_node_imports_neither_the_session_nor_the_wire(module: str) -> None:
+def test_the_node_imports_neither_the_session_nor_the_wire() -> None:
     """A queue or a vhost never reaches up, not even for a type name: a consumer holds a
     Subscriber, not a channel, an exclusive queue a connection as its Owner; the shared
-    state (state.py) holds the connections as Peers, and hands the alarms to them."""
-    path = ROOT / "broker" / f"{module.replace('.', '/')}.py"
-    if not path.exists():  # a package: its door
-        path = path.with_suffix("") / "__init__.py"
-    assert path.exists(), module
+    state (node/state.py) holds the connections as Peers, and hands the alarms to them."""
     offences = [
-        name
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sources("broker/node")
         for name, _guarded in imports_with_guard(path)
         if _within(name, ("leveret.session", *WIRE))
     ]
+    assert sources("broker/node")
     assert offences == []
 
 
@@ -316,13 +358,13 @@ def test_management_and_control_take_the_shared_state_not_the_server(folder: str
 def test_the_guard_reader_tells_type_only_imports(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "from typing import TYPE_CHECKING\nfrom leveret import codec\n"
-        "if TYPE_CHECKING:\n    from leveret.connection import Connection\n"
+        "from typing import TYPE_CHECKING\nfrom leveret.wire import codec\n"
+        "if TYPE_CHECKING:\n    from leveret.wire.connection import Connection\n"
     )
     assert imports_with_guard(probe) == [
         ("typing", False),
-        ("leveret.codec", False),
-        ("leveret.connection", True),
+        ("leveret.wire", False),
+        ("leveret.wire.connection", True),
     ]
 
 

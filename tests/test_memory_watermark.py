@@ -1,4 +1,4 @@
-"""The memory high watermark bounds the memory the broker really holds (leveret.memory).
+"""The memory high watermark bounds the memory the broker really holds (leveret.node.memory).
 
 What counts against the mark is every message held, at what it costs the process: body,
 content header and a measured per-message overhead, for ready messages and unacknowledged
@@ -12,7 +12,7 @@ whole process, interpreter baseline included) stays under 1.2 x the watermark. B
 fix the broker counted ready bodies only: it never blocked, and its RSS grew without bound
 (the test stops it at 1.6 x the mark).
 
-The unit tests drive :class:`leveret.memory.MemoryMonitor` with a fake RSS, and the
+The unit tests drive :class:`leveret.node.memory.MemoryMonitor` with a fake RSS, and the
 in-process tests check that every holder gives back exactly what it took (an accounting
 that drifts would leave the alarm stuck on, or never set).
 """
@@ -35,17 +35,17 @@ import pika
 import pytest
 from pamqp import commands
 
-from leveret import memory as memory_module
 from leveret.config import Config
 from leveret.inspect import BrokerThread
-from leveret.memory import (
+from leveret.node import memory as memory_module
+from leveret.node.memory import (
     DELIVERY_OVERHEAD,
     MESSAGE_OVERHEAD,
     UNACKED_OVERHEAD,
     MemoryMonitor,
     message_bytes,
 )
-from leveret.message import Message
+from leveret.node.message import Message
 from tests.integration.helpers import unique
 from tests.integration.wire import WireClient, plain_response, raw_frame
 

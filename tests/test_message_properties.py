@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pamqp import commands, decode
 
-from leveret.fieldtable import marshal_content_header
-from leveret.message import (
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.message import (
     CACHED_PROPERTIES_MAX,
     Message,
     cached_by_properties,

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leveret.prioritydeque import PriorityDeque, merge_by_seq
+from leveret.node.prioritydeque import PriorityDeque, merge_by_seq
 
 
 def entry(seq: int, priority: int = 0) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leveret.auth import hash_password
+from leveret.node.auth import hash_password
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,9 +13,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from leveret.auth import hash_password
 from leveret.cli import build_parser, config_from
 from leveret.config import Config
+from leveret.node.auth import hash_password
 from leveret.settings import resolve
 from tests.conftest import BrokerThread
 

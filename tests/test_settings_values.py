@@ -15,7 +15,7 @@ import pytest
 
 from leveret.cli import build_parser, config_from
 from leveret.config import Config
-from leveret.memory import (
+from leveret.node.memory import (
     DEFAULT_FRACTION,
     Watermark,
     cgroup_memory_limit,

@@ -154,7 +154,7 @@ def test_a_full_buffer_drops_and_counts(tmp_path: Path) -> None:
 
 
 def test_headers_read_as_the_management_api_shows_them(tmp_path: Path) -> None:
-    """Timestamps as seconds, decimals as numbers (leveret.fieldtable.amqp_json)."""
+    """Timestamps as seconds, decimals as numbers (leveret.node.fieldtable.amqp_json)."""
     when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     writer = TraceWriter(tmp_path, flush_interval=0.01)
     headers = {"when": when, "price": decimal.Decimal("1.25"), "n": [1, "a"]}

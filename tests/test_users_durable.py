@@ -9,9 +9,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from leveret.auth import Permission, TopicPermission
 from leveret.config import Config
 from leveret.exchanges.policies import parse as parse_policy
+from leveret.node.auth import Permission, TopicPermission
 from tests.conftest import BrokerThread
 
 

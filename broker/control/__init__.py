@@ -9,9 +9,14 @@ root's. Modules:
 
 - :mod:`.endpoint`: where the socket is, the wire format both ends share;
 - :mod:`.node`: the listener in the broker (started by :class:`leveret.server.Server`,
-  which hands it the shared state, :class:`leveret.state.ServerState`: the commands read
+  which hands it the shared state, :class:`leveret.node.state.ServerState`: the commands read
   and change that, never the ``Server``);
 - :mod:`.commands`, :mod:`.listing`: what each command does on the node, through the
   management API's own functions (users, permissions, policies, definitions, queues);
 - :mod:`.cli`, :mod:`.output`: the command line and its formatters.
+
+Rule at the door: an operator package, above the wire: it may import :mod:`leveret.wire`,
+:mod:`leveret.session`, :mod:`leveret.node`, :mod:`leveret.trace`, :mod:`leveret.faults`
+and :mod:`leveret.management` (the definitions and views both tools share), never
+:mod:`leveret.server`, which starts its listener; the server and the CLI import it.
 """

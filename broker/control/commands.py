@@ -1,8 +1,8 @@
 """What each control command does on the node.
 
 Every change goes through the function the management API uses for it (users and
-permissions through :class:`leveret.auth.AccessControl` and its regex check, vhosts and
-policies through :class:`leveret.state.ServerState`, policy validation through
+permissions through :class:`leveret.node.auth.AccessControl` and its regex check, vhosts and
+policies through :class:`leveret.node.state.ServerState`, policy validation through
 ``exchanges.policies.parse``, definitions through :mod:`leveret.management.definitions`,
 queue deletion and purge through :mod:`leveret.management.ops`), so no rule has a second
 copy here; what is left is argument reading and RabbitMQ's CLI texts
@@ -32,10 +32,10 @@ from leveret.control.endpoint import (
 from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.queue import Queue
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.queue import Queue
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Args = dict[str, Any]
@@ -270,7 +270,7 @@ def delete_vhost(server: ServerState[Connection], args: Args) -> Reply:
 
 def set_permissions(server: ServerState[Connection], args: Args) -> Reply:
     """set_permissions [-p VHOST] USER CONF WRITE READ."""
-    from leveret.auth import Permission, invalid_regexp
+    from leveret.node.auth import Permission, invalid_regexp
 
     vhost, user = text(args, "vhost"), text(args, "user")
     user_must_exist(server, user)
@@ -361,7 +361,7 @@ async def import_definitions(server: ServerState[Connection], args: Args) -> Rep
 
 def purge_queue(server: ServerState[Connection], args: Args) -> Reply:
     """purge_queue [-p VHOST] NAME."""
-    from leveret.errors import AMQPError
+    from leveret.node.errors import AMQPError
     from leveret.session.topology import purge
 
     _vhost, queue = queue_named(server, args)
@@ -392,8 +392,8 @@ def delete_queue(server: ServerState[Connection], args: Args) -> Reply:
 
 async def advance_clock(server: ServerState[Connection], args: Args) -> Reply:
     """advance_clock [-p VHOST] SECONDS: the vhost's clock moves on (manual from then on),
-    firing what comes due (:meth:`leveret.clock.Clock.advance`)."""
-    from leveret.clock import checked_seconds
+    firing what comes due (:meth:`leveret.node.clock.Clock.advance`)."""
+    from leveret.node.clock import checked_seconds
 
     vhost = vhost_named(server, text(args, "vhost"))
     raw = text(args, "seconds")

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from leveret.control.endpoint import EX_USAGE, ControlError
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 Row = dict[str, Any]
 Getter = Callable[[Row], Any]

@@ -38,8 +38,8 @@ from leveret.control.endpoint import (
 
 if TYPE_CHECKING:
     from leveret.config import Config
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,10 @@ unacknowledged, as ``rabbitmq_queue_messages`` ("Sum of ready and unacknowledged
 total queue depth"); ``published`` counts messages routed to the queue, ``delivered``
 deliveries and basic.get results (``deliver_get``), ``acked`` basic.ack'ed deliveries
 (automatic-ack deliveries are never "acked").
+
+Rule at the door: the top of the house beside the CLI: it may import anything in
+:mod:`leveret` (a :class:`BrokerThread` runs a :class:`leveret.server.Server`); only
+:mod:`leveret.testing` and the user's tests import it.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class BrokerThread:
 
     def add_vhost(self, name: str, user: str = "guest") -> str:
         """Create ``name`` and give ``user`` full permissions on it; returns its URL."""
-        from leveret.auth import Permission
+        from leveret.node.auth import Permission
 
         def add() -> None:
             self.server.add_vhost(name)

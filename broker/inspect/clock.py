@@ -1,7 +1,7 @@
 """A vhost's clock, driven from a test: :class:`VirtualClock` (``leveret.clock`` in the
 pytest plugin).
 
-The broker's side is :class:`leveret.clock.Clock`, one per vhost. Here it is reached on
+The broker's side is :class:`leveret.node.clock.Clock`, one per vhost. Here it is reached on
 the broker's own loop for an in-process broker (:class:`LocalClocks`), or through
 ``/api/leveret/clock`` for an external Leveret (:class:`HttpClocks`); another broker has
 no such endpoint, and every call raises :class:`LeveretOnlyError` saying so.
@@ -14,14 +14,14 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from leveret.clock import checked_seconds
 from leveret.inspect.http import ManagementAPI, ManagementError
 from leveret.inspect.loops import call_on_loop, running_loop
 from leveret.inspect.stats import LeveretOnlyError, VHostNotFoundError
+from leveret.node.clock import checked_seconds
 
 if TYPE_CHECKING:
-    from leveret.clock import Clock
     from leveret.inspect.backends import LocalBackend
+    from leveret.node.clock import Clock
 
 T = TypeVar("T")
 

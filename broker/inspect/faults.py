@@ -25,9 +25,9 @@ from leveret.inspect.loops import call_on_loop, running_loop
 from leveret.inspect.stats import LeveretOnlyError
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
     from leveret.inspect.backends import Backend
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 T = TypeVar("T")
 

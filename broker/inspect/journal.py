@@ -1,7 +1,7 @@
 """The traffic journal of a vhost: what happened to its messages, in order, for assertions.
 
 ``inspector.journal`` (the ``leveret`` fixture's ``leveret.journal``) starts recording the
-vhost's events (:mod:`leveret.events`) the first time it is read, and records every publish
+vhost's events (:mod:`leveret.node.events`) the first time it is read, and records every publish
 (exchange, routing key, properties, body, the queues it reached or none: unroutable, then
 returned to a mandatory publisher or dropped), delivery, ack, nack or reject, requeue,
 dead-lettering (with its reason: ``expired``, ``rejected``, ``maxlen``,
@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from leveret.inspect.backends import Backend, LocalBackend, ManagementBackend, Unavailable
 from leveret.inspect.loops import call_on_loop, call_on_loop_async, running_loop
 from leveret.inspect.stats import LeveretOnlyError
-from leveret.journal import KINDS, Record, Recorder, table
+from leveret.node.journal import KINDS, Record, Recorder, table
 
 __all__ = [
     "KINDS",

@@ -19,7 +19,7 @@ rabbitmq_prometheus's endpoints and families. Modules:
   rabbitmq_prometheus's families; :mod:`.parameters`: ``/api/parameters``;
 - :mod:`.page`: the dashboard at ``/`` (``static/``).
 
-Every handler reads and changes the shared state (:class:`leveret.state.ServerState`:
+Every handler reads and changes the shared state (:class:`leveret.node.state.ServerState`:
 vhosts, access control, counters, connections), which the server hands to
 :func:`start_management`; nothing here imports :mod:`leveret.server`, which starts these
 listeners. Views may read wire types (connections, channels): management sits above the
@@ -28,6 +28,11 @@ wire. Usage, on the broker's event loop::
     handle = await start_management(server.state, "127.0.0.1", 15672)
     ...
     await handle.close()
+
+Rule at the door: the management API is an operator package, above the wire: it may import
+:mod:`leveret.wire`, :mod:`leveret.session`, :mod:`leveret.node`, :mod:`leveret.trace`,
+:mod:`leveret.faults`, never :mod:`leveret.server`, which starts it and hands it the
+shared state; only the server and :mod:`leveret.control` import it.
 """
 
 from typing import TYPE_CHECKING, Any

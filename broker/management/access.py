@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from leveret.auth import User, is_loopback
 from leveret.management.errors import not_authenticated, not_authorised
+from leveret.node.auth import User, is_loopback
 from leveret.session.topology import Actor
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 MANAGEMENT_TAGS = frozenset({"administrator", "monitoring", "policymaker", "management"})
 # Where the auth middleware keeps the logged-in user on the request (aiohttp >= 3.14).

@@ -14,7 +14,6 @@ from typing import Any
 from aiohttp import web
 
 import leveret.management.ops as ops
-from leveret.auth import Permission, invalid_regexp
 from leveret.management.access import require_admin
 from leveret.management.api import server_of, vhost_of
 from leveret.management.definitions import (
@@ -27,6 +26,7 @@ from leveret.management.messages import mandatory
 from leveret.management.query import json_response, read_json
 from leveret.management.state import state_of
 from leveret.management.views import HASHING_ALGORITHM
+from leveret.node.auth import Permission, invalid_regexp
 
 routes = web.RouteTableDef()
 

@@ -31,9 +31,9 @@ from leveret.management.stats import GAUGES
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from leveret.connection import Connection
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 routes = web.RouteTableDef()
 

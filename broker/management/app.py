@@ -30,19 +30,19 @@ import leveret.management.policies as policies
 import leveret.management.topic_permissions as topic_permissions
 import leveret.management.topology as topology
 import leveret.management.trace as trace
-from leveret.errors import AMQPError
 from leveret.management.access import SERVER_KEY, USER_KEY, authenticate
 from leveret.management.errors import ApiError, from_amqp, not_found
 from leveret.management.listener import HttpListener, serve
 from leveret.management.query import COLUMNS_PICKED, JSON_DATA, pick_columns
 from leveret.management.state import state_of
 from leveret.management.stats import INTERVAL
+from leveret.node.errors import AMQPError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ The channel counters (``rabbitmq_channel_messages_published_total``...) are serv
 aggregated as node-wide totals since start, and per object (and in the detailed groups
 ``channel_exchange_metrics`` and ``channel_queue_metrics``) as a sample per channel and
 exchange or channel and queue, with RabbitMQ's labels, from each open channel's rows
-(leveret.channel_stats). An aggregated total never goes down (a closed channel's counts
+(leveret.wire.channel.stats). An aggregated total never goes down (a closed channel's counts
 are folded into the node's; RabbitMQ's aggregated sum drops when a channel that published
 closes, which Prometheus's ``rate()`` reads as a counter reset).
 ``rabbitmq_queue_messages_published_total`` is served per channel, exchange and queue
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leveret.channel_stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 from leveret.management.metrics import Family
+from leveret.wire.channel.stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
-    from leveret.churn import SocketCounters
-    from leveret.connection import Connection
+    from leveret.node.churn import SocketCounters
+    from leveret.wire.channel import Channel
+    from leveret.wire.connection import Connection
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def global_prefetch(channel: Channel) -> int:
 
 
 def socket_counter(connection: Connection, name: str) -> int:
-    """One of the connection socket's counters (leveret.churn.SocketCounters)."""
+    """One of the connection socket's counters (leveret.node.churn.SocketCounters)."""
     counters: SocketCounters = connection.io
     return int(getattr(counters, name))
 
@@ -166,12 +166,12 @@ CONNECTION_FAMILIES = (
 @dataclass(frozen=True)
 class TotalFamily(Family):
     """A node-wide counter: its value from the publish counters (``ServerState.counters``) or
-    from the per-queue-type totals (:meth:`leveret.churn.NodeCounters.totals`); a channel
+    from the per-queue-type totals (:meth:`leveret.node.churn.NodeCounters.totals`); a channel
     counter's per object too, from the channels' rows (``row`` and its detailed ``group``)."""
 
     publish: str = ""  # an attribute of ServerState.counters
     totals: Callable[[dict[str, int]], int] | None = None  # of one queue type's totals
-    # Its counter in a channel's rows (leveret.channel_stats.EXCHANGE_COUNTERS or
+    # Its counter in a channel's rows (leveret.wire.channel.stats.EXCHANGE_COUNTERS or
     # QUEUE_COUNTERS) and their detailed group; "": served aggregated only.
     row: str = ""
     group: str = ""
@@ -451,7 +451,7 @@ GLOBAL_CONSUMERS = Family("global_consumers", "gauge", "Current number of consum
 # Open channels that have published (rabbit_global_counters' publishers, as counted after
 # rabbitmq-server pull request 6244: from a channel's first basic.publish until it closes;
 # 3.10.8's own figure drifts below zero). Counted at scrape time from each channel's publish
-# counter (leveret.channel_stats.DeliveryCounters.has_published).
+# counter (leveret.wire.channel.stats.DeliveryCounters.has_published).
 GLOBAL_PUBLISHERS = Family("global_publishers", "gauge", "Current number of publishers")
 GLOBAL_RECEIVED_CONFIRM = Family(
     "global_messages_received_confirm_total",

@@ -3,7 +3,7 @@
 A channel's ``message_stats`` are rabbit_mgmt_format's channel stats (publish, confirm,
 return_unroutable, drop_unroutable, deliver_get, deliver, deliver_no_ack, get,
 get_no_ack, get_empty, redeliver, ack, each with ``*_details``), read from the channel's
-own counters (leveret.channel_stats); a connection's ``recv_oct`` / ``send_oct`` get
+own counters (leveret.wire.channel.stats); a connection's ``recv_oct`` / ``send_oct`` get
 ``*_details`` as rabbit_mgmt_db gives its coarse connection stats. The statistics sampler
 (leveret.management.stats) samples them with the queues every 5 s; a request asks for
 their samples as RabbitMQ's does: ``?msg_rates_age=..&msg_rates_incr=..`` for a channel,
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret.channel_stats import CHANNEL_COUNTERS
 from leveret.management.history import History, now_ms, requested_range, with_samples
+from leveret.wire.channel.stats import CHANNEL_COUNTERS
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
+    from leveret.wire.connection import Connection
 
 # A connection's counters with rates, in the order its history records them.
 CONNECTION_COUNTERS = ("recv_oct", "send_oct")
@@ -30,7 +30,7 @@ Rates = dict[str, float]
 
 
 def connection_counts(conn: Connection) -> tuple[int, int]:
-    """(recv_oct, send_oct) of a connection's socket (leveret.churn.SocketCounters)."""
+    """(recv_oct, send_oct) of a connection's socket (leveret.node.churn.SocketCounters)."""
     return conn.io.recv_oct, conn.io.send_oct
 
 

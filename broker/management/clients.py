@@ -16,8 +16,8 @@ from leveret.management.query import json_response, reply_list
 from leveret.management.state import state_of
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
-    from leveret.connection import Connection
+    from leveret.wire.channel import Channel
+    from leveret.wire.connection import Connection
 
 routes = web.RouteTableDef()
 
@@ -38,7 +38,7 @@ def visible_connections(request: web.Request) -> list[Connection]:
 
 def connection_state(conn: Connection) -> str:
     """RabbitMQ's connection state: ``blocked`` under a resource alarm, else running."""
-    from leveret.handshake import STATE_NAMES
+    from leveret.wire.handshake import STATE_NAMES
 
     return "blocked" if conn.blocked else STATE_NAMES.get(conn.state, "running")
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
-from leveret.clock import checked_mode, checked_seconds
 from leveret.management.access import require_admin
 from leveret.management.api import vhost_of
 from leveret.management.errors import bad_request
 from leveret.management.query import json_response, read_json
+from leveret.node.clock import checked_mode, checked_seconds
 
 if TYPE_CHECKING:
-    from leveret.vhost import VHost
+    from leveret.node.vhost import VHost
 
 routes = web.RouteTableDef()
 T = TypeVar("T")

@@ -27,20 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 import leveret.management.ops as ops
 import leveret.management.views as views
-from leveret.arguments import queue_type
-from leveret.auth import Permission, TopicPermission, invalid_regexp
-from leveret.errors import AMQPError
 from leveret.exchanges.model import DestKind
 from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
 from leveret.exchanges.policies import parse as parse_policy
-from leveret.fieldtable import amqp_json
-from leveret.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
 from leveret.management.errors import ApiError
 from leveret.management.state import state_of
+from leveret.node.arguments import queue_type
+from leveret.node.auth import Permission, TopicPermission, invalid_regexp
+from leveret.node.errors import AMQPError
+from leveret.node.fieldtable import amqp_json
+from leveret.node.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ def _add_topic_permission(server: ServerState[Connection], item: dict[str, Any])
 
 def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     # rabbit_definitions:format/1: "~s: ~s" of the error name and explanation.
-    from leveret.errors import NAMES
+    from leveret.node.errors import NAMES
 
     return DefinitionsError(f"{NAMES.get(exc.code, 'error').lower()}: {exc.explanation}")
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from leveret.errors import ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, AMQPError
+from leveret.node.errors import ACCESS_REFUSED, NOT_ALLOWED, NOT_FOUND, AMQPError
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -30,25 +30,25 @@ from cryptography import x509
 from pamqp import commands
 
 import leveret.management.views as views
-from leveret.fieldtable import marshal_content_header
-from leveret.handshake import State
-from leveret.limits import reached
 from leveret.management.access import actor, require_vhost
 from leveret.management.api import listeners, server_of
 from leveret.management.errors import amqp_errors, bad_request, not_authorised, not_found
 from leveret.management.messages import session_publisher
 from leveret.management.query import erlang_integer, json_response
 from leveret.management.state import state_of
-from leveret.message import Message
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.limits import reached
+from leveret.node.message import Message
 from leveret.session import topology
 from leveret.session.get import basic_get
+from leveret.wire.handshake import State
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from leveret.connection import Connection
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 routes = web.RouteTableDef()
 

@@ -4,7 +4,7 @@ suites in other languages (:mod:`leveret.inspect.journal` is the Python side).
 ``PUT /api/leveret/journal/{vhost}`` with ``{"recording": true}`` starts recording the
 vhost's events, ``{"recording": false}`` stops (the records stay readable);
 ``GET /api/leveret/journal/{vhost}`` is the list of records, oldest first, each as
-:class:`~leveret.journal.Record`'s fields with ``properties`` as the management
+:class:`~leveret.node.journal.Record`'s fields with ``properties`` as the management
 API shows a message's and the body as ``payload`` + ``payload_encoding`` (``string`` when
 it is UTF-8, else ``base64``, as ``POST /api/queues/{vhost}/{name}/get`` with
 ``encoding=auto``), plus ``recording``. Administrators only; an unknown vhost is
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pamqp import commands
 
-from leveret.journal import Record, Recorder
 from leveret.management.access import require_admin
 from leveret.management.api import server_of
 from leveret.management.errors import bad_request, not_found
 from leveret.management.messages import is_utf8
 from leveret.management.query import json_response, read_json
 from leveret.management.views import properties_view
+from leveret.node.journal import Record, Recorder
 
 if TYPE_CHECKING:
-    from leveret.vhost import VHost
+    from leveret.node.vhost import VHost
 
 routes = web.RouteTableDef()
 

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from leveret.limits import LimitError, parse_limits
 from leveret.management.access import require_admin
 from leveret.management.api import scoped_vhosts, server_of, vhost_of
 from leveret.management.errors import ApiError, bad_request, not_found
 from leveret.management.query import json_response, read_json
+from leveret.node.limits import LimitError, parse_limits
 
 if TYPE_CHECKING:
-    from leveret.auth import User
+    from leveret.node.auth import User
 
 routes = web.RouteTableDef()
 

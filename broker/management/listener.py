@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from leveret.listen import dual_stack_socket
+from leveret.wire.listen import dual_stack_socket
 
 
 @dataclass

@@ -25,21 +25,21 @@ from pamqp import commands
 
 import leveret.management.ops as ops
 import leveret.management.views as views
-from leveret.fieldtable import marshal_content_header
 from leveret.management.access import actor, current_user
 from leveret.management.api import server_of, vhost_of
 from leveret.management.errors import access_refused, amqp_errors, bad_request
 from leveret.management.query import erlang_integer, json_response, read_json
 from leveret.management.topology import exchange_name, queue_of
-from leveret.message import Message
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.message import Message
 from leveret.session import topology
 from leveret.session.get import readable_queue
 from leveret.session.publish import Publisher, fold
 
 if TYPE_CHECKING:
-    from leveret.persistence import Persistence
-    from leveret.queue import Entry, Queue
-    from leveret.vhost import VHost
+    from leveret.node.persistence import Persistence
+    from leveret.node.queue import Entry, Queue
+    from leveret.node.vhost import VHost
 
 routes = web.RouteTableDef()
 

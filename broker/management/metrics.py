@@ -42,9 +42,9 @@ import leveret.management.views as views
 from leveret.storage.iostats import IoStats
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.queue import Queue
-    from leveret.state import ServerState
+    from leveret.node.queue import Queue
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 CLIENT_VERSION = version("prometheus_client")
 PROTOCOL = "amqp091"
@@ -410,7 +410,7 @@ def disk_writes(queue: Queue, _unacked_bytes: int) -> float:
 
 def consumer_capacity(queue: Queue, _unacked_bytes: int) -> float:
     """rabbit_amqqueue_process's consumer_capacity (and consumer_utilisation): 0 for a queue
-    without consumers, else its consumers' use (leveret.consumeruse)."""
+    without consumers, else its consumers' use (leveret.node.consumeruse)."""
     return queue.use.capacity() if queue.consumers else 0.0
 
 
@@ -445,7 +445,7 @@ QUEUE_FAMILIES = (
         groups=("queue_consumer_count", "queue_metrics"),
     ),
     # RabbitMQ: the queue process's memory; here what the queue's ready messages cost
-    # against the memory watermark (leveret.memory), the bulk of what a queue holds.
+    # against the memory watermark (leveret.node.memory), the bulk of what a queue holds.
     QueueFamily(
         "queue_process_memory_bytes",
         "gauge",

@@ -33,11 +33,11 @@ import leveret.management.views as views
 from leveret.management.api import contexts, exchange_types, server_of
 from leveret.management.errors import not_found
 from leveret.management.query import json_response, reply_list
-from leveret.memory import resident_bytes
+from leveret.node.memory import resident_bytes
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from leveret.codec import TypedTable
-from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
 from leveret.exchanges.model import DestKind
 from leveret.management.errors import bad_request
 from leveret.management.state import state_of
+from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.node.fieldtable import TypedTable
 from leveret.session import topology
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.queue import Queue
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.queue import Queue
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 # What a JSON value may be as an AMQP argument (rabbit_misc:to_amqp_table/1).
 JSON_ARG_TYPES = (str, bool, int, float, list, dict, type(None))

@@ -21,7 +21,7 @@ from leveret.management.stats import COUNTERS, GAUGES, queue_counters, queue_gau
 
 if TYPE_CHECKING:
     from leveret.management.stats import Sampler
-    from leveret.queue import Queue
+    from leveret.node.queue import Queue
 
 # (vhost name, queue)
 Entry = tuple[str, "Queue"]

@@ -23,8 +23,8 @@ from leveret.management.errors import ApiError, bad_request, not_authorised, not
 from leveret.management.query import json_response, read_json, reply_list
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 routes = web.RouteTableDef()
 

@@ -31,15 +31,15 @@ from prometheus_client.core import Metric, SummaryMetricFamily
 
 import leveret.management.client_metrics as cm
 import leveret.management.metrics as m
-from leveret.channel_stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 from leveret.management.listener import HttpListener, serve
 from leveret.management.stats import publish_totals
 from leveret.management.views import channel_name
+from leveret.wire.channel.stats import EXCHANGE_COUNTERS, QUEUE_COUNTERS
 
 if TYPE_CHECKING:
-    from leveret.channel import Channel
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.channel import Channel
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ async def read_objects(
 
 async def read_channel_rows(channels: list[tuple[str, Channel]], view: View) -> list[Table]:
     """The channel counters per channel and exchange, per channel and queue, and per
-    channel, exchange and queue (the channels' rows: leveret.channel_stats), labelled as
+    channel, exchange and queue (the channels' rows: leveret.wire.channel.stats), labelled as
     rabbitmq_prometheus labels channel_exchange_metrics, channel_queue_metrics and
     channel_queue_exchange_metrics: ``channel`` (as :func:`read_objects`), then the
     objects' names and vhosts."""

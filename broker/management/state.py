@@ -1,4 +1,4 @@
-"""Management state kept beside a :class:`leveret.state.ServerState`, without changing it.
+"""Management state kept beside a :class:`leveret.node.state.ServerState`, without changing it.
 
 The broker has no place for what only the management API knows: vhost descriptions and
 tags (RabbitMQ's vhost metadata) and the statistics sampler. They live here, one
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from leveret.management.stats import Sampler
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.state import ServerState
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 DEFAULT_VHOST_DESCRIPTION = "Default virtual host"
 

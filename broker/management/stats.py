@@ -36,9 +36,9 @@ from leveret.management.history import History, now_ms, ranges, with_samples
 from leveret.session.publish import PUBLISH_COUNTER_NAMES, Counters, PublishCounters
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.queue import Queue
-    from leveret.state import ServerState
+    from leveret.node.queue import Queue
+    from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def broker_counters(server: ServerState[Connection]) -> PublishCounters | None:
 def publish_totals(server: ServerState[Connection]) -> PublishCounters:
     """The node's publish counters since start: ``ServerState.counters`` (the management API's
     publishes and those of closed channels, folded in as each closed) plus every open
-    channel's own (leveret.channel_stats)."""
+    channel's own (leveret.wire.channel.stats)."""
     totals = PublishCounters()
     sources: list[Counters] = [server.counters]
     sources += [ch.counters for conn in server.connections for ch in conn.channels.values()]

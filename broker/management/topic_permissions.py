@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from leveret.auth import TopicPermission, invalid_regexp
 from leveret.management.access import require_admin
 from leveret.management.api import server_of, vhost_of
 from leveret.management.errors import bad_request, not_found
 from leveret.management.messages import mandatory
 from leveret.management.query import read_json, reply_list
+from leveret.node.auth import TopicPermission, invalid_regexp
 
 routes = web.RouteTableDef()
 

@@ -27,10 +27,10 @@ from leveret.management.stats import EXCHANGE_COUNTERS, QUEUE_FIELDS
 from leveret.session import topology
 
 if TYPE_CHECKING:
-    from leveret.connection import Connection
-    from leveret.queue import Queue
-    from leveret.state import ServerState
-    from leveret.vhost import VHost
+    from leveret.node.queue import Queue
+    from leveret.node.state import ServerState
+    from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 routes = web.RouteTableDef()
 

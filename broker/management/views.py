@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from leveret import __version__
-from leveret.arguments import queue_type
-from leveret.auth import Permission, User
-from leveret.channel_stats import CHANNEL_COUNTERS
 from leveret.config import NODE_NAME
 from leveret.exchanges.model import Binding, DestKind, Exchange, freeze
-from leveret.fieldtable import amqp_json
 from leveret.management.stats import COUNTERS, EXCHANGE_COUNTERS, GAUGES, details, queue_counters
+from leveret.node.arguments import queue_type
+from leveret.node.auth import Permission, User
+from leveret.node.fieldtable import amqp_json
+from leveret.wire.channel.stats import CHANNEL_COUNTERS
 
 if TYPE_CHECKING:
     from pamqp.commands import Basic
 
-    from leveret.channel import Channel
-    from leveret.connection import Connection
-    from leveret.queue import Consumer, Queue, Subscriber
+    from leveret.node.queue import Consumer, Queue, Subscriber
+    from leveret.wire.channel import Channel
+    from leveret.wire.connection import Connection
 
 # The RabbitMQ release whose behaviour Leveret follows (DESIGN.md: the 3.13 profile).
 RABBITMQ_VERSION = "3.13.7"
@@ -242,7 +242,7 @@ def wire_connection(peer: object) -> Connection:
     """The wire's connection behind the node's narrow view of it (an exclusive queue's
     owner, a consumer channel's connection): the node names only what it uses of a
     connection, and the views, above the wire, show the rest."""
-    from leveret.connection import Connection  # imported late, as the views otherwise are
+    from leveret.wire.connection import Connection  # imported late, as the views otherwise are
 
     assert isinstance(peer, Connection), peer
     return peer
@@ -303,7 +303,7 @@ def channel_view(
     conn: Connection, channel: Channel, rates: Mapping[str, float] | None = None
 ) -> JSON:
     """A channel (rabbit_channel:info_keys/0 as the management plugin shows them) with its
-    ``message_stats`` (leveret.channel_stats; ``rates``: the sampler's last)."""
+    ``message_stats`` (leveret.wire.channel.stats; ``rates``: the sampler's last)."""
     counters = dict(zip(CHANNEL_COUNTERS, channel.message_counts(), strict=True))
     return {
         "name": channel_name(conn, channel),

@@ -6,7 +6,7 @@ A consume is checked whole before its consumer exists, in rabbit_channel's order
 not in use on the channel (a connection error), read permission on the queue, the queue
 (404, 405 when exclusive to another connection), the consumer arguments for the queue's
 type, the queue type's own rules (a stream wants a prefetch and acks; a quorum queue
-refuses a global qos: :meth:`leveret.queue.Queue.check_consume`), then exclusive use
+refuses a global qos: :meth:`leveret.node.queue.Queue.check_consume`), then exclusive use
 (rabbit_queue_consumers). Direct reply-to's pseudo-queue has rules of its own
 (docs/direct-reply-to.md).
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from leveret.arguments import consume_error, queue_type
-from leveret.errors import (
+from leveret.node.arguments import consume_error, queue_type
+from leveret.node.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
@@ -29,11 +29,11 @@ from leveret.errors import (
     AMQPChannelError,
     AMQPConnectionError,
 )
+from leveret.node.vhost import generated_name
 from leveret.session.topology import lookup_queue
-from leveret.vhost import generated_name
 
 if TYPE_CHECKING:
-    from leveret.queue import Consumer, Queue
+    from leveret.node.queue import Consumer, Queue
     from leveret.session.topology import Actor
 
 R = TypeVar("R")

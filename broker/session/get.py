@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from leveret.message import with_header
+from leveret.node.message import with_header
 from leveret.session.topology import lookup_queue
 
 if TYPE_CHECKING:
-    from leveret.auth import AccessControl
-    from leveret.queue import Entry, Queue
-    from leveret.vhost import VHost
+    from leveret.node.auth import AccessControl
+    from leveret.node.queue import Entry, Queue
+    from leveret.node.vhost import VHost
 
 
 def readable_queue(

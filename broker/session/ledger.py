@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
-from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
 
 R = TypeVar("R")
 

@@ -10,7 +10,7 @@ check_user_id_header, check_expiration_header, then the direct reply-to rewrite 
 
 The wire channel's fast path (a publish, its header and body in one read) skips them all
 when a guard per check shows it would pass; it names its guards after :data:`CHECKS`
-(``leveret.channel.FAST_PATH_GUARDS``) and a test holds the two lists together, so a check
+(``leveret.wire.channel.FAST_PATH_GUARDS``) and a test holds the two lists together, so a check
 added here without a guard there fails.
 
 A session keeps one :class:`ExchangeStats` per exchange it published to: the permission
@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
-from leveret.errors import (
+from leveret.node.errors import (
     ACCESS_REFUSED,
     INTERNAL_ERROR,
     NOT_FOUND,
@@ -33,7 +33,7 @@ from leveret.errors import (
     AMQPChannelError,
     AMQPConnectionError,
 )
-from leveret.message import (
+from leveret.node.message import (
     FLAG_EXPIRATION,
     FLAG_REPLY_TO,
     FLAG_USER_ID,
@@ -41,12 +41,12 @@ from leveret.message import (
     expiration_error,
     properties_decode,
 )
-from leveret.state import PublishCounters as PublishCounters  # a channel's own, too
+from leveret.node.state import PublishCounters as PublishCounters  # a channel's own, too
 
 if TYPE_CHECKING:
-    from leveret.auth import AccessControl
-    from leveret.events import Origin
-    from leveret.vhost import VHost
+    from leveret.node.auth import AccessControl
+    from leveret.node.events import Origin
+    from leveret.node.vhost import VHost
 
 BASIC_PUBLISH = (60, 40)
 # Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
@@ -70,7 +70,7 @@ CHECKS = (
 
 class Counters(Protocol):
     """Publish counters as they are read: a session's (:class:`SessionCounters`) or the
-    node's (leveret.state.PublishCounters)."""
+    node's (leveret.node.state.PublishCounters)."""
 
     confirmed: int
 

@@ -6,7 +6,7 @@ Each command has two layers: the user's permissions (``rabbit_channel:check_*_pe
 run for an :class:`Actor`: a channel's user, or a management request's), then the rules of
 the command itself (reserved names, equivalence, exclusive access, if-unused...), which a
 definitions import runs without a user, as RabbitMQ's import does not go through a
-channel's permissions. The vhost (:mod:`leveret.vhost`) only applies the result: it adds or
+channel's permissions. The vhost (:mod:`leveret.node.vhost`) only applies the result: it adds or
 removes the exchange, binding or queue, records it and keeps its counters.
 
 Sources: ``deps/rabbit/src/rabbit_channel.erl`` (handle_method/3 for each method,
@@ -22,17 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from leveret.arguments import QUEUE_TYPE_ARGUMENTS, copy_args, declare_error, queue_type
-from leveret.arguments import type_name as arg_type
-from leveret.equivalence import assert_args, unknown_type
-from leveret.errors import (
-    ACCESS_REFUSED,
-    NOT_FOUND,
-    PRECONDITION_FAILED,
-    RESOURCE_LOCKED,
-    AMQPChannelError,
-    ChannelCrashError,
-)
 from leveret.exchanges.model import (
     Binding,
     DestKind,
@@ -40,12 +29,23 @@ from leveret.exchanges.model import (
     ExchangeTypeCrashError,
 )
 from leveret.exchanges.types import parse_type, validate_binding, validate_exchange
-from leveret.limits import reached
+from leveret.node.arguments import QUEUE_TYPE_ARGUMENTS, copy_args, declare_error, queue_type
+from leveret.node.arguments import type_name as arg_type
+from leveret.node.equivalence import assert_args, unknown_type
+from leveret.node.errors import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AMQPChannelError,
+    ChannelCrashError,
+)
+from leveret.node.limits import reached
 
 if TYPE_CHECKING:
-    from leveret.auth import AccessControl
-    from leveret.queue import Queue
-    from leveret.vhost import VHost
+    from leveret.node.auth import AccessControl
+    from leveret.node.queue import Queue
+    from leveret.node.vhost import VHost
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
 
 # A held publish or ack: run at commit. A publish returns (rejected, group-commit
 # generation that makes it durable).

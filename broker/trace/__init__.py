@@ -5,6 +5,11 @@ documented there, and the dictionary ids), :mod:`~leveret.trace.recorder` (the p
 one shared int per row), :mod:`~leveret.trace.writer` (the thread that writes them),
 :mod:`~leveret.trace.segment` (one segment's files) and :mod:`~leveret.trace.reading`
 (``leveret trace dump`` and ``convert``).
+
+Rule at the door: the trace sits beside the node, whose events its recorder subscribes to:
+it may import :mod:`leveret.node`, :mod:`leveret.config` and the domain, never the
+session, the wire or the operator packages; the node, the wire, the server and the
+operator packages import it.
 """
 
 from leveret.trace.reading import convert, read_dictionary, read_messages, segment_files

@@ -51,11 +51,11 @@ from collections import deque
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from leveret.events import Subscriber
-from leveret.message import headers_and_mode
+from leveret.node.events import Subscriber
+from leveret.node.message import headers_and_mode
 
 if TYPE_CHECKING:
-    from leveret.message import Message
+    from leveret.node.message import Message
 
 # vhost, exchange, routing key, headers table (raw, length prefix included) or None,
 # delivery mode or None, the names of the queues reached.
@@ -255,7 +255,7 @@ class Recorder:
 
 
 class TraceTap(Subscriber):
-    """The traffic trace as a subscriber of one vhost's events (:mod:`leveret.events`):
+    """The traffic trace as a subscriber of one vhost's events (:mod:`leveret.node.events`):
     each publish a row of ``recorder``."""
 
     def __init__(self, vhost: str, recorder: Recorder) -> None:

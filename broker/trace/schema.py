@@ -27,7 +27,7 @@ set that its rows use::
     exchange     string
     routing_key  string
     headers      string                  the headers table as JSON, as the management API
-                                         shows it (leveret.fieldtable.amqp_json); null: none
+                                         shows it (leveret.node.fieldtable.amqp_json); null: none
     queues       list<string>            kind "queues": queue names, sorted (null for "key")
 
 ``counts-<UTC start>-<n>.parquet``, the segment's rows counted by key, queue set and minute
@@ -75,8 +75,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from leveret.fieldtable import amqp_json
-from leveret.message import cached_by_properties, decoded_table
+from leveret.node.fieldtable import amqp_json
+from leveret.node.message import cached_by_properties, decoded_table
 
 SCHEMA_VERSION = 3
 ID_BITS = 53  # JSON readers that use doubles (jq, JavaScript) keep 53-bit integers exact

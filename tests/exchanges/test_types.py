@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from leveret.auth import AccessControl
-from leveret.errors import AMQPError
 from leveret.exchanges.model import (
     EMPTY,
     Binding,
@@ -31,9 +29,11 @@ from leveret.exchanges.types import (
 )
 from leveret.exchanges.types.base import ExchangeTypeModule, Headers, Names, pair
 from leveret.management.api import exchange_types
+from leveret.node.auth import AccessControl
+from leveret.node.errors import AMQPError
+from leveret.node.vhost import VHost
 from leveret.session.topology import Actor, declare_exchange
 from leveret.storage.records import decode, encode, event_to_json
-from leveret.vhost import VHost
 from tests.exchanges.test_routing import build, queues, to_exchange, to_queue
 
 TOY = "x-toy"  # a name no ExchangeType has: the registry is all the generic code reads

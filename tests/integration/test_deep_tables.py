@@ -5,7 +5,7 @@ limit); Leveret decoded tables with pamqp, which recurses twice per level, so ab
 raised RecursionError, and the connection was closed with 541 INTERNAL_ERROR and a logged
 traceback: on a plain queue (the publish path checks that the headers decode), through a
 headers exchange, dead-lettering, and in ``queue.declare`` arguments. Now every table is
-decoded and encoded with an explicit stack (leveret.fieldtable).
+decoded and encoded with an explicit stack (leveret.node.fieldtable).
 
 The tables are written as raw octets (``fieldbytes``), since pamqp cannot encode them either;
 what comes back is read raw and compared octet for octet, except in the pika test, which

@@ -6,7 +6,7 @@ and uvloop hands a readable socket up to 32 reads in a row, so a well-behaved cl
 trip went from 0.8 ms to a median of 461 ms and a maximum of 3.9 s (RabbitMQ: 1.1 ms median,
 15 ms maximum). Now the headers are checked without building them (linear in their size),
 and a connection that has used its share of loop time stops reading until the next loop
-iteration (leveret.connection.READ_BUDGET), keeping the frames it has not handled yet.
+iteration (leveret.wire.connection.READ_BUDGET), keeping the frames it has not handled yet.
 
 The broker runs as ``python -m leveret serve`` (uvloop, as deployed); the flood comes from a
 raw socket in a process of its own (every header table different, so no cache helps), and

@@ -829,7 +829,7 @@ def test_a_bug_in_a_handler_closes_only_that_connection_with_541(
         other.open_channel(1)
         client.connect()
         # Before the channel opens: a channel binds its handlers when it is created.
-        monkeypatch.setattr("leveret.channel.Channel._on_basic_qos", broken, raising=True)
+        monkeypatch.setattr("leveret.wire.channel.Channel._on_basic_qos", broken, raising=True)
         client.open_channel(1)
         client.send(commands.Basic.Qos(prefetch_count=1), 1)
         assert reply(close_frame(client)) == (541, "INTERNAL_ERROR", 0, 0)

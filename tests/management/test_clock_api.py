@@ -97,6 +97,6 @@ async def test_errors_as_the_rest_of_the_api(mgmt: Mgmt) -> None:
 
 
 def _full() -> object:
-    from leveret.auth import Permission
+    from leveret.node.auth import Permission
 
     return Permission(".*", ".*", ".*")

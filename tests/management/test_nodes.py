@@ -10,7 +10,7 @@ from typing import Any
 
 import aio_pika
 
-from leveret.memory import resident_bytes
+from leveret.node.memory import resident_bytes
 
 from .helpers import Mgmt
 

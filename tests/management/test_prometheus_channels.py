@@ -16,16 +16,16 @@ from typing import Any
 import aio_pika
 import pytest
 
-from leveret.channel_stats import (
+from leveret.config import Config
+from leveret.server import Server
+from leveret.session.publish import ExchangeStats
+from leveret.session.tx import confirms_due
+from leveret.wire.channel.stats import (
     CHANNEL_COUNTERS,
     EXCHANGE_COUNTERS,
     QUEUE_COUNTERS,
     count_confirms,
 )
-from leveret.config import Config
-from leveret.server import Server
-from leveret.session.publish import ExchangeStats
-from leveret.session.tx import confirms_due
 
 from .helpers import Target
 

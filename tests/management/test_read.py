@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from leveret.auth import Permission
 from leveret.config import Config
 from leveret.management.access import authenticate
 from leveret.management.errors import ApiError
+from leveret.node.auth import Permission
 from leveret.server import Server
 
 from .helpers import Mgmt, basic

@@ -252,7 +252,7 @@ async def test_vhost_user_permissions_lifecycle(mgmt: Mgmt) -> None:
     )
     assert (status, body) == (401, {"error": "not_authorised", "reason": "Access refused."})
     # Users may be given a RabbitMQ password hash instead of a password.
-    from leveret.auth import hash_password
+    from leveret.node.auth import hash_password
 
     status, _ = await mgmt.request(
         "PUT", "users", "hashed", body={"password_hash": hash_password("h4sh"), "tags": ""}

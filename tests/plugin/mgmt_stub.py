@@ -14,8 +14,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from leveret.auth import Permission
 from leveret.inspect import BrokerThread
+from leveret.node.auth import Permission
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 

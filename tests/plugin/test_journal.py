@@ -15,7 +15,6 @@ import aio_pika
 import pika
 import pytest
 
-from leveret.firehose import FirehoseTap
 from leveret.inspect import BrokerThread, Inspector, call_on_loop
 from leveret.inspect.journal import (
     Journal,
@@ -24,7 +23,8 @@ from leveret.inspect.journal import (
     Recorder,
     VHostNotFoundError,
 )
-from leveret.vhost import VHost
+from leveret.node.firehose import FirehoseTap
+from leveret.node.vhost import VHost
 
 pytest_plugins = ["pytester"]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leveret.vhost import VHost
+from leveret.node.vhost import VHost
 
 
 @pytest.fixture

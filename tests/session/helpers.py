@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from leveret.auth import AccessControl
-from leveret.errors import AMQPError
-from leveret.fieldtable import marshal_content_header
-from leveret.message import Message
-from leveret.queue import Consumer, Entry, Queue
+from leveret.node.auth import AccessControl
+from leveret.node.errors import AMQPError
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.message import Message
+from leveret.node.queue import Consumer, Entry, Queue
+from leveret.node.vhost import VHost
 from leveret.session.ledger import Ledger
 from leveret.session.publish import Publisher
 from leveret.session.topology import queue_declared
-from leveret.vhost import VHost
 
 MAX_SIZE = 1000
 

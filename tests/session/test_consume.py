@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from leveret.auth import AccessControl, Permission
+from leveret.node.auth import AccessControl, Permission
+from leveret.node.vhost import VHost
 from leveret.session import consume
 from leveret.session.get import basic_get
 from leveret.session.topology import Actor, queue_declared
-from leveret.vhost import VHost
 
 from .helpers import Collector, declare, publish, publisher, refusal
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leveret.errors import PRECONDITION_FAILED, AMQPChannelError
+from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
 from leveret.session.ledger import Ledger, has_room
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from leveret import channel as wire_channel
-from leveret.auth import AccessControl, Permission, TopicPermission
+from leveret.node.auth import AccessControl, Permission, TopicPermission
+from leveret.node.vhost import VHost
 from leveret.session.get import basic_get
 from leveret.session.publish import CHECKS
 from leveret.session.topology import exchange_declared, queue_declared
-from leveret.vhost import VHost
+from leveret.wire import channel as wire_channel
 
 from .helpers import MAX_SIZE, Collector, declare, message, publish, publisher, refusal
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from leveret.auth import AccessControl, Permission, TopicPermission
 from leveret.exchanges.model import Binding, DestKind
-from leveret.fieldtable import marshal_content_header
-from leveret.message import Message
+from leveret.node.auth import AccessControl, Permission, TopicPermission
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.message import Message
+from leveret.node.vhost import VHost
 from leveret.session.topology import (
     Actor,
     QueueInUseError,
@@ -27,7 +28,6 @@ from leveret.session.topology import (
     expand_queue_name,
     purge_queue,
 )
-from leveret.vhost import VHost
 
 from .helpers import refusal
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from leveret.auth import AccessControl
+from leveret.node.auth import AccessControl
+from leveret.node.vhost import VHost
 from leveret.session import tx
 from leveret.session.ledger import Ledger
-from leveret.vhost import VHost
 
 from .helpers import Collector, declare, message, publish, publisher, refusal
 

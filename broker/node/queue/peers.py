@@ -1,0 +1,199 @@
+"""What a queue names of its neighbours: its vhost (:class:`Home`), an exclusive queue's
+owner (:class:`Owner`), its consumers (:class:`Consumer`) and their channels
+(:class:`Subscriber`, whose connection is :class:`Writable`), and what a channel counts of
+its deliveries from one queue (:class:`QueueCounts`).
+
+The queue's child module: these name :class:`~leveret.node.queue.Queue` for types only, and the
+queue re-exports them, so callers import them from :mod:`leveret.node.queue`. The wire's
+connection and channel implement the protocols; the node never names the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
+
+from leveret.node.arguments import int_arg
+from leveret.node.deadletter import DeadLetterHome
+
+if TYPE_CHECKING:
+    from leveret.node.acktimeout import AckTimeouts
+    from leveret.node.memory import MemoryMonitor
+    from leveret.node.persistence import Persistence
+    from leveret.node.prioritydeque import Entry
+    from leveret.node.queue import Queue
+
+
+class Home(DeadLetterHome, Protocol):
+    """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
+    implements it): the vhost is above its queues, so they name only this. What
+    dead-lettering uses of it (the node's counters, the projection, the delayed messages,
+    the queues) is :class:`leveret.node.deadletter.DeadLetterHome`'s."""
+
+    @property
+    def name(self) -> str:
+        """The vhost's name."""
+
+    @property
+    def memory(self) -> MemoryMonitor:
+        """The broker's memory accounting."""
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """The store (None: nothing is durable)."""
+
+    @property
+    def ack_timeouts(self) -> AckTimeouts | None:
+        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """Its queues, by name (dead-letter targets)."""
+
+    def rs(self, kind: str, name: str) -> str:
+        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``, for error texts."""
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove ``queue`` (auto-delete, expiry)."""
+
+
+class Owner(Protocol):
+    """The connection an exclusive queue belongs to (the wire's Connection implements
+    it), as the node sees it: the node keeps the owner's exclusive queues in step, so
+    that they go with it, and compares owners by identity; it never names the wire."""
+
+    @property
+    def exclusive_queues(self) -> set[Queue]:
+        """The exclusive queues it declared."""
+
+
+class Writable(Protocol):
+    """The connection of a subscriber's channel, as the queue sees it: whether its
+    socket takes more now (the wire's Connection implements it)."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's buffer is full: deliveries wait in the queue."""
+
+
+class Subscriber(Protocol):
+    """What a queue needs of the channel a consumer belongs to (the wire channel
+    implements it). Attributes, not methods, where the queue reads them once a delivery:
+    the consumer's capacity check costs no call."""
+
+    @property
+    def id(self) -> int:
+        """The channel number."""
+
+    @property
+    def open(self) -> bool:
+        """Whether it may still take deliveries."""
+
+    @property
+    def global_prefetch(self) -> int:
+        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
+
+    @property
+    def unacked(self) -> Sized:
+        """Its unacknowledged deliveries (the channel's ledger)."""
+
+    @property
+    def conn(self) -> Writable:
+        """The connection (``writable``: its socket takes more now)."""
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
+
+    def cancel_by_server(self, consumer: Consumer) -> None:
+        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
+
+    def cancel_live(self, consumer: Consumer) -> None:
+        """Cancel ``consumer`` from the server side, its queue staying (an injected
+        fault): forget it, tell the client if it can hear, and detach it from the queue."""
+
+
+class QueueCounts:
+    """What a channel counted of one queue: rabbit_channel's ``queue_stats`` fine stats, the
+    row of rabbit_core_metrics' ``channel_queue_metrics`` that rabbitmq_prometheus serves
+    per channel and queue (leveret.wire.channel.stats derives the deliveries from these)."""
+
+    __slots__ = (
+        "acked",
+        "get_ack",
+        "get_empty",
+        "get_no_ack",
+        "no_ack_gone",
+        "redelivered",
+        "returned",
+    )
+
+    def __init__(self) -> None:
+        self.get_ack = 0  # basic.get with acks
+        self.get_no_ack = 0
+        self.get_empty = 0
+        self.redelivered = 0  # deliveries and gets of redelivered messages
+        self.acked = 0  # deliveries and gets acknowledged
+        self.returned = 0  # of those with acks, nacked, rejected or recovered
+        self.no_ack_gone = 0  # no-ack deliveries to the channel's cancelled consumers
+
+
+class Consumer:
+    """A ``basic.consume`` subscription of one channel on one queue. Its channel's counts
+    of the queue (``counts``: the channel's own for a wire channel's consumer) take its
+    acks and redeliveries; its no-ack deliveries it counts itself (``delivered_no_ack``,
+    written by the queue, which sums its consumers' for its own ``deliver_no_ack_total``),
+    so that a delivery costs no increment more than it did."""
+
+    __slots__ = (
+        "arguments",
+        "channel",
+        "counts",
+        "delivered_no_ack",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked",
+    )
+
+    def __init__(
+        self,
+        channel: Subscriber,
+        queue: Queue,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
+        tag_bytes: bytes = b"",
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        # The tag as the wire encodes it, once, for Basic.Deliver (the hot path): given by
+        # the wire channel, so the queue needs no codec.
+        self.tag_bytes = tag_bytes
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0  # written by the queue's verbs only
+        self.delivered_no_ack = 0  # written by the queue's verbs only
+        self.counts = QueueCounts()
+        self.arguments = arguments
+        self.priority = int_arg(arguments, "x-priority") or 0
+
+    def has_capacity(self) -> bool:
+        """Whether one more message may be delivered to this consumer now."""
+        # leveret.session.ledger's has_room (the consumer's prefetch, then the channel's:
+        # Ledger.channel_has_room), inlined with the channel's flow state: once a delivery.
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        channel = self.channel
+        return (
+            channel.conn.writable
+            and channel.open
+            and (not channel.global_prefetch or len(channel.unacked) < channel.global_prefetch)
+        )
