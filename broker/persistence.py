@@ -42,6 +42,10 @@ store recovers by itself when space returns. ``tx.commit-ok`` and the management
 publish wait for that later sync instead (a commit cannot be nacked). Any other error stops
 the store for good (it refuses further writes; see storage/messages.py): the waiting
 confirms are nacked, and the broker must be restarted once the disk is looked at.
+Consumers free the disk by themselves: :meth:`Persistence.reclaim` deletes every segment
+whose messages are all acked, the one being appended to included, soon after the ack that
+emptied it (storage/compaction.py), so a disk alarm clears and a full disk takes writes
+again without a restart.
 """
 
 from __future__ import annotations
