@@ -3,6 +3,23 @@ rewritten with their live records, and the marks files fsynced (the order and wh
 module doc of :mod:`leveret.storage.messages`). Functions of the store, which binds them as
 its methods (``MessageStore.compact``...): they run in the background compactor's thread
 and take the store's locks as its own methods do.
+
+A segment with no live record is deleted whether or not it is the head (the one being
+appended to). The head is first *rolled over*: a new, empty head takes the next number (its
+file is created by the next write, as at any rotation), and the old one is deleted like any
+other dead segment. Rolling over rather than truncating the head in place keeps the
+crash-safety argument the one it was: files are only ever appended to, cut back to what
+they held before a failed write, or deleted whole (segment, directory fsync, marks).
+Truncating would leave ``acks.N`` naming ids that ``msgs.N`` no longer holds while new
+records reuse the file, and ids could then be handed out again after a restart (the next
+id is read back from the files): a stale ack mark would hide a confirmed message. With a
+roll over, a new number starts empty and ids only grow while any file of the store exists.
+
+A dead segment may still hold records that were never written (acked before the sync that
+would have written them, or kept for a retry because the disk was full): they are dropped
+with it. No confirm ever covered them (a confirm waits for the sync that writes its
+record), and their messages are gone from every queue, so nothing needs them; this is what
+lets consumers free a truly full disk, where those records could never be written.
 """
 
 from __future__ import annotations
@@ -32,14 +49,17 @@ _LIVENESS_SLICE = 4096  # records checked per lock hold while rewriting
 def needs_compaction(self: MessageStore) -> bool:
     """Whether :meth:`compact` has anything to delete or rewrite."""
     with self._lock:
+        self._emptied = 0  # looked at: the hint starts again (MessageStore.emptied)
         return any(self._reclaimable(s) for s in self._segments.values())
 
 
 def reclaimable(self: MessageStore, segment: SegmentState) -> bool:
+    if segment.records and not segment.live:
+        return True  # dead: deleted, head or not, written or not (see the module doc)
     return (
         segment is not self._head
         and segment.idle
-        and (not segment.live or segment.live < segment.records * self.rewrite_ratio)
+        and segment.live < segment.records * self.rewrite_ratio
     )
 
 
@@ -47,14 +67,21 @@ def compact(self: MessageStore) -> CompactResult:
     """Delete fully acked segments, rewrite at most one mostly acked one, and fsync the
     marks written since the last call (see the module doc)."""
     with self._compact_lock:
-        with self._io_lock, self._lock:
+        with self._io_lock, self._lock:  # no sync is writing meanwhile
             self._check_usable()
-            dead = [s for s in self._segments.values() if self._reclaimable(s) and not s.live]
+            self._emptied = 0
+            dead = [s for s in self._segments.values() if s.records and not s.live]
+            if self._head in dead:  # roll over (see the module doc)
+                self._head = SegmentState(self._head.number + 1)
+                self._segments[self._head.number] = self._head
             for segment in dead:
                 del self._segments[segment.number]
-                if segment.marks_fd >= 0:
-                    os.close(segment.marks_fd)
-            reclaimed = sum(s.size for s in dead)
+                for fd in (segment.fd, segment.marks_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                segment.fd = segment.marks_fd = -1
+                segment.pending, segment.marks = [], bytearray()  # needed by no one
+            reclaimed = sum(s.written for s in dead)
         for segment in dead:
             segment_path(self.directory, segment.number).unlink(missing_ok=True)
         if dead:

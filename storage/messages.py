@@ -22,16 +22,20 @@ Durability contract:
   fsync (they are fsynced by :meth:`~MessageStore.compact` and
   :meth:`~MessageStore.close`). A kill -9 loses none of them (they are in the page cache); a
   power cut may lose recent ones, which means redeliveries, never losses.
-* A message acked before it was synced is still written (and its ack with it).
+* A message acked before it was synced is still written (and its ack with it), unless
+  its whole segment is dead by then and deleted (see Reclaiming).
 
-Reclaiming (:meth:`~MessageStore.compact`, meant for a worker thread every few seconds):
-a segment other than the one being appended to, whose messages are all acked, is deleted
-(``msgs.N``, then the directory is fsynced, then ``acks.N``: a crash in between leaves an
-orphan mark file, which the next open deletes). At most one segment whose live messages are
-fewer than ``rewrite_ratio`` of its records is rewritten per call: its live records are copied
-to ``msgs.N.tmp``, fsynced and renamed over ``msgs.N``. Its mark file stays as it is (marks of
-messages no longer in the segment are ignored), so acks arriving during the rewrite are never
-lost. Rewriting is bounded to one segment, and holds the lock only in short slices, so
+Reclaiming (:meth:`~MessageStore.compact`, meant for a worker thread every few seconds,
+and sooner when :attr:`~MessageStore.emptied` says there is much to free): a segment whose
+messages are all acked is deleted (``msgs.N``, then the directory is fsynced, then
+``acks.N``: a crash in between leaves an orphan mark file, which the next open deletes),
+the one being appended to included: it is rolled over first (why not truncated, and why
+records of it never written may be dropped: :mod:`leveret.storage.compaction`). At most
+one segment whose live messages are fewer than ``rewrite_ratio`` of its records is
+rewritten per call: its live records are copied to ``msgs.N.tmp``, fsynced and renamed
+over ``msgs.N``. Its mark file stays as it is (marks of messages no longer in the segment
+are ignored), so acks arriving during the rewrite are never lost. Rewriting is bounded to
+one segment, and holds the lock only in short slices, so
 publishers never wait for it.
 
 Messages of a queue the caller does not know at start-up need not be dropped: left alone
@@ -134,6 +138,7 @@ class MessageStore:
         # Per queue, messages written for it and read back for it (rabbitmq_queue_disk_*).
         self._disk_writes: dict[QueueKey, int] = {}
         self._disk_reads: dict[QueueKey, int] = {}
+        self._emptied = 0  # see emptied
         self.io = IoStats()
 
     @classmethod
@@ -261,6 +266,8 @@ class MessageStore:
             segment = self._segments[tag >> 1 & NUMBER_MASK]
             segment.live -= 1
             segment.marks += mark_record(ACKED, msg_id)
+            if not segment.live:
+                self._emptied += segment.size
         return True
 
     def delivered(self, queue: QueueKey, msg_id: int) -> None:
@@ -290,6 +297,8 @@ class MessageStore:
                 segment = segments[tag >> 1 & NUMBER_MASK]
                 segment.live -= 1
                 segment.marks += mark_record(ACKED, msg_id)
+                if not segment.live:
+                    self._emptied += segment.size
         return len(ids)
 
     # -- I/O: worker threads ----------------------------------------------------------------
@@ -432,6 +441,14 @@ class MessageStore:
     def _check_usable(self) -> None:
         if self._failed is not None:
             raise StoreClosedError(f"{self.directory}: {self._failed}")
+
+    @property
+    def emptied(self) -> int:
+        """Bytes of the segments whose last live message went (acked, dropped) since
+        :meth:`needs_compaction` or :meth:`compact` last ran: about what compacting would
+        free now. A hint for when to (read without the lock; a segment that fills and
+        empties again counts twice)."""
+        return self._emptied
 
     @property
     def failed(self) -> str | None:

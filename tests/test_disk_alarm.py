@@ -402,7 +402,7 @@ def test_disk_free_limit_forms(
     assert settings.values["disk_free_limit"] == expected
 
 
-@pytest.mark.parametrize("text", ["0", "-1.0", "lots", "2 GiB", "2T", "nan", "inf", "1.0MB"])
+@pytest.mark.parametrize("text", ["-1", "-1.0", "lots", "2 GiB", "2T", "nan", "inf", "1.0MB"])
 def test_bad_disk_free_limits_are_refused(text: str) -> None:
     with pytest.raises(SettingsError, match="argument --disk-free-limit"):
         resolve(build_parser().parse_args(["serve", "--disk-free-limit", text]), {})

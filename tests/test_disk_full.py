@@ -62,7 +62,12 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 class Broker:
     """``python -m leveret serve --data-dir`` in a subprocess, its log collected."""
 
-    def __init__(self, data_dir: Path, preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        preexec_fn: Callable[[], None] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -79,6 +84,7 @@ class Broker:
                 "-1",
                 "--log-level",
                 "info",
+                *args,
             ],
             cwd=data_dir.parent,
             env={**os.environ, "PYTHONPATH": str(ROOT)},

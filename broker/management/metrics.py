@@ -340,7 +340,7 @@ def node_families(server: ServerState[Connection], *, alarms: bool) -> Iterator[
         figures["disk_free_limit"],
     )
     for family, reading in zip(PROCESS, process_values, strict=True):
-        if reading is None:  # the free disk space, when nothing is monitored
+        if reading is None:  # the free disk space, when it cannot be read
             yield metric("rabbitmq_" + family.name, family)
         else:
             yield single(family, reading)

@@ -87,8 +87,8 @@ def sockets_total(server: ServerState[Connection], fds: int, fd_limit: int) -> i
 
 
 def figures(server: ServerState[Connection]) -> dict[str, Any]:
-    """The node's figures, with /api/nodes's field names (``disk_free`` only when the
-    free space is monitored: with a data directory)."""
+    """The node's figures, with /api/nodes's field names (``disk_free`` left out only
+    when it cannot be read)."""
     memory, disk, churn = server.memory, server.disk, server.churn
     fds, fd_limit = open_fds(), max_fds()
     rss = resident_bytes()
@@ -115,8 +115,9 @@ def figures(server: ServerState[Connection]) -> dict[str, Any]:
         "queue_created": churn.queues_created,
         "queue_deleted": churn.queues_deleted,
     }
-    if disk.free is not None:
-        node["disk_free"] = disk.free
+    free = disk.reported_free()
+    if free is not None:
+        node["disk_free"] = free
     return node
 
 

@@ -14,7 +14,10 @@ Leveret reads ``os.statvfs`` of the data directory (``f_bavail * f_frsize``, wha
 shows as available) in a worker thread, as often as RabbitMQ would if the disk filled at
 250 MB/s (``2 * |free - limit| / 250 MB/s``, at least every 100 ms) but at least once a
 second where RabbitMQ waits up to 10 s, and once, inline, at start-up before the listener
-opens. Without a data directory nothing is written, and nothing is monitored. The probe is
+opens. Without a data directory nothing is written, and nothing is monitored (no alarm),
+but the node still reports the free space of its working directory's file system, read
+when asked, since RabbitMQ, whose data directory always exists, always reports one
+(:meth:`DiskMonitor.reported_free`). The probe is
 a parameter (:attr:`leveret.config.Config.disk_free_probe`), so a test can make the disk
 look full and then fine again.
 
@@ -53,6 +56,9 @@ MAX_INTERVAL = 1.0
 # A size is digits with an optional unit (parsed by the memory watermark's parser); anything
 # else is read as a multiple of the memory.
 _SIZE = re.compile(r"[0-9]+[A-Za-z]*")
+# A limit of 0, which RabbitMQ takes (the alarm can then never be set: free < 0 never holds)
+# and the memory watermark's parser refuses.
+_ZERO = re.compile(r"0+")
 _EXPECTED = (
     "expected a size in bytes, optionally with a unit (e.g. 50000000, 50MB, 1GiB), or a "
     "multiple of the memory with a decimal point (e.g. 1.0, 2.0)"
@@ -87,6 +93,8 @@ class DiskFreeLimit:
             return cls._relative(relative)
         if not isinstance(value, int | str):
             raise ValueError(_EXPECTED)
+        if _ZERO.fullmatch(str(value).strip()):
+            return cls(absolute=0)
         try:
             size = Watermark.parse(value).absolute
         except ValueError as exc:
@@ -163,6 +171,17 @@ class DiskMonitor:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+
+    def reported_free(self) -> int | None:
+        """Free bytes as the node reports them (``disk_free`` of /api/nodes, Prometheus):
+        the last reading; when nothing is monitored (no data directory), the working
+        directory's file system read now. None when it cannot be read."""
+        if self.probe is not None:
+            return self.free
+        try:
+            return free_bytes(Path("."))
+        except OSError:
+            return None
 
     def interval(self) -> float:
         """Seconds until the next reading: how long the margin to the limit would last,

@@ -42,6 +42,10 @@ store recovers by itself when space returns. ``tx.commit-ok`` and the management
 publish wait for that later sync instead (a commit cannot be nacked). Any other error stops
 the store for good (it refuses further writes; see storage/messages.py): the waiting
 confirms are nacked, and the broker must be restarted once the disk is looked at.
+Consumers free the disk by themselves: :meth:`Persistence.reclaim` deletes every segment
+whose messages are all acked, the one being appended to included, soon after the ack that
+emptied it (storage/compaction.py), so a disk alarm clears and a full disk takes writes
+again without a restart.
 """
 
 from __future__ import annotations
@@ -117,6 +121,14 @@ CLEAN_STOP_FILE = "clean-stop"
 # Seconds between attempts to write what a failed sync left (a full disk), while nothing
 # else triggers a sync.
 RETRY_INTERVAL = 1.0
+# Reclaiming (Persistence.reclaim): every RECLAIM_INTERVAL seconds, and as soon as acks have
+# emptied segments of RECLAIM_SOON bytes or more (a consumer draining a backlog: the space
+# comes back without waiting, which is what clears a disk alarm), but never twice within
+# RECLAIM_GAP seconds (a consumer keeping up empties the head again and again; each
+# reclaim of it rolls it over to a new file).
+RECLAIM_INTERVAL = 5.0
+RECLAIM_SOON = 4 * 1024 * 1024
+RECLAIM_GAP = 1.0
 
 
 class Persistence:
@@ -159,6 +171,7 @@ class Persistence:
         self._broken = False  # the store refuses further use (logged once)
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
+        self._reclaim_soon: asyncio.Event | None = None  # set: reclaim without waiting
 
     # -- topology ---------------------------------------------------------------------
 
@@ -276,12 +289,19 @@ class Persistence:
             )
             self.marks_changed()
 
-    async def reclaim(self, interval: float = 5.0) -> None:
+    async def reclaim(self, interval: float = RECLAIM_INTERVAL) -> None:
         """Background task: compact or delete message segments whose messages were acked,
-        in a worker thread (bounded work per call), so publishers never wait for it."""
+        in a worker thread (bounded work per call), so publishers never wait for it; every
+        ``interval`` seconds, or sooner when acks emptied much (:data:`RECLAIM_SOON`)."""
         loop = asyncio.get_running_loop()
+        soon = self._reclaim_soon = asyncio.Event()  # of this loop (a restart makes another)
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(RECLAIM_GAP)
+            try:
+                await asyncio.wait_for(soon.wait(), max(0.0, interval - RECLAIM_GAP))
+            except TimeoutError:
+                pass
+            soon.clear()
             for store in (self.store, self.delayed):
                 if store.failed is None and store.needs_compaction():
                     try:
@@ -312,6 +332,9 @@ class Persistence:
         if not self._dirty and not self._syncing:
             asyncio.get_running_loop().call_soon(self._start_sync)
         self._dirty = True
+        soon = self._reclaim_soon
+        if soon is not None and self.store.emptied + self.delayed.emptied >= RECLAIM_SOON:
+            soon.set()
 
     def release_delayed(self, records: list[tuple[QueueKey, int]]) -> None:
         """Forget these delayed-message records (``(vhost, exchange)``, id) once the copies

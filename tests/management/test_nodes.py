@@ -32,6 +32,7 @@ NODE_FIELDS = {
     "mem_limit",
     "mem_alarm",
     "mem_calculation_strategy",
+    "disk_free",  # without a data dir too: the working directory's file system
     "disk_free_limit",
     "disk_free_alarm",
     "fd_used",
