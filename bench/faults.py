@@ -43,6 +43,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import pika  # noqa: E402
 from pamqp import commands  # noqa: E402
@@ -84,7 +85,8 @@ def _start_leveret(extra: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], str
     first measured connection by ~0.4-0.9 s here)."""
     port = free_port()
     cmd = [sys.executable, "-m", "leveret", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--management-port", "-1", "--log-level", "warning", *extra]
+    # no management or Prometheus listener: their fixed ports may be taken by other brokers
+    cmd += ["--management-port", "-1", "--prometheus-port", "-1", "--log-level", "warning", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     try:
@@ -157,15 +159,119 @@ def quantiles(times: list[float]) -> dict[str, float]:
 
 def kill9(args: argparse.Namespace) -> dict[str, Any]:
     """bench/crash_test.py (both scenarios, ``-n`` iterations): confirmed messages lost,
-    duplicates, and deliveries that came back without the redelivered flag."""
+    duplicates, and deliveries that came back without the redelivered flag. With
+    ``--rabbitmq-kill`` the same scenarios (crash_test's functions) run against a private
+    RabbitMQ node of their own, killed -9 and restarted on its data directory."""
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "crash_test.py"), "-n", str(args.n)],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"leveret": result, "ok": out.returncode == 0}
+    result: dict[str, Any] = {"leveret": json.loads(out.stdout.strip().splitlines()[-1])}
+    ok = out.returncode == 0
+    if args.rabbitmq_kill:
+        result["rabbitmq"] = rabbitmq_kill9(args.rabbitmq_kill_n or args.n)
+    result["ok"] = ok
+    return result
+
+
+class RabbitNode:
+    """A private RabbitMQ node (``bench/rabbitmq_node.sh``'s layout, its own name and
+    ports) that crash_test's iterations drive like its BrokerProcess: ``url``, ``start()``
+    (seconds until AMQP accepts TCP), ``kill()`` (SIGKILL the beam), ``wait()``, ``stop()``.
+    Restarts keep the data directory (rabbitmq_node.sh wipes it at each start)."""
+
+    NODE, PORT, DIST_PORT = "leveret-crash@localhost", 5741, 25741
+
+    def __init__(self) -> None:
+        self.base = Path(os.environ.get("TMPDIR", "/tmp")) / "leveret-crash"
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.PORT}/"
+        self.pid = 0
+
+    def first_start(self) -> None:
+        """A fresh node through rabbitmq_node.sh (config, plugins file, empty data dir)."""
+        script = str(REPO / "bench" / "rabbitmq_node.sh")
+        subprocess.run(
+            [script, "start", self.NODE, str(self.PORT), str(self.DIST_PORT)],
+            check=True,
+            capture_output=True,
+        )
+        self.pid = rabbitmq_pid(self.NODE)
+
+    def start(self) -> float:
+        began = time.monotonic()
+        env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": self.NODE,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.PORT),
+            "RABBITMQ_DIST_PORT": str(self.DIST_PORT),
+            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
+        }
+        with open(self.base / "stdout.log", "ab") as log:
+            subprocess.Popen(
+                ["setsid", "rabbitmq-server"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.PORT), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() - began > 120:
+                    raise RuntimeError("the RabbitMQ node did not come back") from None
+                time.sleep(0.05)
+        elapsed = time.monotonic() - began
+        self.pid = rabbitmq_pid(self.NODE)
+        return elapsed
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, 9)
+
+    def wait(self) -> None:
+        while Path(f"/proc/{self.pid}").exists():
+            with contextlib.suppress(OSError):
+                if "\nState:\tZ" in Path(f"/proc/{self.pid}/status").read_text():
+                    return
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        subprocess.run(["rabbitmqctl", "-n", self.NODE, "stop"], capture_output=True)
+
+
+def rabbitmq_kill9(iterations: int) -> dict[str, Any]:
+    """crash_test's publish and consume iterations, alternately, against a RabbitMQ node;
+    its totals per scenario."""
+    import asyncio
+    import random
+
+    import crash_test as ct
+
+    node = RabbitNode()
+    node.first_start()
+    rng = random.Random(iterations)
+    results = []
+    try:
+        for i in range(iterations):
+            kill_ms = rng.randint(50, 400)
+            if i % 2 == 0:
+                run = ct.publish_iteration(node, f"crash.publish.{i}", kill_ms)  # type: ignore[arg-type]
+            else:
+                run = ct.consume_iteration(node, f"crash.consume.{i}", kill_ms)  # type: ignore[arg-type]
+            results.append(asyncio.run(run))
+    finally:
+        node.stop()
+    return {
+        mode: ct.totals([r for r in results if r.mode == mode]) for mode in ("publish", "consume")
+    }
 
 
 # -- bit flips: pytest's counts for the two corruption tests ---------------------------------
@@ -215,6 +321,8 @@ def watermark(args: argparse.Namespace) -> dict[str, Any]:
     is blocked (and 2 s after)."""
     from tests import test_memory_watermark as wm
 
+    # where a broker that never blocks is given up on (the test's 1.6 x by default)
+    wm.RSS_CAP = args.rss_cap
     result: dict[str, Any] = {}
     for name, url, pid in brokers(args, "--memory-high-watermark", str(wm.WATERMARK)):
         if pid is None:
@@ -248,6 +356,7 @@ def watermark(args: argparse.Namespace) -> dict[str, Any]:
                 "max_rss_mib": round(scenario.max_rss / MIB, 1),
                 "max_rss_over_watermark": round(scenario.max_rss / wm.WATERMARK, 3),
                 "unacked": scenario.reader.deliveries,
+                "rss_cap_over_watermark": args.rss_cap,
             }
         finally:
             scenario.close()
@@ -550,6 +659,11 @@ def main() -> int:
     parser.add_argument("-n", type=int, help="iterations / connections / messages")
     parser.add_argument("--runs", type=int, default=3, help="fairness: runs per broker")
     parser.add_argument("--interval", type=int, default=2, help="heartbeat: seconds")
+    parser.add_argument(
+        "--rabbitmq-kill", action="store_true", help="kill9: also a private RabbitMQ node"
+    )
+    parser.add_argument("--rabbitmq-kill-n", type=int, help="kill9: its iterations (-n)")
+    parser.add_argument("--rss-cap", type=float, default=1.6, help="watermark: give up at")
     parser.add_argument("--rabbitmq", help="AMQP URL of a RabbitMQ node to measure too")
     parser.add_argument("--rabbitmq-node", help="its node name, for its RSS (rabbitmqctl)")
     parser.add_argument("--rabbitmq-management", help="its management API URL (permissions)")
