@@ -16,7 +16,8 @@ Leveret runs as ``python -m leveret serve`` (uvloop, as deployed) on a free port
 by each subcommand. RabbitMQ is measured where ``--rabbitmq`` names a node (its RSS needs
 ``--rabbitmq-node``, asked with ``rabbitmqctl eval``): ``bench/rabbitmq_node.sh`` starts a
 private 3.10.8 node. Where a row is a test rather than a measurement (kill9, bitflip,
-permissions) the subcommand runs that test or its benchmark and reports its counts.
+permissions) the subcommand runs that test or its benchmark and reports its counts; kill9
+against RabbitMQ lives in ``bench/rabbitmq_crash.py``.
 
 Each JSON line carries the date, the load average before and after, and ``ok`` (the
 property the row's test asserts held on this run).
@@ -171,107 +172,11 @@ def kill9(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"leveret": json.loads(out.stdout.strip().splitlines()[-1])}
     ok = out.returncode == 0
     if args.rabbitmq_kill:
+        from rabbitmq_crash import rabbitmq_kill9
+
         result["rabbitmq"] = rabbitmq_kill9(args.rabbitmq_kill_n or args.n)
     result["ok"] = ok
     return result
-
-
-class RabbitNode:
-    """A private RabbitMQ node (``bench/rabbitmq_node.sh``'s layout, its own name and
-    ports) that crash_test's iterations drive like its BrokerProcess: ``url``, ``start()``
-    (seconds until AMQP accepts TCP), ``kill()`` (SIGKILL the beam), ``wait()``, ``stop()``.
-    Restarts keep the data directory (rabbitmq_node.sh wipes it at each start)."""
-
-    NODE, PORT, DIST_PORT = "leveret-crash@localhost", 5741, 25741
-
-    def __init__(self) -> None:
-        self.base = Path(os.environ.get("TMPDIR", "/tmp")) / "leveret-crash"
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.PORT}/"
-        self.pid = 0
-
-    def first_start(self) -> None:
-        """A fresh node through rabbitmq_node.sh (config, plugins file, empty data dir)."""
-        script = str(REPO / "bench" / "rabbitmq_node.sh")
-        subprocess.run(
-            [script, "start", self.NODE, str(self.PORT), str(self.DIST_PORT)],
-            check=True,
-            capture_output=True,
-        )
-        self.pid = rabbitmq_pid(self.NODE)
-
-    def start(self) -> float:
-        began = time.monotonic()
-        env = {
-            **os.environ,
-            "RABBITMQ_NODENAME": self.NODE,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-            "RABBITMQ_NODE_PORT": str(self.PORT),
-            "RABBITMQ_DIST_PORT": str(self.DIST_PORT),
-            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.base / "log"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
-            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
-        }
-        with open(self.base / "stdout.log", "ab") as log:
-            subprocess.Popen(
-                ["setsid", "rabbitmq-server"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.PORT), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() - began > 120:
-                    raise RuntimeError("the RabbitMQ node did not come back") from None
-                time.sleep(0.05)
-        elapsed = time.monotonic() - began
-        self.pid = rabbitmq_pid(self.NODE)
-        return elapsed
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, 9)
-
-    def wait(self) -> None:
-        while Path(f"/proc/{self.pid}").exists():
-            with contextlib.suppress(OSError):
-                if "\nState:\tZ" in Path(f"/proc/{self.pid}/status").read_text():
-                    return
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        subprocess.run(["rabbitmqctl", "-n", self.NODE, "stop"], capture_output=True)
-
-
-def rabbitmq_kill9(iterations: int) -> dict[str, Any]:
-    """crash_test's publish and consume iterations, alternately, against a RabbitMQ node;
-    its totals per scenario."""
-    import asyncio
-    import random
-
-    import crash_test as ct
-
-    node = RabbitNode()
-    node.first_start()
-    rng = random.Random(iterations)
-    results = []
-    try:
-        for i in range(iterations):
-            kill_ms = rng.randint(50, 400)
-            if i % 2 == 0:
-                run = ct.publish_iteration(node, f"crash.publish.{i}", kill_ms)  # type: ignore[arg-type]
-            else:
-                run = ct.consume_iteration(node, f"crash.consume.{i}", kill_ms)  # type: ignore[arg-type]
-            results.append(asyncio.run(run))
-    finally:
-        node.stop()
-    return {
-        mode: ct.totals([r for r in results if r.mode == mode]) for mode in ("publish", "consume")
-    }
 
 
 # -- bit flips: pytest's counts for the two corruption tests ---------------------------------

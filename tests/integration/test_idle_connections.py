@@ -34,7 +34,13 @@ def still_open(client: WireClient) -> bool:
         return False
 
 
-def test_a_thousand_idle_connections_stay_open_while_others_work(amqp_url: str) -> None:
+def test_a_thousand_idle_connections_stay_open_while_others_work(
+    amqp_url: str, broker_kind: str
+) -> None:
+    if broker_kind == "rabbitmq":
+        # Debian starts a node through su, whose limits give it 1,024 descriptors: the
+        # deployment decides, not the broker (faults.py idle measures one with 20,000).
+        pytest.skip("a RabbitMQ node's descriptor limit is its deployment's")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if min(hard, 8192) < 3 * IDLE:  # both ends live in this process, plus the broker's own
         pytest.skip(f"needs {3 * IDLE} file descriptors, the hard limit is {hard}")
