@@ -44,7 +44,7 @@ the store for good (it refuses further writes; see storage/messages.py): the wai
 confirms are nacked, and the broker must be restarted once the disk is looked at.
 Consumers free the disk by themselves: :meth:`Persistence.reclaim` deletes every segment
 whose messages are all acked, the one being appended to included, soon after the ack that
-emptied it (storage/compaction.py), so a disk alarm clears and a full disk takes writes
+emptied it (storage/messages.py, "Reclaiming"), so a disk alarm clears and a full disk takes writes
 again without a restart.
 """
 
