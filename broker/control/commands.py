@@ -12,7 +12,6 @@ copy here; what is left is argument reading and RabbitMQ's CLI texts
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import time
@@ -29,7 +28,6 @@ from leveret.control.endpoint import (
     EX_USAGE,
     ControlError,
 )
-from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -77,32 +75,6 @@ def queue_named(server: ServerState[Connection], args: Args) -> tuple[VHost, Que
     if queue is None:
         raise ControlError("Queue not found", EX_USAGE)  # delete_queue_command.ex
     return vhost, queue
-
-
-async def run(server: ServerState[Connection], command: str, args: Args, send: Send) -> None:
-    """Run ``command`` and send its reply (rows, then the final line)."""
-    kind = KINDS.get(command)
-    if kind is not None:
-        vhost = vhost_named(server, text(args, "vhost")) if kind.per_vhost else None
-        columns = kind.columns([str(c) for c in args.get("columns") or []])
-        await send({"columns": columns})
-        batch: list[dict[str, Any]] = []
-        for row in rows(server, kind, vhost, columns):
-            batch.append(row)
-            if len(batch) >= BATCH:
-                await send({"rows": batch})
-                batch = []
-                await asyncio.sleep(0)  # let the AMQP clients have the loop
-        if batch:
-            await send({"rows": batch})
-        await send({"done": True})
-        return
-    handler = COMMANDS.get(command)
-    if handler is None:
-        raise ControlError(f"unknown command {command!r}", EX_USAGE)
-    reply = handler(server, args)
-    message, result = await reply if inspect.isawaitable(reply) else reply
-    await send({"done": True, "message": message, "result": result})
 
 
 Reply = tuple[str | None, Any]
