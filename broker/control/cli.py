@@ -18,13 +18,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from leveret.config import NODE_NAME
 from leveret.control.endpoint import (
     EX_DATAERR,
     EX_SOFTWARE,
     EX_UNAVAILABLE,
+    EX_USAGE,
     address,
     default_socket,
 )
@@ -228,6 +229,18 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     )
 
 
+def usage_parser(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """``base``, whose errors (a missing or extra argument, an unknown flag) are one
+    ``leveret: error:`` line and rabbitmqctl's usage status, 64, not argparse's 2."""
+
+    class CommandParser(base):  # type: ignore[valid-type,misc]
+        def error(self, message: str) -> NoReturn:
+            print(f"leveret: error: {message}", file=sys.stderr)
+            sys.exit(EX_USAGE)
+
+    return CommandParser
+
+
 def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``ctl`` and ``diagnostics`` to the ``leveret`` sub-commands."""
     for tool, text in (
@@ -239,7 +252,9 @@ def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> N
         # -p before the command name too, as rabbitmqctl takes it (its default is here: the
         # commands' own -p only overrides it).
         parser.add_argument("-p", "--vhost", default="/", help="vhost (/)")
-        sub = parser.add_subparsers(dest="ctl_command", required=True, parser_class=parser_class)
+        sub = parser.add_subparsers(
+            dest="ctl_command", required=True, parser_class=usage_parser(parser_class)
+        )
         for name, kind in KINDS.items():
             listing = sub.add_parser(name, help=f"list {kind.what} (info keys as columns)")
             _common(listing, suppress=True)

@@ -284,3 +284,18 @@ def test_set_limit_judges_the_process_against_the_new_mark() -> None:
     monitor.add(5000)
     monitor.set_limit(4000)
     assert monitor.alarm and changes == [True, False, True]
+
+
+def test_p_before_the_command_and_on_every_listing(node: Node) -> None:
+    assert node.ctl("add_vhost", "pv").returncode == 0
+    try:
+        node.ctl("-p", "pv", "set_vhost_limits", '{"max-queues": 4}')
+        assert node.rows("-p", "pv", "list_parameters") == [
+            {"component": "vhost-limits", "name": "limits", "value": {"max-queues": 4}}
+        ]
+        assert node.rows("list_parameters") == []  # the default vhost, /
+        for listing in ("list_connections", "list_channels", "list_users", "list_vhosts"):
+            result = node.ctl("-q", listing, "-p", "pv")
+            assert result.returncode == 0, (listing, result.stderr)
+    finally:
+        node.ctl("delete_vhost", "pv")
