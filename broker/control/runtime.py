@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.config import NODE_NAME
-from leveret.control.endpoint import EX_DATAERR, EX_UNAVAILABLE, EX_USAGE, ControlError
+from leveret.control.endpoint import (
+    EX_DATAERR,
+    EX_SOFTWARE,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    ControlError,
+)
 
 if TYPE_CHECKING:
     from leveret.connection import Connection
@@ -138,6 +144,13 @@ def stop(server: ServerState[Connection], args: Args) -> Reply:
     serve`` handles), once this reply is out; the CLI waits for the socket to go."""
     import asyncio
 
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        # No graceful path (a broker inside a test run, say): SIGTERM would kill the host
+        # process, not stop a node.
+        raise ControlError(
+            f"node {NODE_NAME} cannot stop itself: it was not started by `leveret serve`",
+            EX_SOFTWARE,
+        )
     asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
     return None, {"pid": os.getpid()}
 

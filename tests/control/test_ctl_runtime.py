@@ -6,6 +6,8 @@ close_all_connections, the firehose, stop and await_startup, and the diagnostics
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ import pika.exceptions
 import pytest
 
 from leveret.memory import MemoryMonitor
-from tests.control.conftest import Node, leveret, start_node, stop_node
+from tests.control.conftest import ENV, Node, leveret, start_node, stop_node
 
 
 def connect(node: Node) -> pika.BlockingConnection:
@@ -299,3 +301,55 @@ def test_p_before_the_command_and_on_every_listing(node: Node) -> None:
             assert result.returncode == 0, (listing, result.stderr)
     finally:
         node.ctl("delete_vhost", "pv")
+
+
+def test_a_rabbitmqctl_shim_drives_the_alarm(node: Node, tmp_path: Path) -> None:
+    """What a client suite's helper does (amqp091-go: ``rabbitmqctl
+    set_vm_memory_high_watermark 0.0001``, then ``0.4``) through a ``rabbitmqctl`` that is
+    ``exec leveret ctl "$@"``, the node found by LEVERET_DATA_DIR."""
+    shim = tmp_path / "rabbitmqctl"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m leveret ctl "$@"\n')
+    shim.chmod(0o755)
+    env = {**ENV, "LEVERET_DATA_DIR": str(node.data_dir)}
+    connection = connect(node)
+    events = blocked_events(connection)
+    try:
+        for value, expected in (("0.0001", ["blocked"]), ("0.4", ["blocked", "unblocked"])):
+            run = subprocess.run(
+                [str(shim), "set_vm_memory_high_watermark", value],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert run.returncode == 0, run.stderr
+            wait_until(connection, lambda expected=expected: events == expected)
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+        connection.close()
+
+
+def test_stop_refuses_a_broker_inside_another_program(tmp_path: Path) -> None:
+    """A broker embedded in a test run has no graceful SIGTERM path: stop says so (70)
+    instead of killing the host process."""
+    from leveret.config import Config
+    from leveret.inspect.brokerthread import BrokerThread
+
+    directory = tmp_path / "run"
+    directory.mkdir(mode=0o700)
+    socket_path = directory / "control.sock"
+    config = Config(host="127.0.0.1", port=0, control=True, control_socket=socket_path)
+    with BrokerThread(config):
+        result = leveret("ctl", "stop", "--control-socket", str(socket_path))
+        assert result.returncode == 70
+        assert result.stderr == (
+            "leveret: error: node leveret@localhost cannot stop itself: it was not started "
+            "by `leveret serve`\n"
+        )
+        assert (
+            leveret(
+                "diagnostics", "-q", "check_running", "--control-socket", str(socket_path)
+            ).returncode
+            == 0
+        )
