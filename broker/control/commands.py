@@ -92,19 +92,8 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
     from leveret.management.views import NODE, RABBITMQ_VERSION
 
     config, memory, disk = server.config, server.memory, server.disk
-    listeners = [{"protocol": "amqp", "interface": config.host, "port": server.port}]
-    if config.tls_cert is not None:
-        listeners.append(
-            {"protocol": "amqp/ssl", "interface": config.host, "port": server.tls_port}
-        )
-    if server.management is not None:
-        listeners.append(
-            {
-                "protocol": "http",
-                "interface": server.management.host,
-                "port": server.management.port,
-            }
-        )
+    keys = ("protocol", "interface", "port")  # status's shape, as before listeners had more
+    listeners = [{key: item[key] for key in keys} for item in listeners_of(server)]
     alarms = [name for name, on in (("memory", memory.alarm), ("disk", disk.alarm)) if on]
     return None, {
         "node": NODE,
@@ -120,6 +109,43 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
         "disk": {"free": disk.free, "free_limit": disk.limit},
         "totals": {**object_totals(server), "vhosts": len(server.vhosts)},
     }
+
+
+def listeners_of(server: ServerState[Connection]) -> list[dict[str, Any]]:
+    """The node's listeners, as rabbitmq-diagnostics listeners reports them."""
+    from leveret.management.views import NODE
+
+    config = server.config
+    found = [
+        {
+            "node": NODE,
+            "interface": config.host,
+            "port": server.port,
+            "protocol": "amqp",
+            "purpose": "AMQP 0-9-1 and AMQP 1.0",
+        }
+    ]
+    if config.tls_cert is not None:
+        found.append(
+            {
+                "node": NODE,
+                "interface": config.host,
+                "port": server.tls_port,
+                "protocol": "amqp/ssl",
+                "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS",
+            }
+        )
+    if server.management is not None:
+        found.append(
+            {
+                "node": NODE,
+                "interface": server.management.host,
+                "port": server.management.port,
+                "protocol": "http",
+                "purpose": "HTTP API",
+            }
+        )
+    return found
 
 
 def check_local_alarms(server: ServerState[Connection], args: Args) -> Reply:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.config import NODE_NAME
+from leveret.control.commands import listeners_of, status, text, vhost_named
 from leveret.control.endpoint import (
     EX_DATAERR,
     EX_SOFTWARE,
@@ -104,8 +105,6 @@ def set_disk_free_limit(server: ServerState[Connection], args: Args) -> Reply:
 def close_all_connections(server: ServerState[Connection], args: Args) -> Reply:
     """close_all_connections [-p VHOST | --global] [--limit N] EXPLANATION: 320
     CONNECTION_FORCED with the explanation, as close_connection does for one."""
-    from leveret.control.commands import text, vhost_named
-
     explanation = text(args, "explanation")
     everywhere = bool(args.get("global"))
     vhost = None if everywhere else vhost_named(server, text(args, "vhost"))
@@ -122,8 +121,6 @@ def close_all_connections(server: ServerState[Connection], args: Args) -> Reply:
 
 
 def _trace(server: ServerState[Connection], args: Args, on: bool) -> Reply:
-    from leveret.control.commands import text, vhost_named
-
     vhost = vhost_named(server, text(args, "vhost"))
     vhost.firehose = on  # the firehose tracer (broker/firehose.py), as PUT /api/vhosts does
     return f"Trace {'enabled' if on else 'disabled'} for vhost {vhost.name}", None
@@ -159,8 +156,6 @@ def authenticate_user(server: ServerState[Connection], args: Args) -> Reply:
     """authenticate_user USER PASSWORD: the check an AMQP client's login goes through
     (:meth:`AccessControl.authenticate`); refused: authenticate_user_command.ex's text and
     65."""
-    from leveret.control.commands import text
-
     user = text(args, "user")
     if server.access.authenticate(user, text(args, "password")) is None:
         raise ControlError(
@@ -168,41 +163,6 @@ def authenticate_user(server: ServerState[Connection], args: Args) -> Reply:
             EX_DATAERR,
         )
     return "Success", None
-
-
-def listeners_of(server: ServerState[Connection]) -> list[dict[str, Any]]:
-    """The node's listeners, as rabbitmq-diagnostics listeners reports them."""
-    config = server.config
-    found = [
-        {
-            "node": NODE_NAME,
-            "interface": config.host,
-            "port": server.port,
-            "protocol": "amqp",
-            "purpose": "AMQP 0-9-1 and AMQP 1.0",
-        }
-    ]
-    if config.tls_cert is not None:
-        found.append(
-            {
-                "node": NODE_NAME,
-                "interface": config.host,
-                "port": server.tls_port,
-                "protocol": "amqp/ssl",
-                "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS",
-            }
-        )
-    if server.management is not None:
-        found.append(
-            {
-                "node": NODE_NAME,
-                "interface": server.management.host,
-                "port": server.management.port,
-                "protocol": "http",
-                "purpose": "HTTP API",
-            }
-        )
-    return found
 
 
 def _listener_text(item: dict[str, Any]) -> str:
@@ -335,7 +295,6 @@ def environment(server: ServerState[Connection], args: Args) -> Reply:
 
 async def report(server: ServerState[Connection], args: Args) -> Reply:
     """report: status, listeners, alarms, and the vhosts' objects, in one reply."""
-    from leveret.control.commands import status
     from leveret.control.listing import KINDS, rows
 
     _message, node = status(server, args)
