@@ -11,9 +11,11 @@ root's. Modules:
 - :mod:`.node`: the listener in the broker (started by :class:`leveret.server.Server`,
   which hands it the shared state, :class:`leveret.node.state.ServerState`: the commands read
   and change that, never the ``Server``);
-- :mod:`.commands`, :mod:`.listing`: what each command does on the node, through the
-  management API's own functions (users, permissions, policies, definitions, queues);
-- :mod:`.cli`, :mod:`.output`: the command line and its formatters.
+- :mod:`.dispatch`: runs a request on the node; :mod:`.commands`, :mod:`.runtime`,
+  :mod:`.settings`, :mod:`.listing`: what each command does there, through the node's and
+  the management API's own functions (users, permissions, policies, definitions, queues,
+  limits, parameters, the memory and disk monitors);
+- :mod:`.cli`, :mod:`.specs`, :mod:`.output`: the command line and its formatters.
 
 Rule at the door: an operator package, above the wire: it may import :mod:`leveret.wire`,
 :mod:`leveret.session`, :mod:`leveret.node`, :mod:`leveret.trace`, :mod:`leveret.faults`

@@ -16,21 +16,22 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from leveret.config import NODE_NAME
 from leveret.control.endpoint import (
     EX_DATAERR,
     EX_SOFTWARE,
     EX_UNAVAILABLE,
+    EX_USAGE,
     address,
     default_socket,
 )
 from leveret.control.listing import KINDS
-from leveret.control.output import Listing, status_text
+from leveret.control.output import Listing, report_text, status_text
+from leveret.control.specs import MORE_SPECS, RESULT_AS_JSON, Spec
 
 EX_TEMPFAIL = 75  # a timed-out operation, as rabbitmqctl's
 
@@ -41,19 +42,6 @@ class CommandError(Exception):
     def __init__(self, text: str, status: int) -> None:
         super().__init__(text)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Spec:
-    """A command: its positionals and flags, its banner, and what it sends the node."""
-
-    help: str
-    positionals: tuple[str, ...] = ()
-    banner: str = ""
-    vhost: bool = False
-    diagnostics: bool = False
-    options: Callable[[argparse.ArgumentParser], None] | None = None
-    extra: Callable[[argparse.Namespace], dict[str, Any]] = field(default=lambda args: {})
 
 
 def _delete_queue_options(parser: argparse.ArgumentParser) -> None:
@@ -200,6 +188,7 @@ SPECS: dict[str, Spec] = {
         options=_fault_options,
         extra=_fault_args,
     ),
+    **MORE_SPECS,
 }
 
 
@@ -240,6 +229,18 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     )
 
 
+def usage_parser(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """``base``, whose errors (a missing or extra argument, an unknown flag) are one
+    ``leveret: error:`` line and rabbitmqctl's usage status, 64, not argparse's 2."""
+
+    class CommandParser(base):  # type: ignore[valid-type,misc]
+        def error(self, message: str) -> NoReturn:
+            print(f"leveret: error: {message}", file=sys.stderr)
+            sys.exit(EX_USAGE)
+
+    return CommandParser
+
+
 def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``ctl`` and ``diagnostics`` to the ``leveret`` sub-commands."""
     for tool, text in (
@@ -248,12 +249,17 @@ def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> N
     ):
         parser = commands.add_parser(tool, help=text, description=text)
         _common(parser, suppress=False)
-        sub = parser.add_subparsers(dest="ctl_command", required=True, parser_class=parser_class)
+        # -p before the command name too, as rabbitmqctl takes it (its default is here: the
+        # commands' own -p only overrides it).
+        parser.add_argument("-p", "--vhost", default="/", help="vhost (/)")
+        sub = parser.add_subparsers(
+            dest="ctl_command", required=True, parser_class=usage_parser(parser_class)
+        )
         for name, kind in KINDS.items():
             listing = sub.add_parser(name, help=f"list {kind.what} (info keys as columns)")
             _common(listing, suppress=True)
-            if kind.per_vhost:
-                listing.add_argument("-p", "--vhost", default="/", help="vhost (/)")
+            # rabbitmqctl takes -p on every command; node-wide listings ignore it.
+            listing.add_argument("-p", "--vhost", default=argparse.SUPPRESS, help="vhost (/)")
             listing.add_argument(
                 "columns", nargs="*", metavar="infoitem", help=", ".join(kind.keys)
             )
@@ -263,7 +269,7 @@ def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> N
             command = sub.add_parser(name, help=spec.help, description=spec.help)
             _common(command, suppress=True)
             if spec.vhost:
-                command.add_argument("-p", "--vhost", default="/", help="vhost (/)")
+                command.add_argument("-p", "--vhost", default=argparse.SUPPRESS, help="vhost (/)")
             for positional in spec.positionals:
                 nargs = {"?": "?", "*": "*"}.get(positional[-1])
                 command.add_argument(positional.rstrip("?*"), nargs=nargs)
@@ -327,12 +333,19 @@ def request_args(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "default_queue_type",
             "columns",
             "seconds",
+            "values",
+            "component",
+            "value",
+            "exchange",
+            "unit",
         )
     }
     spec = SPECS.get(name)
     if spec is not None:
         values.update(spec.extra(args))
-    if name in ("add_user", "change_password"):
+    if name == "clear_user_limits":
+        values["limit"] = args.limit
+    if name in ("add_user", "change_password", "authenticate_user"):
         values["password"] = _secret(args)
     if name == "import_definitions":
         values["definitions"] = _read_definitions(args.path)
@@ -422,6 +435,8 @@ def banner(name: str, args: argparse.Namespace) -> str | None:
         where = f" for vhost {args.vhost}" if kind.per_vhost else ""
         return f"Timeout: {args.timeout:g} seconds ...\nListing {kind.what}{where} ..."
     template = SPECS[name].banner
+    if callable(template):
+        return template(args)
     values = {key: value for key, value in vars(args).items() if value is not None}
     values.update(
         node=NODE_NAME,
@@ -453,6 +468,8 @@ def _run(args: argparse.Namespace) -> int:
     machine = args.formatter == "json" or (name == "export_definitions" and args.path == "-")
     payload = request_args(name, args)
     text = None if (args.quiet or args.silent or machine) else banner(name, args)
+    if name == "await_startup":
+        return _await_startup(args, text)
     connection = Connection(socket_path(args), args.timeout)
     try:
         if text:
@@ -470,7 +487,52 @@ def _run(args: argparse.Namespace) -> int:
                 _print_result(name, args, reply)
     finally:
         connection.close()
+    if name in ("stop", "shutdown"):
+        _await_stop(args)
     return 0
+
+
+def _await_startup(args: argparse.Namespace, text: str | None) -> int:
+    """await_startup: until the node answers a ping, up to ``--timeout`` seconds (75,
+    rabbitmqctl's tempfail, when it does not)."""
+    if text:
+        print(text, flush=True)
+    path = socket_path(args)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        try:
+            connection = Connection(path, max(deadline - time.monotonic(), 0.1))
+        except CommandError:
+            pass
+        else:
+            try:
+                connection.send("ping", {})
+                for _reply in connection.replies("ping"):
+                    pass
+                return 0
+            except CommandError:
+                pass
+            finally:
+                connection.close()
+        if time.monotonic() >= deadline:
+            raise CommandError(
+                f"node {NODE_NAME} did not start within {args.timeout:g} s", EX_TEMPFAIL
+            )
+        time.sleep(0.1)
+
+
+def _await_stop(args: argparse.Namespace) -> None:
+    """After stop: until the node's control socket stops answering (rabbitmqctl stop
+    returns once the node is down), up to ``--timeout`` seconds."""
+    path = socket_path(args)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            Connection(path, 1.0).close()
+        except CommandError:
+            return
+        time.sleep(0.1)
+    raise CommandError(f"node {NODE_NAME} did not stop within {args.timeout:g} s", EX_TEMPFAIL)
 
 
 def _print_result(name: str, args: argparse.Namespace, reply: dict[str, Any]) -> None:
@@ -489,10 +551,14 @@ def _print_result(name: str, args: argparse.Namespace, reply: dict[str, Any]) ->
         return
     if args.formatter == "json":
         shown = (
-            result if name == "status" else {"result": "ok", "node": NODE_NAME, "message": message}
+            result
+            if name in RESULT_AS_JSON
+            else {"result": "ok", "node": NODE_NAME, "message": message}
         )
         print(json.dumps(shown, ensure_ascii=False))
     elif name == "status":
         print(status_text(dict(result or {})))
+    elif name == "report":
+        print(report_text(dict(result or {})))
     elif message and not args.silent:
         print(message)

@@ -12,7 +12,6 @@ copy here; what is left is argument reading and RabbitMQ's CLI texts
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import time
@@ -29,7 +28,6 @@ from leveret.control.endpoint import (
     EX_USAGE,
     ControlError,
 )
-from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
     from leveret.node.queue import Queue
@@ -79,32 +77,6 @@ def queue_named(server: ServerState[Connection], args: Args) -> tuple[VHost, Que
     return vhost, queue
 
 
-async def run(server: ServerState[Connection], command: str, args: Args, send: Send) -> None:
-    """Run ``command`` and send its reply (rows, then the final line)."""
-    kind = KINDS.get(command)
-    if kind is not None:
-        vhost = vhost_named(server, text(args, "vhost")) if kind.per_vhost else None
-        columns = kind.columns([str(c) for c in args.get("columns") or []])
-        await send({"columns": columns})
-        batch: list[dict[str, Any]] = []
-        for row in rows(server, kind, vhost, columns):
-            batch.append(row)
-            if len(batch) >= BATCH:
-                await send({"rows": batch})
-                batch = []
-                await asyncio.sleep(0)  # let the AMQP clients have the loop
-        if batch:
-            await send({"rows": batch})
-        await send({"done": True})
-        return
-    handler = COMMANDS.get(command)
-    if handler is None:
-        raise ControlError(f"unknown command {command!r}", EX_USAGE)
-    reply = handler(server, args)
-    message, result = await reply if inspect.isawaitable(reply) else reply
-    await send({"done": True, "message": message, "result": result})
-
-
 Reply = tuple[str | None, Any]
 
 
@@ -120,19 +92,8 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
     from leveret.management.views import NODE, RABBITMQ_VERSION
 
     config, memory, disk = server.config, server.memory, server.disk
-    listeners = [{"protocol": "amqp", "interface": config.host, "port": server.port}]
-    if config.tls_cert is not None:
-        listeners.append(
-            {"protocol": "amqp/ssl", "interface": config.host, "port": server.tls_port}
-        )
-    if server.management is not None:
-        listeners.append(
-            {
-                "protocol": "http",
-                "interface": server.management.host,
-                "port": server.management.port,
-            }
-        )
+    keys = ("protocol", "interface", "port")  # status's shape, as before listeners had more
+    listeners = [{key: item[key] for key in keys} for item in listeners_of(server)]
     alarms = [name for name, on in (("memory", memory.alarm), ("disk", disk.alarm)) if on]
     return None, {
         "node": NODE,
@@ -148,6 +109,43 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
         "disk": {"free": disk.free, "free_limit": disk.limit},
         "totals": {**object_totals(server), "vhosts": len(server.vhosts)},
     }
+
+
+def listeners_of(server: ServerState[Connection]) -> list[dict[str, Any]]:
+    """The node's listeners, as rabbitmq-diagnostics listeners reports them."""
+    from leveret.management.views import NODE
+
+    config = server.config
+    found = [
+        {
+            "node": NODE,
+            "interface": config.host,
+            "port": server.port,
+            "protocol": "amqp",
+            "purpose": "AMQP 0-9-1 and AMQP 1.0",
+        }
+    ]
+    if config.tls_cert is not None:
+        found.append(
+            {
+                "node": NODE,
+                "interface": config.host,
+                "port": server.tls_port,
+                "protocol": "amqp/ssl",
+                "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS",
+            }
+        )
+    if server.management is not None:
+        found.append(
+            {
+                "node": NODE,
+                "interface": server.management.host,
+                "port": server.management.port,
+                "protocol": "http",
+                "purpose": "HTTP API",
+            }
+        )
+    return found
 
 
 def check_local_alarms(server: ServerState[Connection], args: Args) -> Reply:

@@ -226,6 +226,15 @@ POLICIES = Kind(
     {**same("vhost", "name", "pattern", "definition", "priority"), "apply_to": field("apply-to")},
     ("vhost", "name", "pattern", "apply_to", "definition", "priority"),
 )
+# list_parameters (list_parameters_command.ex): the vhost's runtime parameters, as
+# GET /api/parameters serves them (VHost.runtime_parameters).
+PARAMETERS = Kind("parameters", same("component", "name", "value"), ("component", "name", "value"))
+# list_topic_permissions (list_topic_permissions_command.ex).
+TOPIC_PERMISSIONS = Kind(
+    "topic_permissions",
+    same("user", "exchange", "write", "read"),
+    ("user", "exchange", "write", "read"),
+)
 
 KINDS = {
     f"list_{kind.what}": kind
@@ -240,6 +249,8 @@ KINDS = {
         VHOSTS,
         PERMISSIONS,
         POLICIES,
+        PARAMETERS,
+        TOPIC_PERMISSIONS,
     )
 }
 
@@ -326,6 +337,14 @@ def _policies(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
         yield policy.to_json()
 
 
+def _parameters(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
+    yield from vhost.runtime_parameters()
+
+
+def _topic_permissions(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
+    yield from server.access.topic_permission_rows(vhost=vhost.name)
+
+
 # Where each listing's views come from: the management API's view of each object, made
 # one at a time (the caller sends them in batches, a turn of the loop apart), from a
 # snapshot of the lists, so changes during the listing cannot break it.
@@ -340,6 +359,8 @@ SOURCES: dict[str, Callable[[ServerState[Connection], Any], Iterator[Row]]] = {
     "vhosts": _vhosts,
     "permissions": _permissions,
     "policies": _policies,
+    "parameters": _parameters,
+    "topic_permissions": _topic_permissions,
 }
 
 

@@ -180,7 +180,7 @@ class ControlListener:
             writer.close()
 
     async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        from leveret.control.commands import run
+        from leveret.control.dispatch import run
 
         uid = peer_uid(writer)
         if not may_control(uid):

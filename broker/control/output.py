@@ -95,3 +95,15 @@ def status_text(status: dict[str, Any]) -> str:
         *(f"{name}: {count}" for name, count in totals.items()),
     ]
     return "\n".join(lines)
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """``report`` for people: the status, the listeners, then each listing as a table."""
+    lines = [status_text(report["status"]), ""]
+    for name, rows in report["listings"].items():
+        lines += [f"{name}:", ""]
+        if rows:
+            lines.append("\t".join(rows[0]))
+            lines += ["\t".join(cell(value) for value in row.values()) for row in rows]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")

@@ -214,6 +214,13 @@ class DiskMonitor:
         self.free = free
         self._apply()
 
+    def set_limit(self, limit: int) -> None:
+        """A new free space limit at runtime (rabbitmqctl set_disk_free_limit): the last
+        reading is judged against it at once, as rabbit_disk_monitor:set_disk_free_limit/1
+        does, and the next reading comes as soon as the new margin asks."""
+        self.limit = limit
+        self._apply()
+
     def inject(self, on: bool) -> None:
         """Set the alarm as an injected fault (on), or stop injecting it (off): then the
         last reading decides again."""

@@ -290,6 +290,7 @@ class MemoryMonitor:
 
     __slots__ = (
         "_clear_at",
+        "_reader",
         "_rss_from",
         "_sample",
         "_step",
@@ -321,6 +322,7 @@ class MemoryMonitor:
         self.injected = False
         self.on_alarm = on_alarm
         # The last RSS sample (bytes): the process's footprint before any message first.
+        self._reader = sample_rss  # kept for set_limit, which may turn RSS checks back on
         self.rss = sample_rss() if sample_rss is not None else None
         if self.rss is None or self.rss >= limit:
             # Over the mark already (a watermark under the broker's own footprint, or a
@@ -337,6 +339,28 @@ class MemoryMonitor:
         self._clear_at = int(limit * CLEAR_AT)
         self.high = limit
         self.low = _OFF
+        self._arm()
+
+    def set_limit(self, limit: int) -> None:
+        """A new watermark at runtime (rabbitmqctl set_vm_memory_high_watermark). As
+        vm_memory_monitor does, the process is judged against it at once: the alarm is set
+        when the messages or the process's RSS are over it (a mark under the broker's own
+        footprint, as ``0.0001`` is, blocks publishers: then RSS says nothing about
+        messages, and the alarm holds until the mark is raised or messages drain to
+        CLEAR_AT of it), and cleared as :meth:`_check` clears it when back under."""
+        self.limit = limit
+        self._step = max(int(limit * RSS_STEP), 1)
+        self._rss_from = int(limit * RSS_FROM)
+        self._clear_at = int(limit * CLEAR_AT)
+        reader = self._reader
+        rss = reader() if reader is not None else None
+        if rss is not None:
+            self.rss = rss
+        self._sample = reader if rss is not None and rss < limit else None
+        if self.alarm:
+            self._check()
+        elif self.used > limit or (rss is not None and rss > limit):
+            self._set(True)
         self._arm()
 
     def add(self, size: int) -> None:
