@@ -106,7 +106,7 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
         "listeners": listeners,
         "alarms": alarms,
         "memory": {"used": memory.used, "rss": memory.rss, "high_watermark": memory.limit},
-        "disk": {"free": disk.free, "free_limit": disk.limit},
+        "disk": {"free": disk.reported_free(), "free_limit": disk.limit},
         "totals": {**object_totals(server), "vhosts": len(server.vhosts)},
     }
 

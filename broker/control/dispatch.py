@@ -14,8 +14,8 @@ from leveret.control.endpoint import EX_USAGE, ControlError
 from leveret.control.listing import KINDS, rows
 
 if TYPE_CHECKING:
-    from leveret.wire.connection import Connection
     from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 ALL: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[Reply]]] = {
     **commands.COMMANDS,

@@ -28,8 +28,8 @@ from leveret.control.endpoint import (
 )
 
 if TYPE_CHECKING:
-    from leveret.wire.connection import Connection
     from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 Args = dict[str, Any]
 Reply = tuple[str | None, Any]

@@ -20,8 +20,8 @@ from leveret.control.commands import text, user_must_exist, vhost_named
 from leveret.control.endpoint import EX_DATAERR, ControlError
 
 if TYPE_CHECKING:
-    from leveret.wire.connection import Connection
     from leveret.node.state import ServerState
+    from leveret.wire.connection import Connection
 
 Args = dict[str, Any]
 Reply = tuple[str | None, Any]

@@ -5,6 +5,8 @@ of the broker sees after each change."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -515,3 +517,44 @@ def test_check_local_alarms_fails_under_the_memory_alarm(tmp_path: Path) -> None
         connection.close()
     finally:
         stop_node(node)
+
+
+def test_status_reports_free_disk_without_a_data_dir(tmp_path: Path) -> None:
+    """A memory-only node still reports the free space of its working directory's file
+    system, as /api/nodes does (RabbitMQ always reports disk_free)."""
+    socket = tmp_path / "control.sock"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leveret",
+            "serve",
+            "--port",
+            "0",
+            "--management-port",
+            "-1",
+            "--prometheus-port",
+            "-1",
+            "--control-socket",
+            str(socket),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        ctl = [sys.executable, "-m", "leveret", "ctl", "--control-socket", str(socket)]
+        deadline = time.monotonic() + 30
+        while subprocess.run([*ctl, "-q", "ping"], capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "the node never answered"
+            time.sleep(0.05)
+        out = subprocess.run(
+            [*ctl, "status", "--formatter", "json"], capture_output=True, text=True
+        )
+        status = json.loads(out.stdout)
+        assert status["data_directory"] is None
+        assert isinstance(status["disk"]["free"], int) and status["disk"]["free"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(15)
