@@ -179,7 +179,7 @@ async def time_start(data_dir: Path, scenario: str) -> dict[str, Any]:
             "start_s": round(start_s, 3),
             "rss_growth_mb": round((rss_kb() - rss_before) / 1024, 1),
         }
-        vhost = server.vhosts[VHOST]
+        vhost = server.state.vhosts[VHOST]
         if scenario == "bindings":
             result["bindings_replayed"] = len(vhost.projection.bindings_from(EXCHANGE))
             result["queues"] = sum(1 for q in vhost.queues if q.startswith("recovery.q"))

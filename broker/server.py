@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from leveret.config import Config
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.node.auth import AccessControl
-from leveret.node.state import PublishCounters, ServerState
+from leveret.node.state import ServerState
 from leveret.wire.connection import Connection
 from leveret.wire.listen import dual_stack_socket
 
@@ -32,16 +32,8 @@ if TYPE_CHECKING:
     import ssl
 
     from leveret.control.node import ControlListener
-    from leveret.exchanges.policies import Policy
     from leveret.management import ManagementHandle
     from leveret.management.prometheus import PrometheusHandle
-    from leveret.node.acktimeout import AckTimeouts
-    from leveret.node.churn import NodeCounters
-    from leveret.node.disk import DiskMonitor
-    from leveret.node.memory import MemoryMonitor
-    from leveret.node.persistence import Persistence
-    from leveret.node.vhost import VHost
-    from leveret.trace import TraceWriter
 
 log = logging.getLogger(__name__)
 
@@ -76,61 +68,7 @@ class Server:
         state.restart = self.restart
         return state
 
-    # -- the shared state, by its names of old -----------------------------------------
-
-    @property
-    def vhosts(self) -> dict[str, VHost]:
-        """The vhosts by name (the state's)."""
-        return self.state.vhosts
-
-    @property
-    def connections(self) -> set[Connection]:
-        """The open connections (the state's)."""
-        return self.state.connections
-
-    @property
-    def access(self) -> AccessControl:
-        """Users and permissions (the state's)."""
-        return self.state.access
-
-    @property
-    def memory(self) -> MemoryMonitor:
-        """The memory monitor (the state's)."""
-        return self.state.memory
-
-    @property
-    def disk(self) -> DiskMonitor:
-        """The disk monitor (the state's)."""
-        return self.state.disk
-
-    @property
-    def churn(self) -> NodeCounters:
-        """Connection, channel and queue churn (the state's)."""
-        return self.state.churn
-
-    @property
-    def counters(self) -> PublishCounters:
-        """The publish counters (the state's)."""
-        return self.state.counters
-
-    @counters.setter
-    def counters(self, counters: PublishCounters) -> None:
-        self.state.counters = counters
-
-    @property
-    def ack_timeouts(self) -> AckTimeouts:
-        """The delivery acknowledgement timeout checks (the state's)."""
-        return self.state.ack_timeouts
-
-    @property
-    def persistence(self) -> Persistence | None:
-        """The store, with a data dir (the state's)."""
-        return self.state.persistence
-
-    @property
-    def tracer(self) -> TraceWriter | None:
-        """The traffic trace being recorded, if any (the state's)."""
-        return self.state.tracer
+    # -- the bound ports and the listeners (the shared state is self.state) ------------
 
     @property
     def port(self) -> int:
@@ -159,38 +97,6 @@ class Server:
     @prometheus.setter
     def prometheus(self, handle: PrometheusHandle | None) -> None:
         self._prometheus = self.state.prometheus = handle
-
-    def vhost(self, name: str) -> VHost:
-        """The vhost ``name``, created if needed (ServerState.vhost)."""
-        return self.state.vhost(name)
-
-    def add_vhost(self, name: str) -> VHost:
-        """Create the vhost ``name`` (ServerState.add_vhost)."""
-        return self.state.add_vhost(name)
-
-    def delete_vhost(self, name: str) -> bool:
-        """Delete a vhost (ServerState.delete_vhost)."""
-        return self.state.delete_vhost(name)
-
-    def set_policy(self, policy: Policy, operator: bool = False) -> bool:
-        """Add or replace a policy (ServerState.set_policy)."""
-        return self.state.set_policy(policy, operator)
-
-    def delete_policy(self, vhost: str, name: str, operator: bool = False) -> bool:
-        """Remove a policy (ServerState.delete_policy)."""
-        return self.state.delete_policy(vhost, name, operator)
-
-    def set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
-        """Apply and save a runtime parameter (ServerState.set_parameter)."""
-        self.state.set_parameter(vhost, component, name, value)
-
-    def set_vhost_limits(self, name: str, limits: dict[str, int]) -> None:
-        """Replace and save a vhost's limits (ServerState.set_vhost_limits)."""
-        self.state.set_vhost_limits(name, limits)
-
-    def set_trace(self, directory: Path | None) -> None:
-        """Start or stop the traffic trace (ServerState.set_trace)."""
-        self.state.set_trace(directory)
 
     def _recover(self, data_dir: Path) -> None:
         """Open the data directory, replay the definitions log, restore messages."""

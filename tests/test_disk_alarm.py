@@ -129,7 +129,7 @@ def test_low_disk_blocks_publishers_until_space_returns(broker: BrokerThread, di
         disk.free = LOW
         pump([publisher, bystander], lambda: bool(events))
         assert events == [("blocked", "low on disk")]
-        assert broker.server.disk.alarm
+        assert broker.server.state.disk.alarm
 
         # Blocked: nothing more is read from the publisher.
         loose.basic_publish("", queue, b"while blocked", PERSISTENT)
@@ -177,7 +177,7 @@ def test_a_connection_stays_blocked_while_either_alarm_is_set(tmp_path: Path, di
         assert first_events == [("blocked", "low on memory")]
 
         disk.free = LOW
-        pump([first, consumer], lambda: broker.server.disk.alarm)
+        pump([first, consumer], lambda: broker.server.state.disk.alarm)
         second.channel().basic_publish("", queue, b"x")
         pump([second, first], lambda: bool(second_events))
         assert second_events == [("blocked", "low on memory & disk")]
@@ -188,7 +188,7 @@ def test_a_connection_stays_blocked_while_either_alarm_is_set(tmp_path: Path, di
         consumer_channel.basic_consume(
             queue, lambda _c, _m, _p, body: received.append(body), auto_ack=True
         )
-        pump([first, second, consumer], lambda: not broker.server.memory.alarm)
+        pump([first, second, consumer], lambda: not broker.server.state.memory.alarm)
         for connection in (first, second, consumer):
             connection.process_data_events(time_limit=0.3)
         assert first_events == [("blocked", "low on memory")]
@@ -218,7 +218,7 @@ def test_a_broker_started_on_a_full_disk_blocks_the_first_publish(
     broker = start(tmp_path, disk)
     publisher = connect(broker.url)
     try:
-        assert broker.server.disk.alarm  # read before the listener opened
+        assert broker.server.state.disk.alarm  # read before the listener opened
         events = watch(publisher)
         publisher.channel().basic_publish("", "nowhere", b"x")
         pump([publisher], lambda: bool(events))
@@ -358,16 +358,16 @@ async def test_a_failing_probe_keeps_the_last_reading(caplog: pytest.LogCaptureF
 
 def test_no_data_dir_means_no_monitoring() -> None:
     with BrokerThread(Config(host="127.0.0.1", port=0)) as broker:
-        assert broker.server.disk.probe is None
-        assert broker.server.disk.free is None and not broker.server.disk.alarm
+        assert broker.server.state.disk.probe is None
+        assert broker.server.state.disk.free is None and not broker.server.state.disk.alarm
 
 
 def test_the_data_dirs_file_system_is_read_by_default(tmp_path: Path) -> None:
     config = Config(host="127.0.0.1", port=0, data_dir=tmp_path / "data")
     with BrokerThread(config) as broker:
-        free = broker.server.disk.free
+        free = broker.server.state.disk.free
         assert free is not None and free > 0
-        assert broker.server.disk.limit == DISK_FREE_LIMIT == 50_000_000
+        assert broker.server.state.disk.limit == DISK_FREE_LIMIT == 50_000_000
 
 
 # -- the setting ------------------------------------------------------------------------------

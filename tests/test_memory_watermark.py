@@ -250,7 +250,7 @@ def broker() -> Iterator[BrokerThread]:
 
 
 def held(broker: BrokerThread) -> int:
-    return broker.server.memory.used
+    return broker.server.state.memory.used
 
 
 def big_headers(index: int) -> pika.BasicProperties:

@@ -147,7 +147,7 @@ def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: Path
         channel.queue_declare("kept.jobs", durable=True)
         connection.close()
         limit = policy("limit", "^kept\\.", {"max-length": 2}, priority=3)
-        assert broker.call(lambda: broker.server.set_policy(limit)) is True
+        assert broker.call(lambda: broker.server.state.set_policy(limit)) is True
     finally:
         broker.stop()
     saved = json.loads((tmp_path / "users.json").read_text())
@@ -157,7 +157,7 @@ def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: Path
 
     again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
     try:
-        vhost = again.server.vhosts["/"]
+        vhost = again.server.state.vhosts["/"]
         assert vhost.policies["limit"] == limit
         assert vhost.queues["kept.jobs"].policy == limit
         connection = pika.BlockingConnection(pika.URLParameters(again.url))
@@ -166,7 +166,7 @@ def test_policies_survive_a_restart_and_apply_to_recovered_queues(tmp_path: Path
             channel.basic_publish("", "kept.jobs", str(i).encode())
         assert channel.queue_declare("kept.jobs", passive=True).method.message_count == 2
         connection.close()
-        assert again.call(lambda: again.server.delete_policy("/", "limit")) is True
+        assert again.call(lambda: again.server.state.delete_policy("/", "limit")) is True
     finally:
         again.stop()
     assert json.loads((tmp_path / "users.json").read_text())["policies"] == []
@@ -188,7 +188,7 @@ def test_definitions_import_and_export_policies() -> None:
             "queues": [{"name": "work", "vhost": "/", "durable": True, "arguments": {}}],
         }
         broker.call(lambda: load_definitions(broker.server.state, definitions))
-        queue = broker.server.vhosts["/"].queues["work"]
+        queue = broker.server.state.vhosts["/"].queues["work"]
         assert (queue.dlx, queue.message_ttl) == ("dead", 60000)
         exported = broker.call(lambda: export_definitions(broker.server.state))
         assert exported["policies"] == [item]

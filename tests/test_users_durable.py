@@ -21,9 +21,9 @@ def test_users_permissions_and_vhosts_survive_a_restart(tmp_path: Path) -> None:
 
         def setup() -> None:
             server = broker.server
-            server.add_vhost("orders")
-            server.access.add_user("app", password="s3cret", tags=["management"])
-            server.access.set_permissions("app", "orders", Permission("^app\\.", ".*", ".*"))
+            server.state.add_vhost("orders")
+            server.state.access.add_user("app", password="s3cret", tags=["management"])
+            server.state.access.set_permissions("app", "orders", Permission("^app\\.", ".*", ".*"))
 
         broker.call(setup)
     finally:
@@ -42,7 +42,7 @@ def test_users_permissions_and_vhosts_survive_a_restart(tmp_path: Path) -> None:
             channel.queue_declare("other")
         assert err.value.reply_code == 403
         connection.close()
-        assert again.server.access.users["app"].tags == ["management"]
+        assert again.server.state.access.users["app"].tags == ["management"]
     finally:
         again.stop()
 
@@ -53,10 +53,10 @@ def test_vhost_and_user_limits_survive_a_restart(tmp_path: Path) -> None:
 
         def setup() -> None:
             server = broker.server
-            server.add_vhost("capped")
-            server.access.set_permissions("guest", "capped", Permission())
-            server.set_vhost_limits("capped", {"max-queues": 1})
-            server.access.set_user_limits("guest", {"max-channels": 1})
+            server.state.add_vhost("capped")
+            server.state.access.set_permissions("guest", "capped", Permission())
+            server.state.set_vhost_limits("capped", {"max-queues": 1})
+            server.state.access.set_user_limits("guest", {"max-channels": 1})
 
         broker.call(setup)
     finally:
@@ -83,7 +83,7 @@ def test_topic_permissions_survive_a_restart(tmp_path: Path) -> None:
 
         def setup() -> None:
             topic = TopicPermission(write="^{username}\\.", read=".*")
-            broker.server.access.set_topic_permission("guest", "/", "amq.topic", topic)
+            broker.server.state.access.set_topic_permission("guest", "/", "amq.topic", topic)
 
         broker.call(setup)
     finally:
@@ -109,7 +109,9 @@ def test_operator_policies_survive_a_restart(tmp_path: Path) -> None:
 
         def setup() -> None:
             body = {"pattern": "^capped$", "definition": {"max-length": 1}}
-            broker.server.set_policy(parse_policy("/", "cap", body, operator=True), operator=True)
+            broker.server.state.set_policy(
+                parse_policy("/", "cap", body, operator=True), operator=True
+            )
 
         broker.call(setup)
     finally:
@@ -117,8 +119,8 @@ def test_operator_policies_survive_a_restart(tmp_path: Path) -> None:
 
     again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
     try:
-        assert list(again.server.vhosts["/"].operator_policies) == ["cap"]
-        assert again.server.vhosts["/"].policies == {}
+        assert list(again.server.state.vhosts["/"].operator_policies) == ["cap"]
+        assert again.server.state.vhosts["/"].policies == {}
         url = f"amqp://guest:guest@127.0.0.1:{again.server.port}/"
         connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
@@ -139,7 +141,7 @@ def test_a_saved_user_the_configuration_no_longer_names_is_logged_at_start(
     ).start()
     try:
         # A change made at run time writes users.json, which wins from then on.
-        first.call(lambda: first.server.add_vhost("orders"))
+        first.call(lambda: first.server.state.add_vhost("orders"))
     finally:
         first.stop()
     with caplog.at_level("WARNING", logger="leveret.server"):

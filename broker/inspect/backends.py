@@ -57,7 +57,7 @@ class LocalBackend:
         return f"in-process Leveret on port {self.server.port}"
 
     def _read(self, vhost: str, queue: str) -> QueueStats | None:
-        host = self.server.vhosts.get(vhost)
+        host = self.server.state.vhosts.get(vhost)
         q = host.queues.get(queue) if host is not None else None
         if q is None:
             return None
@@ -73,7 +73,7 @@ class LocalBackend:
         )
 
     def _names(self, vhost: str) -> list[str]:
-        host = self.server.vhosts.get(vhost)
+        host = self.server.state.vhosts.get(vhost)
         return sorted(host.queues) if host is not None else []
 
     def snapshot(self, vhost: str, queue: str) -> QueueStats | None:

@@ -137,15 +137,15 @@ class BrokerThread:
         from leveret.node.auth import Permission
 
         def add() -> None:
-            self.server.add_vhost(name)
-            self.server.access.set_permissions(user, name, Permission())
+            self.server.state.add_vhost(name)
+            self.server.state.access.set_permissions(user, name, Permission())
 
         self.call(add)
         return self.vhost_url(name, user=user)
 
     def delete_vhost(self, name: str) -> bool:
         """Delete ``name``: its connections are closed (320), its queues deleted."""
-        return self.call(lambda: self.server.delete_vhost(name))
+        return self.call(lambda: self.server.state.delete_vhost(name))
 
     def inspector(self, vhost: str = "/") -> Inspector:
         """An :class:`Inspector` of ``vhost`` on this broker."""

@@ -88,7 +88,7 @@ class LocalClocks:
         self._backend = backend
 
     def _clock(self, vhost: str) -> Clock:
-        host = self._backend.server.vhosts.get(vhost)
+        host = self._backend.server.state.vhosts.get(vhost)
         if host is None:
             raise VHostNotFoundError(f"no vhost '{vhost}'")
         return host.clock

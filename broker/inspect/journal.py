@@ -143,7 +143,7 @@ class Journal:
             journal.stop()
 
     def _start(self) -> Recorder:
-        vhost = self._backend.server.vhosts.get(self.vhost)
+        vhost = self._backend.server.state.vhosts.get(self.vhost)
         if vhost is None:
             raise VHostNotFoundError(f"no vhost '{self.vhost}': no traffic journal for it")
         recorder = Recorder(vhost)

@@ -157,15 +157,15 @@ async def test_load_definitions_file_for_the_command_line(tmp_path: Path) -> Non
     await server.start()
     try:
         load_definitions_file(server.state, FIXTURE)
-        assert "orders.created" in server.vhosts["shop"].queues
-        assert server.access.authenticate("test", "test12") is not None
+        assert "orders.created" in server.state.vhosts["shop"].queues
+        assert server.state.access.authenticate("test", "test12") is not None
         # A directory: every *.json in name order.
         (tmp_path / "01-vhost.json").write_text(json.dumps({"vhosts": [{"name": "extra"}]}))
         (tmp_path / "02-queue.json").write_text(
             json.dumps({"queues": [{"name": "q", "vhost": "extra", "durable": True}]})
         )
         load_definitions_file(server.state, tmp_path)
-        assert "q" in server.vhosts["extra"].queues
+        assert "q" in server.state.vhosts["extra"].queues
         bad = tmp_path / "bad" / "broken.json"
         bad.parent.mkdir()
         bad.write_text("{not json")
@@ -184,7 +184,7 @@ async def test_import_errors_as_rabbitmq(mgmt: Mgmt) -> None:
     assert status == 400
     assert body["error"] == "bad_request"
     assert body["reason"].startswith("precondition_failed: inequivalent arg 'type'")
-    assert "admin" in mgmt.server.access.users  # users were applied before exchanges
+    assert "admin" in mgmt.server.state.access.users  # users were applied before exchanges
     # Objects in a vhost that neither exists nor is in the file.
     data = {"queues": [{"name": "q", "vhost": "nowhere", "durable": True, "arguments": {}}]}
     status, body = await mgmt.request("POST", "definitions", body=data)
@@ -229,7 +229,7 @@ async def test_older_tag_format_and_skipped_objects(mgmt: Mgmt) -> None:
         "tags": ["administrator", "monitoring"],
         "limits": {},
     }
-    assert "amq.reserved" not in mgmt.server.vhosts["/"].queues
+    assert "amq.reserved" not in mgmt.server.state.vhosts["/"].queues
 
 
 async def test_definitions_endpoints(mgmt: Mgmt) -> None:

@@ -58,7 +58,10 @@ async def test_close_connections_with_a_reason(mgmt: Mgmt) -> None:
 
 
 async def test_alarms_delay_and_cancel(mgmt: Mgmt) -> None:
-    for fault, monitor in (("memory-alarm", mgmt.server.memory), ("disk-alarm", mgmt.server.disk)):
+    for fault, monitor in (
+        ("memory-alarm", mgmt.server.state.memory),
+        ("disk-alarm", mgmt.server.state.disk),
+    ):
         status, body = await mgmt.request("POST", "leveret", "faults", "/", fault)
         assert (status, body["on"], monitor.alarm) == (200, True, True)
         status, body = await mgmt.request(
@@ -66,7 +69,7 @@ async def test_alarms_delay_and_cancel(mgmt: Mgmt) -> None:
         )
         assert (status, body["on"], monitor.alarm) == (200, False, False)
     status, body = await mgmt.request("POST", "leveret", "faults", "/", "delay", body={"ms": 20})
-    assert (status, mgmt.server.vhosts["/"].write_delay) == (200, 0.02)
+    assert (status, mgmt.server.state.vhosts["/"].write_delay) == (200, 0.02)
     await mgmt.request("POST", "leveret", "faults", "/", "delay", body={"ms": 0})
     connection = await aio_pika.connect(mgmt.amqp_url)
     try:
@@ -110,11 +113,11 @@ async def test_errors(
         assert response.status == status, got
     assert got["error"] == ("bad_request" if status == 400 else "Object Not Found")
     assert got["reason"].startswith(reason)
-    assert not mgmt.server.memory.alarm  # nothing changed
+    assert not mgmt.server.state.memory.alarm  # nothing changed
 
 
 async def test_administrators_only(mgmt: Mgmt) -> None:
-    mgmt.server.access.add_user("mon", password="pw", tags=["monitoring"])
+    mgmt.server.state.access.add_user("mon", password="pw", tags=["monitoring"])
     status, body = await mgmt.request(
         "POST", "leveret", "faults", "/", "memory-alarm", auth=("mon", "pw")
     )
@@ -123,7 +126,7 @@ async def test_administrators_only(mgmt: Mgmt) -> None:
         "POST", "leveret", "faults", "/", "memory-alarm", auth=("guest", "wrong")
     )
     assert status == 401
-    assert not mgmt.server.memory.alarm
+    assert not mgmt.server.state.memory.alarm
 
 
 async def test_restart_answers_202_and_the_node_comes_back(tmp_path: Path) -> None:

@@ -316,7 +316,7 @@ def test_project_management_client_works_unchanged() -> None:
             connection.close()
         api.delete_vhost("it/1")
         api.delete_vhost("it/1")  # absent is fine: a 404
-        assert "it/1" not in broker.server.vhosts
+        assert "it/1" not in broker.server.state.vhosts
         asyncio.run_coroutine_threadsafe(handle.close(), broker.loop).result(10)
     finally:
         broker.stop()

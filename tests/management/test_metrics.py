@@ -114,7 +114,7 @@ async def test_broker_counters_hook_is_used_when_present(mgmt: Mgmt) -> None:
     counters = SimpleNamespace(
         received=10, routed=7, unroutable_dropped=2, unroutable_returned=1, confirmed=6
     )
-    mgmt.server.counters = counters  # type: ignore[attr-defined]
+    mgmt.server.state.counters = counters  # type: ignore[attr-defined]
     body = {"properties": {}, "routing_key": "none", "payload": "x", "payload_encoding": "string"}
     await mgmt.request("POST", "exchanges", "/", "amq.direct", "publish", body=body)
     metrics = await scrape(mgmt)

@@ -75,7 +75,7 @@ async def test_node_figures_are_the_process_s(mgmt: Mgmt) -> None:
         rss = resident_bytes()
         assert rss is not None
         assert 0.8 * rss < node["mem_used"] < 1.25 * rss  # RSS, not queued message bytes
-        assert node["mem_limit"] == mgmt.server.memory.limit
+        assert node["mem_limit"] == mgmt.server.state.memory.limit
         fds = len(os.listdir("/proc/self/fd"))
         assert abs(node["fd_used"] - fds) <= 3
         assert node["sockets_used"] == 2

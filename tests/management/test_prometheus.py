@@ -254,9 +254,9 @@ async def test_detailed_vhost_filter(mgmt: Mgmt) -> None:
     assert mgmt.server.prometheus is not None
     target = Target(mgmt.amqp_url, mgmt.server.prometheus.url, mgmt.http)
     server = mgmt.server
-    other = server.add_vhost("other")
+    other = server.state.add_vhost("other")
     ops.declare_queue(other, "there", False, False, {})
-    ops.declare_queue(server.vhosts["/"], "here", False, False, {})
+    ops.declare_queue(server.state.vhosts["/"], "here", False, False, {})
     values = await target.values("/metrics/detailed?family=queue_coarse_metrics&vhost=other")
     assert values["rabbitmq_detailed_queue_messages"] == {'{queue="there",vhost="other"}': 0}
     assert "rabbitmq_detailed_queue_consumers" not in families(
@@ -283,7 +283,7 @@ async def test_aggregated_scrape_stays_small_with_3000_queues() -> None:
 
 async def scrape_3000_queues(server: Server, target: Target) -> None:
     """The body of the test above."""
-    vhost = server.vhosts["/"]
+    vhost = server.state.vhosts["/"]
     ops.declare_queue(vhost, "q-0", False, False, {})
     await target.text()
     small = len(await target.text())

@@ -201,7 +201,7 @@ class Everything:
 def check_sums(server: Server) -> int:
     """Every open channel's totals are the sums of its rows; returns the channels seen."""
     seen = 0
-    for connection in server.connections:
+    for connection in server.state.connections:
         for channel in connection.channels.values():
             totals = dict(zip(CHANNEL_COUNTERS, channel.message_counts(), strict=True))
             exchange_sums = dict.fromkeys(EXCHANGE_COUNTERS, 0)
@@ -320,7 +320,7 @@ async def test_a_deleted_queues_counts_stay_in_the_channels_totals(server: Serve
         await first.ack()
         await asyncio.sleep(0.1)
         (mine,) = [
-            ch for conn in server.connections for ch in conn.channels.values() if ch.consumers
+            ch for conn in server.state.connections for ch in conn.channels.values() if ch.consumers
         ]
         totals = dict(zip(CHANNEL_COUNTERS, mine.message_counts(), strict=True))
         assert (totals["deliver"], totals["ack"]) == (3, 1)

@@ -71,11 +71,11 @@ async def test_authentication_failures_as_rabbitmq(mgmt: Mgmt) -> None:
     status, body = await mgmt.request("GET", "overview", auth=("guest", "wrong"))
     assert (status, body) == (401, {"error": "not_authorized", "reason": "Not_Authorized"})
     # A user without a management tag cannot use the API at all.
-    mgmt.server.access.add_user("app", password="pw", tags=[])
+    mgmt.server.state.access.add_user("app", password="pw", tags=[])
     status, body = await mgmt.request("GET", "overview", auth=("app", "pw"))
     assert (status, body) == (401, {"error": "not_authorised", "reason": "Not management user"})
     # A management user is not an administrator.
-    mgmt.server.access.add_user("viewer", password="pw", tags=["management"])
+    mgmt.server.state.access.add_user("viewer", password="pw", tags=["management"])
     status, body = await mgmt.request("GET", "users", auth=("viewer", "pw"))
     assert (status, body) == (401, {"error": "not_authorised", "reason": "Not administrator user"})
     status, body = await mgmt.request("GET", "queues", "/", auth=("viewer", "pw"))
@@ -112,7 +112,7 @@ async def test_vhosts_users_permissions(mgmt: Mgmt) -> None:
     assert users == [
         {
             "name": "guest",
-            "password_hash": mgmt.server.access.users["guest"].password_hash,
+            "password_hash": mgmt.server.state.access.users["guest"].password_hash,
             "hashing_algorithm": "rabbit_password_hashing_sha256",
             "tags": ["administrator"],
             "limits": {},
@@ -195,7 +195,7 @@ async def test_delete_connection_closes_it(mgmt: Mgmt) -> None:
     status, _ = await mgmt.request("DELETE", "connections", conn["name"])
     assert status == 204
     for _ in range(100):
-        if not mgmt.server.connections:
+        if not mgmt.server.state.connections:
             break
         await asyncio.sleep(0.02)
     assert await mgmt.get("connections") == []
@@ -270,20 +270,20 @@ async def test_policies_need_policymaker_or_administrator(mgmt: Mgmt) -> None:
     # rabbit_mgmt_util:is_authorized_policies/2: administrators, or policymakers on the
     # vhosts they may access.
     body = {"pattern": "^x$", "definition": {"expires": 60000}}
-    mgmt.server.access.add_user("viewer", password="pw", tags=["management"])
-    mgmt.server.access.set_permissions("viewer", "/", Permission())
+    mgmt.server.state.access.add_user("viewer", password="pw", tags=["management"])
+    mgmt.server.state.access.set_permissions("viewer", "/", Permission())
     refused = {"error": "not_authorised", "reason": "User not authorised to access object"}
     assert await mgmt.request("GET", "policies", auth=("viewer", "pw")) == (401, refused)
     assert await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("viewer", "pw")) == (
         401,
         refused,
     )
-    mgmt.server.access.add_user("maker", password="pw", tags=["policymaker"])
+    mgmt.server.state.access.add_user("maker", password="pw", tags=["policymaker"])
     assert await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("maker", "pw")) == (
         401,
         refused,
     )  # no permissions on "/" yet
-    mgmt.server.access.set_permissions("maker", "/", Permission())
+    mgmt.server.state.access.set_permissions("maker", "/", Permission())
     assert (await mgmt.request("PUT", "policies", "/", "p", body=body, auth=("maker", "pw")))[
         0
     ] == 201

@@ -26,7 +26,7 @@ async def test_unconfirmed_publishes_are_counted_until_confirmed(tmp_path: Path)
     server = Server(Config(host="127.0.0.1", port=0, data_dir=tmp_path))
     await server.start()
     handle = await start_management(server.state, "127.0.0.1", 0, stats_interval=0.2)
-    persistence = server.persistence
+    persistence = server.state.persistence
     assert persistence is not None
     held = threading.Event()
     sync = persistence.store.sync

@@ -82,25 +82,25 @@ class ManagementStub:
                 case ("GET", ["overview"]):
                     return 200, {"product_name": "management stub"}
                 case ("GET", ["vhosts", name]):
-                    if name not in server.vhosts:
+                    if name not in server.state.vhosts:
                         return 404, {"error": "Object Not Found", "reason": "Not Found"}
                     return 200, {"name": name}
                 case ("PUT", ["vhosts", name]):
-                    server.add_vhost(name)
+                    server.state.add_vhost(name)
                     return 201, None
                 case ("DELETE", ["vhosts", name]):
-                    return (204, None) if server.delete_vhost(name) else (404, {"error": "x"})
+                    return (204, None) if server.state.delete_vhost(name) else (404, {"error": "x"})
                 case ("PUT", ["permissions", vhost, user]):
-                    server.access.set_permissions(
+                    server.state.access.set_permissions(
                         user, vhost, Permission(body["configure"], body["write"], body["read"])
                     )
                     return 201, None
                 case ("GET", ["queues", vhost]):
-                    host = server.vhosts.get(vhost)
+                    host = server.state.vhosts.get(vhost)
                     names = sorted(host.queues) if host else []
                     return 200, [{"name": n, "vhost": vhost} for n in names]
                 case ("GET", ["queues", vhost, name]):
-                    host = server.vhosts.get(vhost)
+                    host = server.state.vhosts.get(vhost)
                     queue = host.queues.get(name) if host else None
                     if queue is None:
                         return 404, {"error": "Object Not Found", "reason": "Not Found"}

@@ -54,7 +54,7 @@ def closed_port() -> int:
 
 def queue_names(broker: BrokerThread, vhost: str) -> list[str]:
     """The queues of ``vhost`` on ``broker``."""
-    return broker.call(lambda: sorted(broker.server.vhosts[vhost].queues))
+    return broker.call(lambda: sorted(broker.server.state.vhosts[vhost].queues))
 
 
 USES_THE_URL_AS_IT_IS = """
@@ -175,7 +175,7 @@ def test_management_api_gives_per_test_vhosts_and_inspection(
             assert ("PUT", f"/api/vhosts/{vhost}") in stub.requests
             assert ("PUT", f"/api/permissions/{vhost}/guest") in stub.requests
             assert ("DELETE", f"/api/vhosts/{vhost}") in stub.requests
-        assert external.call(lambda: sorted(external.server.vhosts)) == ["/"]
+        assert external.call(lambda: sorted(external.server.state.vhosts)) == ["/"]
 
 
 def test_with_leverets_own_management_api(project: pytest.Pytester, external: BrokerThread) -> None:
@@ -183,7 +183,7 @@ def test_with_leverets_own_management_api(project: pytest.Pytester, external: Br
     from leveret.management import start_management
 
     handle = asyncio.run_coroutine_threadsafe(
-        start_management(external.server, "127.0.0.1", 0, stats_interval=0.2), external.loop
+        start_management(external.server.state, "127.0.0.1", 0, stats_interval=0.2), external.loop
     ).result(10)
     try:
         project.makepyfile(WITH_MANAGEMENT.format(base=external.url))
@@ -191,7 +191,7 @@ def test_with_leverets_own_management_api(project: pytest.Pytester, external: Br
             "--leveret-url", external.url, "--leveret-management-url", handle.url
         )
         result.assert_outcomes(passed=2)
-        assert external.call(lambda: sorted(external.server.vhosts)) == ["/"]
+        assert external.call(lambda: sorted(external.server.state.vhosts)) == ["/"]
     finally:
         asyncio.run_coroutine_threadsafe(handle.close(), external.loop).result(10)
 
@@ -216,7 +216,7 @@ def test_xdist_workers_share_an_external_broker(
         )
         result.assert_outcomes(passed=4)
         assert len({(project.path / f"vhost-{n}").read_text() for n in range(4)}) == 4
-        assert external.call(lambda: sorted(external.server.vhosts)) == ["/"]
+        assert external.call(lambda: sorted(external.server.state.vhosts)) == ["/"]
 
 
 def test_management_api_rejecting_credentials_is_explained(
@@ -313,7 +313,7 @@ def test_the_clock_of_an_external_leveret_moves(
     from leveret.management import start_management
 
     handle = asyncio.run_coroutine_threadsafe(
-        start_management(external.server, "127.0.0.1", 0, stats_interval=0.2), external.loop
+        start_management(external.server.state, "127.0.0.1", 0, stats_interval=0.2), external.loop
     ).result(10)
     try:
         project.makepyfile(USES_THE_CLOCK.format())

@@ -272,8 +272,8 @@ def test_memory_alarm_fires_pikas_blocked_connection_timeout(
     channel.basic_publish("", "work", b"one")  # a publisher: the alarm blocks it
     leveret.faults.memory_alarm()
     # The monitor's own check finds usage under the mark and does not clear it.
-    leveret_broker.call(leveret_broker.server.memory._check)
-    assert leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
+    leveret_broker.call(leveret_broker.server.state.memory._check)
+    assert leveret_broker.call(lambda: leveret_broker.server.state.memory.alarm)
     with pytest.raises(
         (pika.exceptions.ConnectionBlockedTimeout, pika.exceptions.StreamLostError)
     ) as caught:
@@ -282,7 +282,7 @@ def test_memory_alarm_fires_pikas_blocked_connection_timeout(
             connection.process_data_events(time_limit=0.1)
     assert isinstance(caught.value, pika.exceptions.ConnectionBlockedTimeout)
     leveret.faults.memory_alarm(on=False)
-    assert not leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
+    assert not leveret_broker.call(lambda: leveret_broker.server.state.memory.alarm)
 
 
 def test_disk_alarm_blocks_and_unblocks(
@@ -303,7 +303,7 @@ def test_disk_alarm_blocks_and_unblocks(
             connection.process_data_events(time_limit=0.05)
         assert events == ["blocked: low on disk"]
         # A periodic reading with plenty of room does not clear the injected alarm.
-        disk = leveret_broker.server.disk
+        disk = leveret_broker.server.state.disk
         leveret_broker.call(lambda: disk.update(disk.limit * 100))
         assert leveret_broker.call(lambda: disk.alarm)
         leveret.faults.disk_alarm(on=False)
@@ -328,7 +328,7 @@ def test_the_fixture_clears_an_alarm_left_on(
             leveret.faults.delay(50)
 
         def test_after(leveret_broker):
-            assert not leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
+            assert not leveret_broker.call(lambda: leveret_broker.server.state.memory.alarm)
         """,
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
@@ -449,7 +449,7 @@ def test_bad_input_raises_one_clear_exception(
     connection.close()
     assert leveret.faults.drop_connections() == 0
     # Nothing broke.
-    assert not leveret_broker.call(lambda: leveret_broker.server.memory.alarm)
+    assert not leveret_broker.call(lambda: leveret_broker.server.state.memory.alarm)
     again = pika.BlockingConnection(pika.URLParameters(amqp_url))
     again.channel().queue_declare("fine")
     again.close()

@@ -78,7 +78,7 @@ def test_each_test_gets_its_own_vhost_deleted_afterwards(project: pytest.Pyteste
         def test_second(amqp_url, leveret_vhost, leveret_broker):
             (first_url, first_vhost, leaked), = SEEN
             assert leveret_vhost != first_vhost
-            vhosts = leveret_broker.call(lambda: set(leveret_broker.server.vhosts))
+            vhosts = leveret_broker.call(lambda: set(leveret_broker.server.state.vhosts))
             assert first_vhost not in vhosts and leveret_vhost in vhosts
             with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
                 leaked.process_data_events(time_limit=1)

@@ -30,7 +30,7 @@ pytest_plugins = ["pytester"]
 
 
 def vhost_of(broker: BrokerThread, name: str) -> VHost:
-    return call_on_loop(broker.loop, lambda: broker.server.vhosts[name], 5.0)
+    return call_on_loop(broker.loop, lambda: broker.server.state.vhosts[name], 5.0)
 
 
 def dead_letter_exchange(channel: Any, kind: str, queue: str, key: str = "") -> None:
@@ -327,7 +327,7 @@ def test_the_fixture_stops_recording(pytester: pytest.Pytester) -> None:
         def test_uses_the_journal(leveret, leveret_broker, pika_connection):
             leveret.journal
             vhost = call_on_loop(
-                leveret_broker.loop, lambda: leveret_broker.server.vhosts[leveret.vhost], 5
+                leveret_broker.loop, lambda: leveret_broker.server.state.vhosts[leveret.vhost], 5
             )
             VHOSTS.append(vhost)
             assert vhost.events is not None
