@@ -103,7 +103,7 @@ _UNITS_TEXT = (
     "Ti, TiB, Pi, PiB (powers of 1024)"
 )
 _EXPECTED = (
-    "expected a fraction of memory (0 < x <= 1, e.g. 0.4) or a size in bytes, "
+    "expected a fraction of memory (0 <= x <= 1, e.g. 0.4) or a size in bytes, "
     "optionally with a unit (e.g. 1073741824, 2GiB, 512MB)"
 )
 
@@ -111,7 +111,9 @@ _EXPECTED = (
 @dataclass(frozen=True, slots=True)
 class Watermark:
     """RabbitMQ's ``vm_memory_high_watermark``: ``relative`` (a fraction of the memory
-    available, 0 < x <= 1) or ``absolute`` (bytes), exactly one of them."""
+    available, 0 <= x <= 1) or ``absolute`` (bytes), exactly one of them. A fraction of 0
+    raises the alarm at once and keeps it, blocking every publisher, as RabbitMQ's does
+    (docs/memory.md, "Disabling All Publishing")."""
 
     relative: float | None = None
     absolute: int | None = None
@@ -152,8 +154,8 @@ class Watermark:
 
     @classmethod
     def _relative(cls, fraction: float) -> Watermark:
-        if not (math.isfinite(fraction) and 0 < fraction <= 1):
-            raise ValueError("a fraction of memory must be above 0 and at most 1")
+        if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+            raise ValueError("a fraction of memory must be from 0 to 1")
         return cls(relative=fraction)
 
     def limit(self, cgroup_root: Path = CGROUP_ROOT) -> int:

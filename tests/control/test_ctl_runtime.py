@@ -70,6 +70,23 @@ def test_memory_watermark_blocks_and_unblocks_a_client(node: Node) -> None:
         connection.close()
 
 
+def test_a_watermark_of_0_blocks_every_publisher(node: Node) -> None:
+    """RabbitMQ's "disabling all publishing" (docs/memory.md): a fraction of 0 raises the
+    memory alarm at once and keeps it until the mark is raised again."""
+    connection = connect(node)
+    events = blocked_events(connection)
+    try:
+        result = node.ctl("set_vm_memory_high_watermark", "0")
+        assert result.returncode == 0, result.stderr
+        wait_until(connection, lambda: events == ["blocked"])
+        assert node.diagnostics("check_local_alarms").returncode == 69
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+        wait_until(connection, lambda: events == ["blocked", "unblocked"])
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+        connection.close()
+
+
 def test_absolute_watermark_with_units(node: Node) -> None:
     try:
         result = node.ctl("set_vm_memory_high_watermark", "absolute", "512MiB")
