@@ -120,11 +120,15 @@ def status(server: ServerState[Connection], args: Args) -> Reply:
     from leveret.management.views import NODE, RABBITMQ_VERSION
 
     config, memory, disk = server.config, server.memory, server.disk
-    listeners = [{"protocol": "amqp", "interface": config.host, "port": server.port}]
+    # One entry per bound address, as rabbitmqctl status lists a listener per interface.
+    listeners: list[dict[str, Any]] = [
+        {"protocol": "amqp", "interface": host, "port": port} for host, port in server.addresses
+    ]
     if config.tls_cert is not None:
-        listeners.append(
-            {"protocol": "amqp/ssl", "interface": config.host, "port": server.tls_port}
-        )
+        listeners += [
+            {"protocol": "amqp/ssl", "interface": host, "port": port}
+            for host, port in server.tls_addresses
+        ]
     if server.management is not None:
         listeners.append(
             {
