@@ -109,7 +109,7 @@ class ServeSettings(BaseModel):
         default=("127.0.0.1",),
         description="address the AMQP(S) listeners bind; repeat the flag, or a "
         "comma-separated variable or a list in the file, for several (localhost: 127.0.0.1 "
-        "and ::1; ::: IPv6 and IPv4)",
+        "and ::1; '::': IPv6 and IPv4)",
         json_schema_extra={"repeatable": True},
     )
     port: Port = Field(default=5672, description="AMQP port (0: any free port)")

@@ -13,6 +13,7 @@ and add the input to tests/fuzz/regressions/ (tests/fuzz/test_fuzz.py replays th
 
 from __future__ import annotations
 
+import base64
 import sys
 
 import atheris
@@ -22,8 +23,13 @@ with atheris.instrument_imports(include=["leveret", "pamqp"]):
 
 
 def test_one_input(data: bytes) -> None:
-    """One fuzzer input: a violation or an exception is a crash for libFuzzer."""
-    run(data)
+    """One fuzzer input: a violation or an exception is a crash for libFuzzer (the input
+    is printed too, in base64, in case libFuzzer cannot write its crash file)."""
+    try:
+        run(data)
+    except BaseException:
+        print(f"crashing input (base64): {base64.b64encode(data).decode()}", file=sys.stderr)
+        raise
 
 
 def main() -> None:

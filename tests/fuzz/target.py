@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from typing import Any
 
 from pamqp import commands, frame
@@ -178,7 +179,6 @@ def run(data: bytes) -> list[Any]:
         written = runner.run(_drive(prefix, reads))
     if _crashes.records:
         record = _crashes.records[0]
-        raise InvariantError(f"internal error: {record.getMessage()}") from (
-            record.exc_info[1] if record.exc_info else None
-        )
+        cause = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
+        raise InvariantError(f"internal error: {record.getMessage()}\n{cause}")
     return check_output(written)
