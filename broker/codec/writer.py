@@ -53,7 +53,31 @@ def frame_octets(decoded: Frame) -> tuple[int, bytes]:
         )
     elif isinstance(decoded, Ack):
         decoded = commands.Basic.Ack(decoded.delivery_tag, decoded.multiple)
-    return FRAME_METHOD, _METHOD_ID.pack(decoded.index) + decoded.marshal()
+    return FRAME_METHOD, _METHOD_ID.pack(decoded.index) + _unchecked(decoded).marshal()
+
+
+# pamqp method classes with their validate() turned off, by class (made when first needed).
+_UNCHECKED: dict[type[Any], type[Any]] = {}
+
+
+def _unchecked(method: Any) -> Any:
+    """A copy of ``method`` that pamqp encodes without validating it: the values a client
+    sent that pamqp refuses to send (a channel.open's ``out_of_band``, an exchange name
+    out of its pattern) are encoded back as they came (found by tests/fuzz/: pamqp's
+    ValueError escaped this error path as an internal error)."""
+    cls = type(method)
+    unchecked = _UNCHECKED.get(cls)
+    if unchecked is None:
+        # No __slots__ of its own: marshal() iterates the method class's __slots__.
+        unchecked = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_check})
+    copy = unchecked.__new__(unchecked)
+    for name in cls.__slots__:
+        setattr(copy, name, getattr(method, name))
+    return copy
+
+
+def _no_check(self: Any) -> None:
+    """Accept every value (see :func:`_unchecked`)."""
 
 
 def method_frame(channel: int, method: Any) -> bytes:
