@@ -70,7 +70,7 @@ def _unchecked(method: Any) -> Any:
     if unchecked is None:
         # No __slots__ of its own: marshal() iterates the method class's __slots__.
         unchecked = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_check})
-    copy = unchecked.__new__(unchecked)
+    copy = object.__new__(unchecked)
     for name in cls.__slots__:
         setattr(copy, name, getattr(method, name))
     return copy
