@@ -25,6 +25,7 @@ from leveret.cli import build_parser, config_from
 from leveret.config import Config
 from leveret.inspect import BrokerThread
 from leveret.settings import resolve
+from tests.control.conftest import start_node, stop_node
 from tests.test_settings_errors import leveret, refused
 
 IPV6_MISSING = (
@@ -181,3 +182,21 @@ def test_a_tls_client_that_never_finishes_its_handshake_is_closed(tmp_path: Path
         silent.close()
     finally:
         broker.stop()
+
+
+def test_leveret_serve_host_localhost_serves_both_and_status_lists_them(tmp_path: Path) -> None:
+    # The whole path: the flag, the settings, the server, `leveret ctl status`.
+    require_ipv6_loopback()
+    node = start_node(tmp_path / "data", "--host", "localhost")
+    try:
+        status = json.loads(node.ctl("status", "--formatter", "json").stdout)
+        amqp = sorted(
+            (item["interface"], item["port"])
+            for item in status["listeners"]
+            if item["protocol"] == "amqp"
+        )
+        assert amqp == [("127.0.0.1", node.port), ("::1", node.port)]
+        for host in ("127.0.0.1", "[::1]"):
+            declare_through(host, node.port)
+    finally:
+        stop_node(node)
