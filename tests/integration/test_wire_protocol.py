@@ -382,6 +382,30 @@ def test_a_frame_pamqp_would_not_encode_is_quoted_as_sent(client: WireClient) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("payload", "octets"),
+    [
+        # connection.update-secret, a new_secret that is not UTF-8 (pamqp decodes it to
+        # bytes and cannot encode it again)
+        (b"\x00\x0a\x00\x46\x00\x00\x00\x01\xff\x01r", "0,10,0,70,0,0,0,1,255,1,114"),
+        # basic.publish to an exchange name pamqp refuses to encode
+        (b"\x00\x3c\x00\x28\x00\x00\x03a*b\x00\x00", "0,60,0,40,0,0,3,97,42,98,0,0"),
+    ],
+    ids=["longstr-not-utf8", "publish-odd-exchange-name"],
+)
+def test_other_frames_pamqp_would_not_encode_are_quoted_as_sent(
+    client: WireClient, payload: bytes, octets: str
+) -> None:
+    client.negotiate()
+    client.send_raw(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    assert reply(close_frame(client)) == (
+        505,
+        f"UNEXPECTED_FRAME - type 1, all octets = <<{octets}>>",
+        0,
+        0,
+    )
+
+
 def test_frame_error_while_opening_gets_a_close(client: WireClient) -> None:
     client.negotiate()
     client.send_raw(_bad_frame_end())
