@@ -30,8 +30,10 @@ to a later loop iteration depending on wall-clock time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from pamqp import commands, frame
@@ -41,8 +43,6 @@ from leveret import codec
 from leveret.config import Config
 from leveret.connection import Connection
 from leveret.server import Server
-
-leveret.connection.READ_BUDGET = float("inf")  # deterministic: see the module docstring
 
 MODES = 3
 PEER = ("127.0.0.1", 40000)  # loopback: guest may log in
@@ -97,11 +97,24 @@ class _Crashes(logging.Handler):
             self.records.append(record)
 
 
-_crashes = _Crashes()
-_leveret_log = logging.getLogger("leveret")
-_leveret_log.addHandler(_crashes)
-_leveret_log.propagate = False  # the fuzzer's output stays readable
-_leveret_log.setLevel(logging.ERROR)
+@contextlib.contextmanager
+def _fuzzing() -> Iterator[_Crashes]:
+    """For one input: the broker's log records with an exception kept (and the rest kept
+    off stderr), and no read budget; both as they were afterwards (pytest runs other tests
+    in the same process)."""
+    crashes = _Crashes()
+    log = logging.getLogger("leveret")
+    saved = (log.propagate, log.level, leveret.connection.READ_BUDGET)
+    log.addHandler(crashes)
+    log.propagate = False  # the fuzzer's output stays readable
+    log.setLevel(logging.ERROR)
+    leveret.connection.READ_BUDGET = float("inf")  # deterministic: see the module docstring
+    try:
+        yield crashes
+    finally:
+        log.removeHandler(crashes)
+        log.propagate, level, leveret.connection.READ_BUDGET = saved
+        log.setLevel(level)
 
 
 def _method(channel: int, method: Any) -> bytes:
@@ -174,11 +187,10 @@ async def _drive(prefix: bytes, reads: list[bytes]) -> bytes:
 def run(data: bytes) -> list[Any]:
     """Feed one input to a fresh broker and check the invariants; the frames it wrote."""
     prefix, reads = split(data)
-    _crashes.records.clear()
-    with asyncio.Runner() as runner:
+    with _fuzzing() as crashes, asyncio.Runner() as runner:
         written = runner.run(_drive(prefix, reads))
-    if _crashes.records:
-        record = _crashes.records[0]
+    if crashes.records:
+        record = crashes.records[0]
         cause = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
         raise InvariantError(f"internal error: {record.getMessage()}\n{cause}")
     return check_output(written)
