@@ -86,9 +86,10 @@ def resolve_hosts(hosts: tuple[str, ...]) -> list[tuple[str, bool]]:
     return list(found.items())
 
 
-def bind(address: str, port: int, backlog: int = BACKLOG) -> socket.socket:
-    """A listening socket on ``address:port``: ``::`` dual-stack, any other IPv6 address
-    IPv6 only (so 0.0.0.0 and ``::1`` can be bound beside it). Raises :class:`BindError`."""
+def bind(address: str, port: int, dual_stack: bool = True, backlog: int = BACKLOG) -> socket.socket:
+    """A listening socket on ``address:port``: ``::`` dual-stack (unless ``dual_stack`` is
+    False), any other IPv6 address IPv6 only (so 0.0.0.0 and ``::1`` can be bound beside
+    it). Raises :class:`BindError`."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     try:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -97,7 +98,8 @@ def bind(address: str, port: int, backlog: int = BACKLOG) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(address != "::"))
+            v6only = address != "::" or not dual_stack
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
         sock.bind((address, port))
         sock.listen(backlog)
         sock.setblocking(False)
@@ -114,9 +116,13 @@ def bind_all(hosts: tuple[str, ...], port: int, warn: Any = None) -> list[socket
     other failure closes what was bound and raises :class:`BindError`."""
     sockets: list[socket.socket] = []
     try:
-        for address, required in resolve_hosts(hosts):
+        addresses = resolve_hosts(hosts)
+        # ``::`` with IPv4 addresses listed beside it (``--host 0.0.0.0 --host ::``) is
+        # IPv6 only: dual-stack, it would hold their ports already.
+        dual_stack = not any(":" not in address for address, _ in addresses)
+        for address, required in addresses:
             try:
-                sock = bind(address, port)
+                sock = bind(address, port, dual_stack)
             except BindError as exc:
                 if required or exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     raise

@@ -200,3 +200,19 @@ def test_leveret_serve_host_localhost_serves_both_and_status_lists_them(tmp_path
             declare_through(host, node.port)
     finally:
         stop_node(node)
+
+
+def test_the_ipv6_wildcard_beside_ipv4_addresses_takes_ipv6_only() -> None:
+    # --host 0.0.0.0 --host :: (RabbitMQ's two listeners for both families): the IPv4
+    # socket serves IPv4, the :: one IPv6, on one port.
+    require_ipv6_loopback()
+    broker = BrokerThread(Config(host=("0.0.0.0", "::"), port=0)).start()
+    try:
+        assert sorted(broker.server.state.addresses) == [
+            ("0.0.0.0", broker.server.port),
+            ("::", broker.server.port),
+        ]
+        for host in ("127.0.0.1", "[::1]"):
+            declare_through(host, broker.server.port)
+    finally:
+        broker.stop()
