@@ -143,6 +143,16 @@ class Server:
         return self.state.tls_port
 
     @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every (address, port) the AMQP listener bound."""
+        return self.state.addresses
+
+    @property
+    def tls_addresses(self) -> list[tuple[str, int]]:
+        """Every (address, port) the AMQPS listener bound."""
+        return self.state.tls_addresses
+
+    @property
     def management(self) -> ManagementHandle | None:
         """The management API's listener, when it runs."""
         return self._management
