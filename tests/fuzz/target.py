@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from pamqp import commands, frame
+from pamqp import commands, frame, header
 
 import leveret.connection
 from leveret import codec
@@ -154,6 +155,14 @@ def check_output(written: bytes) -> list[Any]:
         written = written[len(codec.PROTOCOL_HEADER) :]
     out = []
     while written:
+        if written[0] == codec.FRAME_HEADER:
+            # A content header goes out as the publisher sent it (RabbitMQ relays the
+            # properties too): only its framing is the broker's. pamqp's decoder would refuse
+            # valid ones (a timestamp past year 9999).
+            used, channel, value = _content_header(written)
+            out.append((channel, value))
+            written = written[used:]
+            continue
         try:
             used, channel, value = frame.unmarshal(written)
         except Exception as exc:
@@ -165,6 +174,19 @@ def check_output(written: bytes) -> list[Any]:
         out.append((channel, value))
         written = written[used:]
     return out
+
+
+def _content_header(written: bytes) -> tuple[int, int, header.ContentHeader]:
+    """The framing of a content header frame at the start of ``written``: its length, its
+    channel, and a ContentHeader with the body size (the properties are not decoded)."""
+    if len(written) < 7 + 12 + 1:
+        raise InvariantError(f"a content header frame cut short: {written[:32]!r}")
+    _, channel, size = struct.unpack_from(">BHI", written)
+    end = 7 + size
+    if size < 14 or len(written) <= end or written[end] != codec.FRAME_END:
+        raise InvariantError(f"a content header frame badly framed: {written[: end + 1]!r}")
+    _, _, body_size = struct.unpack_from(">HHQ", written, 7)
+    return end + 1, channel, header.ContentHeader(body_size=body_size)
 
 
 async def _drive(prefix: bytes, reads: list[bytes]) -> bytes:
