@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 
 RABBITMQADMIN := $(VENV)/bin/rabbitmqadmin
 
-.PHONY: run test lint typecheck unit bench bench-pipeline clean system-deps docs
+.PHONY: run test lint typecheck unit bench bench-pipeline fuzz clean system-deps docs
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,12 @@ bench: $(TEST_STAMP)
 
 bench-pipeline: $(TEST_STAMP)
 	$(PY) bench/pipeline_bench.py
+
+# The AMQP fuzzer (tests/fuzz/) for FUZZ_SECONDS: progress, then executions/s and coverage.
+# `make test` runs it briefly (tests/fuzz/test_fuzz.py).
+FUZZ_SECONDS ?= 300
+fuzz: $(TEST_STAMP)
+	$(PY) bench/fuzz.py --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

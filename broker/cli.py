@@ -295,17 +295,18 @@ def _start_failure(server: Server, config: Config, exc: BaseException) -> Except
         return StartupError(str(exc))
     if not isinstance(exc, OSError):
         return None
+    from leveret.wire.listen import BindError
+
+    if isinstance(exc, BindError):  # an AMQP(S) address: the error names it
+        return StartupError(f"cannot listen on {exc.address}: {exc.strerror}")
     # asyncio says "error while attempting to bind on address ('::', 5672): address
     # already in use": the address is said once, below.
     reason = _BIND_PREFIX.sub("", exc.strerror or str(exc))
     if exc.filename is not None:  # the data directory's files
         return StartupError(f"data directory {config.data_dir}: {exc.filename}: {reason}")
-    # The listeners start in this order: AMQP, AMQPS, management, Prometheus.
-    if server._listener is None:
-        host, port = config.host, config.port
-    elif config.tls_cert is not None and server._tls_listener is None:
-        host, port = config.host, config.tls_port
-    elif config.management_port is not None and server.management is None:
+    # The listeners start in this order: AMQP, AMQPS (BindError, above), management,
+    # Prometheus.
+    if config.management_port is not None and server.management is None:
         host, port = config.management_host, config.management_port
     else:
         host, port = config.management_host, config.prometheus_port or 0

@@ -42,7 +42,9 @@ NODE_NAME = "leveret@localhost"
 class Config:
     """Everything a :class:`leveret.server.Server` needs to run."""
 
-    host: str = "127.0.0.1"
+    # The AMQP and AMQPS listeners' hosts: one, or several (RabbitMQ's listeners.tcp.N);
+    # each is bound at every address it resolves to (broker/listen.py).
+    host: str | tuple[str, ...] = "127.0.0.1"
     port: int = 5672
     data_dir: Path | None = None
     frame_max: int = FRAME_MAX
@@ -99,3 +101,8 @@ class Config:
     # Seconds to wait for clients to answer Connection.Close on shutdown.
     shutdown_timeout: float = 5.0
     use_uvloop: bool = True
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The AMQP(S) listeners' hosts as a tuple (``host`` may be one string)."""
+        return (self.host,) if isinstance(self.host, str) else self.host

@@ -19,14 +19,14 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from leveret.config import Config
 from leveret.exchanges.policies import parse as parse_policy
 from leveret.node.auth import AccessControl
 from leveret.node.state import ServerState
 from leveret.wire.connection import Connection
-from leveret.wire.listen import dual_stack_socket
+from leveret.wire.listen import Listeners, host_port
 
 if TYPE_CHECKING:
     import ssl
@@ -51,9 +51,9 @@ class Server:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.state: ServerState[Connection] = self._new_state()
-        self._listener: asyncio.Server | None = None
+        self._listener: Listeners | None = None
         self._reclaimer: asyncio.Task[None] | None = None
-        self._tls_listener: asyncio.Server | None = None
+        self._tls_listener: Listeners | None = None
         self._management: ManagementHandle | None = None
         self._prometheus: PrometheusHandle | None = None
         self.control: ControlListener | None = None
@@ -79,6 +79,16 @@ class Server:
     def tls_port(self) -> int | None:
         """The AMQPS port, the bound one once started."""
         return self.state.tls_port
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every (address, port) the AMQP listener bound."""
+        return self.state.addresses
+
+    @property
+    def tls_addresses(self) -> list[tuple[str, int]]:
+        """Every (address, port) the AMQPS listener bound."""
+        return self.state.tls_addresses
 
     @property
     def management(self) -> ManagementHandle | None:
@@ -196,12 +206,15 @@ class Server:
             load_definitions_file(self.state, self.config.load_definitions)
         self.state.disk.start()
         self._listener = await self._listen(self.config.port)
-        self.state.port = self._listener.sockets[0].getsockname()[1]
+        self.state.port = self._listener.port
+        self.state.addresses = self._listener.addresses
         context = self._tls_context()
         if context is not None:
             self._tls_listener = await self._listen(self.config.tls_port, context)
-            self.state.tls_port = self._tls_listener.sockets[0].getsockname()[1]
-            log.info("AMQPS listening on %s:%s", self.config.host, self.tls_port)
+            self.state.tls_port = self._tls_listener.port
+            self.state.tls_addresses = self._tls_listener.addresses
+            for address in self.state.tls_addresses:
+                log.info("AMQPS listening on %s", host_port(*address))
         if self.config.management_port is not None:
             from leveret.management import start_management
 
@@ -224,25 +237,22 @@ class Server:
                 self.control = ControlListener(self.state, socket_of(self.config, self.port))
             # Last: `leveret diagnostics ping` answers once the node serves everything.
             await self.control.start()
-        log.info("Leveret listening on %s:%s", self.config.host, self.port)
+        for address in self.state.addresses:
+            log.info("Leveret listening on %s", host_port(*address))
 
-    async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> asyncio.Server:
-        """Listen on the configured host (``::``: IPv6 and IPv4) and ``port``."""
-        loop = asyncio.get_running_loop()
+    async def _listen(self, port: int, tls: ssl.SSLContext | None = None) -> Listeners:
+        """Listen on every address of the configured hosts (``::``: IPv6 and IPv4) and
+        ``port`` (broker/listen.py)."""
         state = self.state
-        sock = dual_stack_socket(self.config.host, port)
-        where: dict[str, Any] = (
-            {"sock": sock}
-            if sock is not None
-            else {"host": self.config.host, "port": port, "reuse_address": True, "backlog": 1024}
-        )
-        return await loop.create_server(
+        return await Listeners.start(
+            self.config.hosts,
+            port,
             lambda: Connection(state),
-            ssl=tls,
+            tls,
             # A TLS client gets 10 s to finish its handshake, as an AMQP client gets for its
             # protocol header (RabbitMQ's handshake_timeout; asyncio's default is 60 s).
-            ssl_handshake_timeout=self.config.handshake_timeout if tls is not None else None,
-            **where,
+            self.config.handshake_timeout if tls is not None else None,
+            log.warning,
         )
 
     def _tls_context(self) -> ssl.SSLContext | None:

@@ -29,10 +29,7 @@ flag, the variable or the file and key.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import difflib
-import hashlib
 import json
 import math
 import os
@@ -42,38 +39,49 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
     ValidationError,
     ValidationInfo,
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails
 
 from leveret.config import (
     CHANNEL_MAX,
-    CHANNEL_MAX_LIMIT,
     CONSUMER_TIMEOUT,
     DISK_FREE_LIMIT,
     FRAME_MAX,
-    FRAME_MAX_LIMIT,
-    FRAME_MIN,
     HEARTBEAT,
-    HEARTBEAT_LIMIT,
     MAX_MESSAGE_SIZE,
-    MAX_MESSAGE_SIZE_LIMIT,
 )
-from leveret.node.auth import SALT_BYTES, invalid_regexp
 from leveret.node.disk import DiskFreeLimit
 from leveret.node.memory import Watermark
+from leveret.settings_types import (
+    ChannelMax,
+    Count,
+    DiskLimit,
+    FrameMax,
+    Heartbeat,
+    HighWatermark,
+    Host,
+    Hosts,
+    LogLevel,
+    MessageSize,
+    Name,
+    Names,
+    OptionalPath,
+    PasswordHash,
+    Pattern,
+    Port,
+    PortOrOff,
+    invalid,
+)
 
 ENV_PREFIX = "LEVERET_"
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
@@ -85,108 +93,6 @@ class SettingsError(Exception):
     status = 2
 
 
-# -- value types --------------------------------------------------------------------------
-
-
-def _error(kind: str, reason: str) -> PydanticCustomError:
-    return PydanticCustomError(kind, "{reason}", {"reason": reason})
-
-
-def _strings(info: ValidationInfo) -> bool:
-    """Whether the value comes from a flag or a variable (a string to parse)."""
-    return bool(info.context and info.context.get("strings"))
-
-
-def _optional_path(value: object) -> Path | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, Path):
-        return value
-    if not isinstance(value, str):
-        raise _error("path_type", "expected a path (a string)")
-    if "\0" in value:
-        raise _error("path_type", "a path cannot contain a NUL character")
-    return Path(value)
-
-
-def _string_list(value: object, info: ValidationInfo) -> object:
-    if isinstance(value, str) and _strings(info):
-        return tuple(item for item in value.split(",") if item)  # comma-separated
-    if isinstance(value, list | tuple):
-        return tuple(value)
-    raise _error("list_type", "expected a list of strings")
-
-
-def _host(value: str) -> str:
-    if "\0" in value:
-        raise _error("host_type", "a host cannot contain a NUL character")
-    return value
-
-
-def _log_level(value: object) -> object:
-    return value.lower() if isinstance(value, str) else value
-
-
-def _watermark(value: object) -> Watermark:
-    try:
-        return Watermark.parse(value)
-    except ValueError as exc:
-        raise _error("watermark", str(exc)) from None
-
-
-def _disk_free_limit(value: object) -> DiskFreeLimit:
-    try:
-        return DiskFreeLimit.parse(value)
-    except ValueError as exc:
-        raise _error("disk_free_limit", str(exc)) from None
-
-
-def _regexp(pattern: str) -> str:
-    reason = invalid_regexp(pattern)
-    if reason is not None:
-        message, position = reason[2]
-        raise _error(
-            "invalid_regexp", f"invalid regular expression: {message} at position {position}"
-        )
-    return pattern
-
-
-def _password_hash(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != SALT_BYTES + hashlib.sha256().digest_size:
-        raise _error(
-            "password_hash",
-            "expected a RabbitMQ SHA-256 password hash (base64 of a 4-byte salt and the "
-            "digest, as in a definitions export)",
-        )
-    return value
-
-
-OptionalPath = Annotated[Path | None, PlainValidator(_optional_path)]
-Host = Annotated[str, AfterValidator(_host)]
-Name = Annotated[str, Field(min_length=1)]
-Names = Annotated[tuple[Name, ...], BeforeValidator(_string_list)]
-Port = Annotated[int, Field(ge=0, le=65535)]
-PortOrOff = Annotated[int, Field(ge=-1, le=65535)]  # -1: the listener is off
-FrameMax = Annotated[int, Field(ge=FRAME_MIN, le=FRAME_MAX_LIMIT)]
-ChannelMax = Annotated[int, Field(ge=0, le=CHANNEL_MAX_LIMIT)]
-Heartbeat = Annotated[int, Field(ge=0, le=HEARTBEAT_LIMIT)]
-MessageSize = Annotated[int, Field(ge=1, le=MAX_MESSAGE_SIZE_LIMIT)]
-Count = Annotated[int, Field(ge=0)]
-LogLevel = Annotated[
-    Literal["debug", "info", "warning", "error", "critical", "none"],
-    BeforeValidator(_log_level),
-]
-HighWatermark = Annotated[Watermark, PlainValidator(_watermark)]
-DiskLimit = Annotated[DiskFreeLimit, PlainValidator(_disk_free_limit)]
-Pattern = Annotated[str, AfterValidator(_regexp)]
-
-
 # -- the declaration ----------------------------------------------------------------------
 
 
@@ -196,7 +102,16 @@ class ServeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    host: Host = Field(default="127.0.0.1", description="address the AMQP listener binds")
+    # Several hosts as RabbitMQ's listeners.tcp.1, listeners.tcp.2: --host repeated, a
+    # comma-separated variable, a list in the file; each is bound at every address it
+    # resolves to, localhost at 127.0.0.1 and ::1, :: for IPv6 and IPv4 (broker/listen.py).
+    host: Hosts = Field(
+        default=("127.0.0.1",),
+        description="address the AMQP(S) listeners bind; repeat the flag, or a "
+        "comma-separated variable or a list in the file, for several (localhost: 127.0.0.1 "
+        "and ::1; '::': IPv6 and IPv4)",
+        json_schema_extra={"repeatable": True},
+    )
     port: Port = Field(default=5672, description="AMQP port (0: any free port)")
     data_dir: OptionalPath = Field(
         default=None, description="directory for durable data (none: memory only)"
@@ -290,12 +205,12 @@ class ServeSettings(BaseModel):
             return self
         if (self.tls_cert is None) != (self.tls_key is None):
             given, missing = ("cert", "key") if self.tls_key is None else ("key", "cert")
-            raise _error(
+            raise invalid(
                 "tls_pair",
                 f"--tls-{given} is set without --tls-{missing}: the AMQPS listener needs both",
             )
         if self.tls_ca is not None and self.tls_cert is None:
-            raise _error("tls_ca", "--tls-ca needs --tls-cert and --tls-key")
+            raise invalid("tls_ca", "--tls-ca needs --tls-cert and --tls-key")
         return self
 
 
@@ -308,13 +223,13 @@ class UserEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     password: str | None = None
-    password_hash: Annotated[str | None, AfterValidator(_password_hash)] = None
+    password_hash: PasswordHash = None
     tags: Names = ()
 
     @model_validator(mode="after")
     def _one_password(self) -> UserEntry:
         if self.password is not None and self.password_hash is not None:
-            raise _error("password_conflict", "give password or password_hash, not both")
+            raise invalid("password_conflict", "give password or password_hash, not both")
         return self
 
 
@@ -341,13 +256,13 @@ class ConfigFile(ServeSettings):
         for user, per_vhost in self.permissions.items():
             if user not in users:
                 where = "in [users]" if self.users else "(without [users] there is only guest)"
-                raise _error(
+                raise invalid(
                     "unknown_user",
                     f"key {_key(('permissions', user))!r}: no user {user!r} {where}",
                 )
             for vhost in per_vhost:
                 if vhost not in self.vhosts:
-                    raise _error(
+                    raise invalid(
                         "unknown_vhost",
                         f"key {_key(('permissions', user, vhost))!r}: vhost {vhost!r} is not "
                         f"in vhosts {list(self.vhosts)}",
@@ -425,10 +340,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help=_help(name, info),
             )
             continue
+        repeatable = isinstance(info.json_schema_extra, dict) and bool(
+            info.json_schema_extra.get("repeatable")
+        )
         parser.add_argument(
             flag_name(name),
             dest=name,
             default=None,
+            action="append" if repeatable else "store",
             metavar=name.upper(),
             help=_help(name, info),
         )
@@ -580,7 +499,12 @@ def resolve(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -
         lambda name: f"environment variable {env_name(name)}",
     )
     values |= _from_strings(
-        {name: value for name in SETTINGS if (value := getattr(args, name, None)) is not None},
+        {
+            # A repeated flag (--host) gives a list: its values, comma-separated.
+            name: value if isinstance(value, str) else ",".join(value)
+            for name in SETTINGS
+            if (value := getattr(args, name, None)) is not None
+        },
         lambda name: f"argument {flag_name(name)}",
     )
     try:

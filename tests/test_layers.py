@@ -286,6 +286,7 @@ def test_the_root_holds_only_the_entry_points() -> None:
         "faults",
         "server",
         "settings",
+        "settings_types",
         "testing",
     }
 

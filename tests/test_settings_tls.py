@@ -36,7 +36,7 @@ def test_flag_beats_environment_beats_file(tmp_path: Path) -> None:
     assert values["port"] == 3333  # flag
     assert values["heartbeat"] == 22  # environment over file
     assert values["max_connections"] == 7  # file over default
-    assert values["host"] == "0.0.0.0"
+    assert values["host"] == ("0.0.0.0",)
     assert values["frame_max"] == 131072  # default
 
 

@@ -73,7 +73,7 @@ ACCEPTED: list[tuple[str, str, Any]] = [
     ("memory_high_watermark", "1073741824", Watermark(absolute=GiB)),
     ("log_level", "debug", "debug"),
     ("log_level", "WARNING", "warning"),
-    ("host", "::1", "::1"),
+    ("host", "::1", ("::1",)),
     ("data_dir", "data", Path("data")),
 ]
 

@@ -115,26 +115,28 @@ def listeners_of(server: ServerState[Connection]) -> list[dict[str, Any]]:
     """The node's listeners, as rabbitmq-diagnostics listeners reports them."""
     from leveret.management.views import NODE
 
-    config = server.config
+    # One entry per bound address, as rabbitmq-diagnostics lists a listener per interface.
     found = [
         {
             "node": NODE,
-            "interface": config.host,
-            "port": server.port,
+            "interface": host,
+            "port": port,
             "protocol": "amqp",
             "purpose": "AMQP 0-9-1 and AMQP 1.0",
         }
+        for host, port in server.addresses
     ]
-    if config.tls_cert is not None:
-        found.append(
+    if server.config.tls_cert is not None:
+        found += [
             {
                 "node": NODE,
-                "interface": config.host,
-                "port": server.tls_port,
+                "interface": host,
+                "port": port,
                 "protocol": "amqp/ssl",
                 "purpose": "AMQP 0-9-1 and AMQP 1.0 over TLS",
             }
-        )
+            for host, port in server.tls_addresses
+        ]
     if server.management is not None:
         found.append(
             {

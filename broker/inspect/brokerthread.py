@@ -117,7 +117,7 @@ class BrokerThread:
 
     @property
     def _host(self) -> str:
-        host = self.config.host
+        host = self.config.hosts[0]
         if host in ("", "0.0.0.0"):
             return "127.0.0.1"
         return f"[{host}]" if ":" in host else host

@@ -104,19 +104,16 @@ def listeners(request: web.Request) -> list[dict[str, Any]]:
     """The AMQP, AMQPS and HTTP listeners."""
     server = server_of(request)
     config = server.config
+    # One entry per bound address, as RabbitMQ lists a listener per interface.
     found = [
-        {"node": views.NODE, "protocol": "amqp", "ip_address": config.host, "port": server.port}
+        {"node": views.NODE, "protocol": "amqp", "ip_address": host, "port": port}
+        for host, port in server.addresses
     ]
     if getattr(config, "tls_cert", None) is not None:
-        tls_port = getattr(server, "tls_port", None)
-        found.append(
-            {
-                "node": views.NODE,
-                "protocol": "amqp/ssl",
-                "ip_address": config.host,
-                "port": tls_port,
-            }
-        )
+        found += [
+            {"node": views.NODE, "protocol": "amqp/ssl", "ip_address": host, "port": port}
+            for host, port in server.tls_addresses
+        ]
     port = request.app[LISTENER_KEY].port
     host = request.transport.get_extra_info("sockname") if request.transport else None
     found.append(

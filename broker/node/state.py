@@ -124,6 +124,9 @@ class ServerState(Generic[C]):
         # the status and overview views: port 0 in the configuration is any free port.
         self.port = config.port
         self.tls_port = config.tls_port
+        # Every (address, port) the AMQP and AMQPS listeners bound (a host may be several).
+        self.addresses: list[tuple[str, int]] = []
+        self.tls_addresses: list[tuple[str, int]] = []
         self.management: Listening | None = None
         self.prometheus: Listening | None = None
         self.started: float | None = None  # time.time() when the node started (uptime)

@@ -367,6 +367,45 @@ def test_channel_frame_before_connection_open_is_505(client: WireClient) -> None
     )
 
 
+def test_a_frame_pamqp_would_not_encode_is_quoted_as_sent(client: WireClient) -> None:
+    # Found by tests/fuzz/: a Channel.Open with a non-empty (deprecated) out_of_band is
+    # decoded, but pamqp refuses to encode it again for the octets of the 505 text: the
+    # error escaped as an internal error. RabbitMQ quotes the octets as they came.
+    client.negotiate()
+    payload = b"\x00\x14\x00\x0a\x011"  # channel.open, out_of_band "1"
+    client.send_raw(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    assert reply(close_frame(client)) == (
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,49>>",
+        0,
+        0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("payload", "octets"),
+    [
+        # connection.update-secret, a new_secret that is not UTF-8 (pamqp decodes it to
+        # bytes and cannot encode it again)
+        (b"\x00\x0a\x00\x46\x00\x00\x00\x01\xff\x01r", "0,10,0,70,0,0,0,1,255,1,114"),
+        # basic.publish to an exchange name pamqp refuses to encode
+        (b"\x00\x3c\x00\x28\x00\x00\x03a*b\x00\x00", "0,60,0,40,0,0,3,97,42,98,0,0"),
+    ],
+    ids=["longstr-not-utf8", "publish-odd-exchange-name"],
+)
+def test_other_frames_pamqp_would_not_encode_are_quoted_as_sent(
+    client: WireClient, payload: bytes, octets: str
+) -> None:
+    client.negotiate()
+    client.send_raw(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    assert reply(close_frame(client)) == (
+        505,
+        f"UNEXPECTED_FRAME - type 1, all octets = <<{octets}>>",
+        0,
+        0,
+    )
+
+
 def test_frame_error_while_opening_gets_a_close(client: WireClient) -> None:
     client.negotiate()
     client.send_raw(_bad_frame_end())

@@ -70,6 +70,10 @@ def decode_method(payload: bytes) -> Frame:
         fields = _TABLE_METHODS.get(index)
         if fields is None:
             method.unmarshal(payload[4:])
+            # Its octets as sent, for error texts (frame_octets): pamqp cannot always
+            # encode what it decoded (a longstr that is not UTF-8 decodes to bytes; found
+            # by tests/fuzz/).
+            method.wire_payload = payload
         else:
             _unmarshal_with_table(method, fields, payload)
     except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:

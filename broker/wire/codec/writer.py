@@ -33,9 +33,9 @@ from leveret.wire.codec.frames import (
 
 def frame_octets(decoded: Frame) -> tuple[int, bytes]:
     """The frame type and payload a decoded frame came from, for RabbitMQ's
-    ``type 1, all octets = <<...>>`` texts. A method with a field table kept its payload;
-    others are encoded again (the decoder keeps no copy of their bytes), which gives the
-    bytes a client sent for every well-formed method; only error paths call this."""
+    ``type 1, all octets = <<...>>`` texts. A method the reader decoded keeps its payload
+    (``wire_payload``); the fast paths' Publish and Ack are encoded again, which gives the
+    bytes the client sent (their fields have one encoding). Only error paths call this."""
     wire_payload = getattr(decoded, "wire_payload", None)
     if isinstance(wire_payload, bytes):
         return FRAME_METHOD, wire_payload
@@ -48,12 +48,40 @@ def frame_octets(decoded: Frame) -> tuple[int, bytes]:
     if isinstance(decoded, FullPublish):
         decoded = decoded.publish
     if isinstance(decoded, Publish):
-        decoded = commands.Basic.Publish(
-            0, decoded.exchange, decoded.routing_key, decoded.mandatory, decoded.immediate
+        # Built unchecked: pamqp's constructor refuses exchange names it would not send,
+        # which a client may send all the same (tests/fuzz/ found the ValueError escaping
+        # this error path as an internal error).
+        decoded = _unchecked(
+            commands.Basic.Publish,
+            ticket=0,
+            exchange=decoded.exchange,
+            routing_key=decoded.routing_key,
+            mandatory=decoded.mandatory,
+            immediate=decoded.immediate,
         )
     elif isinstance(decoded, Ack):
         decoded = commands.Basic.Ack(decoded.delivery_tag, decoded.multiple)
     return FRAME_METHOD, _METHOD_ID.pack(decoded.index) + decoded.marshal()
+
+
+# pamqp method classes with their validate() turned off, by class (made when first needed).
+_UNCHECKED: dict[type[Any], type[Any]] = {}
+
+
+def _unchecked(cls: type[Any], **fields: Any) -> Any:
+    """A ``cls`` method with ``fields`` that pamqp encodes without validating them."""
+    unchecked = _UNCHECKED.get(cls)
+    if unchecked is None:
+        # No __slots__ of its own: marshal() iterates the method class's __slots__.
+        unchecked = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_check})
+    method = object.__new__(unchecked)
+    for name, value in fields.items():
+        setattr(method, name, value)
+    return method
+
+
+def _no_check(self: Any) -> None:
+    """Accept every value (see :func:`_unchecked`)."""
 
 
 def method_frame(channel: int, method: Any) -> bytes:
