@@ -390,7 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    args = build_parser(with_analyze=argv[:1] == ["analyze"]).parse_args(argv)
+    try:
+        args = build_parser(with_analyze=argv[:1] == ["analyze"]).parse_args(argv)
+    except UsageError as exc:
+        if argv[:1] in (["ctl"], ["diagnostics"]):
+            from leveret.control.endpoint import EX_USAGE
+
+            # rabbitmqctl: an unknown command or flag is a usage error, 64 (EX_USAGE).
+            exc.status = EX_USAGE
+        raise
     if args.command == "analyze":
         return analyze_command(args)
     if args.command == "trace":

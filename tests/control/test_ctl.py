@@ -435,8 +435,12 @@ def test_bad_input_is_one_line(node: Node, tmp_path: Path) -> None:
     usage = node.ctl("add_vhost")
     assert usage.returncode == 64  # rabbitmqctl's usage status
     assert usage.stderr.startswith("leveret: error: the following arguments are required: name")
-    # diagnostics only reads: no user commands there.
-    assert leveret("diagnostics", "add_user", "x", "y").returncode == 2
+    # diagnostics only reads: no user commands there; an unknown command is rabbitmqctl's
+    # usage error, 64, as is an unknown flag.
+    unknown = leveret("diagnostics", "add_user", "x", "y")
+    assert unknown.returncode == 64
+    assert unknown.stderr.count("\n") == 1 and "invalid choice: 'add_user'" in unknown.stderr
+    assert leveret("ctl", "list_queues", "--no-such-flag").returncode == 64
     # No node behind the socket: one line naming it, exit 69 (rabbitmqctl's nodedown).
     down = leveret("diagnostics", "ping", "--data-dir", str(tmp_path))
     assert down.returncode == 69
