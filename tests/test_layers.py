@@ -387,16 +387,26 @@ def module_names(folder: Path, top: str = "leveret") -> dict[str, Path]:
     return found
 
 
-def import_graph(folder: Path, top: str = "leveret") -> dict[str, set[str]]:
+def import_graph(
+    folder: Path, top: str = "leveret", type_only_within: tuple[str, ...] = ()
+) -> dict[str, set[str]]:
     """Which modules of ``folder`` each module of it imports, by any statement: under
     ``if TYPE_CHECKING:`` and inside functions included, relative imports resolved.
     ``from package import name`` names the package, and ``package.name`` too when that is a
-    module; a name that is not a module counts for the module that holds it."""
+    module; a name that is not a module counts for the module that holds it. A type-only
+    import (under ``if TYPE_CHECKING:``) between two modules of one of the packages
+    ``type_only_within`` is left out: collaborators inside one layer may name each other's
+    types."""
     modules = module_names(folder, top)
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        guarded: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                guarded.update(id(inner) for child in node.body for inner in ast.walk(child))
+        home = next((p for p in type_only_within if _within(name, (p,))), None)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 named = [alias.name for alias in node.names]
@@ -412,8 +422,11 @@ def import_graph(folder: Path, top: str = "leveret") -> dict[str, set[str]]:
             for target in named:
                 while target and target not in modules and "." in target:
                     target = target.rpartition(".")[0]  # a name inside a module
-                if target in modules and target != name:
-                    graph[name].add(target)
+                if target not in modules or target == name:
+                    continue
+                if home is not None and id(node) in guarded and _within(target, (home,)):
+                    continue  # a type named between collaborators of one layer
+                graph[name].add(target)
     return graph
 
 
@@ -469,19 +482,25 @@ def parent_and_child(component: frozenset[str]) -> bool:
     return second.rpartition(".")[0] == first
 
 
-def circle_offences(folder: Path) -> list[str]:
+# The layer packages inside which classes may name each other's types (a queue its vhost,
+# the vhost its queues) instead of seeing each other through protocols of their own.
+LAYERS = ("leveret.node", "leveret.wire", "leveret.session")
+
+
+def circle_offences(folder: Path, type_only_within: tuple[str, ...] = ()) -> list[str]:
     """The import circles of ``folder`` other than a package and its own child."""
     return [
         " <-> ".join(sorted(component))
-        for component in circles(import_graph(folder))
+        for component in circles(import_graph(folder, type_only_within=type_only_within))
         if not parent_and_child(component)
     ]
 
 
 def test_no_import_circle_inside_broker() -> None:
     """No strongly connected component of broker/'s imports is larger than a package and
-    its own child, counting TYPE_CHECKING and late imports (issue 23)."""
-    assert circle_offences(ROOT / "broker") == []
+    its own child, counting late imports and every type-only import but those between
+    modules of one layer package (issue 33: collaborators name each other's types)."""
+    assert circle_offences(ROOT / "broker", LAYERS) == []
 
 
 def test_the_circle_checker_finds_circles(tmp_path: Path) -> None:
@@ -605,3 +624,23 @@ def test_the_borrowed_method_checker_finds_them(tmp_path: Path) -> None:
         "class C:\n    go = helpers.go\n    start = run\n    LIMIT = 5\n"
     )
     assert borrowed_methods(path) == ["C.go", "C.start"]
+
+
+def test_type_only_imports_close_no_circle_inside_a_layer_only(tmp_path: Path) -> None:
+    package = tmp_path / "broker"
+    (package / "node").mkdir(parents=True)
+    (package / "wire").mkdir()
+    for folder in (package, package / "node", package / "wire"):
+        (folder / "__init__.py").write_text("")
+    guard = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    "
+    (package / "node" / "queue.py").write_text("from leveret.node.vhost import VHost\n")
+    (package / "node" / "vhost.py").write_text(guard + "from leveret.node.queue import Q\n")
+    (package / "node" / "low.py").write_text(guard + "from leveret.wire.conn import C\n")
+    (package / "wire" / "conn.py").write_text("from leveret.node.low import x\n")
+    assert circle_offences(package, ("leveret.node", "leveret.wire")) == [
+        "leveret.node.low <-> leveret.wire.conn"
+    ]
+    assert circle_offences(package) == [
+        "leveret.node.low <-> leveret.wire.conn",
+        "leveret.node.queue <-> leveret.node.vhost",
+    ]

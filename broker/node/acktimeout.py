@@ -27,14 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from leveret.node.clock import Clock
-
-
-class TimedQueue(Protocol):
-    """A queue as the check sees it (leveret.queue.Queue implements it)."""
-
-    @property
-    def consumer_timeout(self) -> float | None:
-        """Its own timeout in ms (None: the broker's applies)."""
+    from leveret.node.queue import Queue
+    from leveret.node.vhost import VHost
 
 
 # The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
@@ -116,16 +110,8 @@ class Watched(Protocol):
     def id(self) -> int:
         """The channel number."""
 
-    def overdue_ack(self, now: float, timeout_ms: Callable[[TimedQueue], float]) -> int | None:
+    def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
         """The timeout (ms) its oldest unacknowledged delivery has outlived, or None."""
-
-
-class Clocked(Protocol):
-    """A connection's vhost as the check sees it: the clock its deliveries are timed by."""
-
-    @property
-    def clock(self) -> Clock:
-        """The vhost's clock."""
 
 
 class Holder(Protocol):
@@ -133,7 +119,7 @@ class Holder(Protocol):
     is closed with 406."""
 
     @property
-    def vhost(self) -> Clocked:
+    def vhost(self) -> VHost:
         """The vhost it opened (set before any channel exists)."""
 
     @property
@@ -152,7 +138,7 @@ class AckTimeouts:
         self.default_ms = default_ms
         self._connections = connections
         # Queues with a timeout of their own (a finite one sets the check period).
-        self._queues: weakref.WeakSet[TimedQueue] = weakref.WeakSet()
+        self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
         self._timer: asyncio.TimerHandle | None = None
         self._period = math.inf
         self._running = False
@@ -169,13 +155,13 @@ class AckTimeouts:
             self._timer.cancel()
             self._timer = None
 
-    def watch(self, queue: TimedQueue) -> None:
+    def watch(self, queue: Queue) -> None:
         """``queue`` has a timeout of its own (or a new one): check soon enough for it."""
         self._queues.add(queue)
         if self._running and _period(queue.consumer_timeout) < self._period:
             self._schedule()
 
-    def timeout_ms(self, queue: TimedQueue) -> float:
+    def timeout_ms(self, queue: Queue) -> float:
         """The timeout (ms) for a delivery from ``queue``; ``math.inf``: none."""
         own = queue.consumer_timeout
         if own is not None:

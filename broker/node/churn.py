@@ -26,36 +26,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from leveret.exchanges.projection import Projection
-
-
-class Home(Protocol):
-    """A queue's vhost as a dead-letter count reads it."""
-
-    @property
-    def projection(self) -> Projection:
-        """Its exchanges (does the dead-letter exchange exist?)."""
-
-
-class CountedQueue(Protocol):
-    """A queue as the counters read it (leveret.queue.Queue implements it); the
-    :data:`RETIRED` counters are read by name."""
-
-    @property
-    def stream(self) -> bool:
-        """A stream queue."""
-
-    @property
-    def quorum(self) -> bool:
-        """A quorum queue."""
-
-    @property
-    def dlx(self) -> str | None:
-        """Its dead-letter exchange."""
-
-    @property
-    def vhost(self) -> Home:
-        """Its vhost."""
+    from leveret.node.queue import Queue
 
 
 class Closing(Protocol):
@@ -83,7 +54,7 @@ RETIRED = (
 )
 
 
-def queue_type(queue: CountedQueue) -> str:
+def queue_type(queue: Queue) -> str:
     """The queue type's module name, as rabbit_global_counters labels it."""
     if queue.stream:
         return "rabbit_stream_queue"
@@ -142,7 +113,7 @@ class NodeCounters:
             self.channels_closed += 1
             self.received_confirm += channel.publish_seq
 
-    def dead_letter(self, queue: CountedQueue, reason: str) -> None:
+    def dead_letter(self, queue: Queue, reason: str) -> None:
         """A message of ``queue`` is dead-lettered for ``reason`` (rejected, expired,
         maxlen, delivery_limit), counted as rabbit_global_counters counts it whether or not
         the queue has somewhere to send it: ``at_most_once`` when its dead-letter exchange
@@ -158,14 +129,14 @@ class NodeCounters:
         if created:
             self.queues_created += 1
 
-    def queue_deleted(self, queue: CountedQueue) -> None:
+    def queue_deleted(self, queue: Queue) -> None:
         """``queue`` is gone: count it, and keep its message counters in the totals."""
         self.queues_deleted += 1
         retired = self.retired.setdefault(queue_type(queue), dict.fromkeys(RETIRED, 0))
         for name in RETIRED:
             retired[name] += getattr(queue, name)
 
-    def totals(self, queues: Iterable[CountedQueue]) -> dict[str, dict[str, int]]:
+    def totals(self, queues: Iterable[Queue]) -> dict[str, dict[str, int]]:
         """Per queue type, each of :data:`RETIRED` over the node's whole life: the deleted
         queues' counters and those of the ``queues`` that exist."""
         totals = {kind: dict(counts) for kind, counts in self.retired.items()}

@@ -15,14 +15,14 @@ RabbitMQ semantics (docs/dlx.md; ``rabbit_dead_letter.erl`` in 3.12/3.13):
 - a cycle (the message would re-enter a queue it already died in) is dropped unless a
   ``rejected`` death lies on it: only consumers can break an automatic loop.
 
-The queue calls :func:`dead_letter`, which sees it as :class:`DeadLettering` (what it
-reads of the queue and its vhost), so this module does not import :mod:`leveret.node.queue`.
+The queue calls :func:`dead_letter`, which names the queue and its vhost as types only (a
+type-only import inside the node: ``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
@@ -37,78 +37,7 @@ from leveret.node.message import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from leveret.exchanges.projection import Projection
-    from leveret.node.churn import NodeCounters
-    from leveret.node.clock import Clock
-    from leveret.node.delayed import DelayedMessages
-    from leveret.node.events import Subscriber
-
-
-class DeadLetterTarget(Protocol):
-    """A queue a dead letter is published to."""
-
-    def publish(self, message: Message) -> bool:
-        """Enqueue (or deliver) ``message``."""
-
-
-class DeadLetterHome(Protocol):
-    """A queue's vhost as dead-lettering sees it: its exchanges and queues to route the
-    copy to, its delayed messages, the node's counters."""
-
-    @property
-    def churn(self) -> NodeCounters:
-        """The node's counters (dead letters)."""
-
-    @property
-    def clock(self) -> Clock:
-        """Its clock (the ``x-death`` time; its queues' timers)."""
-
-    @property
-    def projection(self) -> Projection:
-        """Its exchanges and bindings (dead-letter routing)."""
-
-    @property
-    def delayed(self) -> DelayedMessages:
-        """Its delayed-message exchanges' kept-back messages (dead letters to them)."""
-
-    @property
-    def queues(self) -> Mapping[str, DeadLetterTarget]:
-        """Its queues, by name (dead-letter targets)."""
-
-    @property
-    def events(self) -> Subscriber | None:
-        """Who listens to its events (:mod:`leveret.node.events`; None: nobody)."""
-
-
-class DeadLettering(Protocol):
-    """The queue a message dies in, as dead-lettering sees it (:class:`leveret.node.queue.Queue`
-    implements it, and the node's counters count it)."""
-
-    @property
-    def vhost(self) -> DeadLetterHome:
-        """Its vhost."""
-
-    @property
-    def name(self) -> str:
-        """Its name (the ``x-death`` queue)."""
-
-    @property
-    def dlx(self) -> str | None:
-        """``x-dead-letter-exchange`` (None: dropped)."""
-
-    @property
-    def dlrk(self) -> str | None:
-        """``x-dead-letter-routing-key`` (None: the message's own keys)."""
-
-    @property
-    def stream(self) -> bool:
-        """A stream queue (counted apart)."""
-
-    @property
-    def quorum(self) -> bool:
-        """A quorum queue (counted apart)."""
+    from leveret.node.queue import Queue
 
 
 def _text(value: Any) -> str:
@@ -223,7 +152,7 @@ def _death(
     return _Death(marshal_properties(properties), properties, headers, deaths, keys)
 
 
-def dead_letter(queue: DeadLettering, message: Message, reason: str) -> None:
+def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     """Dead-letter ``message`` from ``queue`` for ``reason`` (no-op without a DLX)."""
     vhost = queue.vhost
     vhost.churn.dead_letter(queue, reason)  # counted with or without a DLX

@@ -29,36 +29,15 @@ import heapq
 import itertools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from leveret.exchanges.delayed import DELAY_HEADER, delay_of
 from leveret.node.message import Message, with_header
 
 if TYPE_CHECKING:
-    from leveret.node.clock import Clock, Timer
-    from leveret.node.persistence import Persistence
+    from leveret.node.clock import Timer
+    from leveret.node.vhost import VHost
     from leveret.storage.segments import StoredMessage
-
-
-class Releaser(Protocol):
-    """The vhost that keeps the messages back and publishes them when due
-    (leveret.vhost.VHost implements it)."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name, the first half of the store's keys."""
-
-    @property
-    def persistence(self) -> Persistence | None:
-        """Where kept-back messages are stored (None: not durable)."""
-
-    @property
-    def clock(self) -> Clock:
-        """The vhost's clock: due times are its wall time in ms (they are stored, so they
-        outlive the process), the release timer is its timer."""
-
-    def publish(self, message: Message, *, source: str | None) -> object:
-        """Route a released ``message`` from the exchange ``source``."""
 
 
 log = logging.getLogger(__name__)
@@ -70,7 +49,7 @@ _Held = tuple[int, int, str, Message, int]
 class DelayedMessages:
     """One vhost's kept-back messages, in due order, with one timer for the earliest."""
 
-    def __init__(self, vhost: Releaser) -> None:
+    def __init__(self, vhost: VHost) -> None:
         self.vhost = vhost
         self._heap: list[_Held] = []
         self._order = itertools.count()

@@ -55,7 +55,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -77,36 +77,7 @@ from leveret.storage.messages import MessageStore
 from leveret.storage.segments import QueueKey
 
 if TYPE_CHECKING:
-    from leveret.exchanges.projection import Projection
-    from leveret.storage.segments import StoredMessage
-
-
-class Restorable(Protocol):
-    """A queue as the store gives it back messages kept aside (leveret.queue.Queue)."""
-
-    @property
-    def durable(self) -> bool:
-        """Whether it survives a restart (only a durable one takes stored messages)."""
-
-    def restore(self, stored: list[StoredMessage], all_redelivered: bool = False) -> None:
-        """Put stored messages back, in order."""
-
-
-class Topology(Protocol):
-    """A vhost as the store records and recovers it (leveret.vhost.VHost implements it),
-    so that the store, under the vhost, never names it."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name, the first half of every key the store uses."""
-
-    @property
-    def projection(self) -> Projection:
-        """Its exchanges, queues and bindings (what is durable)."""
-
-    @property
-    def queues(self) -> Mapping[str, Restorable]:
-        """Its queues, by name."""
+    from leveret.node.vhost import VHost
 
 
 log = logging.getLogger(__name__)
@@ -176,7 +147,7 @@ class Persistence:
     # -- topology ---------------------------------------------------------------------
 
     @staticmethod
-    def is_durable(vhost: Topology, event: Event) -> bool:
+    def is_durable(vhost: VHost, event: Event) -> bool:
         """Whether ``event`` changes durable topology (and so belongs in the log)."""
         projection = vhost.projection
         if isinstance(event, ExchangeDeclared):
@@ -201,7 +172,7 @@ class Persistence:
             return queue is not None and queue.durable and not queue.exclusive
         return False
 
-    def record(self, vhost: Topology, event: Event) -> None:
+    def record(self, vhost: VHost, event: Event) -> None:
         """Append a durable topology change and fsync it (before the client's ``*-Ok``)."""
         if self.is_durable(vhost, event):
             try:
@@ -254,7 +225,7 @@ class Persistence:
             listed,
         )
 
-    def _take_back(self, vhost: Topology, name: str) -> None:
+    def _take_back(self, vhost: VHost, name: str) -> None:
         key = (vhost.name, name)
         queue = vhost.queues.get(name)
         if key not in self.aside or queue is None or not queue.durable:

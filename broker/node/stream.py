@@ -52,7 +52,8 @@ from leveret.node.message import PROPERTIES_AT, Message, unmarshal_properties, w
 from leveret.node.queue import Consumer, Entry, Queue
 
 if TYPE_CHECKING:
-    from leveret.node.queue import Home, Owner
+    from leveret.node.queue import Owner
+    from leveret.node.vhost import VHost
     from leveret.storage.segments import StoredMessage
 
 OFFSET_HEADER = "x-stream-offset"
@@ -174,7 +175,7 @@ class StreamQueue(Queue):
 
     def __init__(
         self,
-        vhost: Home,
+        vhost: VHost,
         name: str,
         durable: bool,
         owner: Owner | None,

@@ -10,7 +10,7 @@ state (the policy tables, the limits) is the vhost's own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, Policy, apply_alternates
 from leveret.exchanges.policies import match as match_policy
@@ -19,17 +19,7 @@ from leveret.node.limits import VHOST_LIMITS_COMPONENT, limits_parameter, parse_
 
 if TYPE_CHECKING:
     from leveret.exchanges.projection import Projection
-
-
-class Governed(Protocol):
-    """A queue as a policy change reaches it (leveret.queue.Queue implements it)."""
-
-    @property
-    def name(self) -> str:
-        """Its name, which the policies' patterns match."""
-
-    def apply_policy(self, policy: Policy | None, operator_policy: Policy | None = None) -> None:
-        """Take ``policy`` and ``operator_policy`` (None: none)."""
+    from leveret.node.queue import Queue
 
 
 class VHostPolicies:
@@ -37,7 +27,7 @@ class VHostPolicies:
 
     name: str
     projection: Projection
-    queues: Mapping[str, Governed]
+    queues: Mapping[str, Queue]
     # Policies and operator policies by name (exchanges/policies.py), and max-connections /
     # max-queues (broker/limits.py); the server persists all three beside the users.
     policies: dict[str, Policy]

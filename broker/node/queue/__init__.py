@@ -18,8 +18,9 @@ ways), re-exported here.
 
 The queue's settings (its arguments and policies, applied on declare and on a policy
 change), its clocks (message TTL at the head, ``x-expires``) and its side of the message
-store are its own methods; dead-lettering is :mod:`leveret.node.deadletter`'s, which sees the
-queue through :class:`~leveret.node.deadletter.DeadLettering`.
+store are its own methods; dead-lettering is :mod:`leveret.node.deadletter`'s. The queue
+names its vhost (:class:`~leveret.node.vhost.VHost`) as a type only, as collaborators
+inside the node may.
 
 Dispatch is synchronous: :meth:`Queue.publish` delivers straight to a consumer with
 capacity when nothing is waiting, and :meth:`Queue.drain` runs whenever capacity may
@@ -50,7 +51,6 @@ from leveret.node.prioritydeque import PriorityDeque, merge_by_seq
 
 # The queue's child: what it names of its neighbours, re-exported for callers.
 from leveret.node.queue.peers import Consumer as Consumer
-from leveret.node.queue.peers import Home as Home
 from leveret.node.queue.peers import Owner as Owner
 from leveret.node.queue.peers import QueueCounts as QueueCounts
 from leveret.node.queue.peers import Subscriber as Subscriber
@@ -58,6 +58,7 @@ from leveret.node.queue.peers import Writable as Writable
 
 if TYPE_CHECKING:
     from leveret.node.clock import Timer
+    from leveret.node.vhost import VHost
     from leveret.storage.messages import MessageStore
     from leveret.storage.segments import StoredMessage
 
@@ -139,7 +140,7 @@ class Queue:
 
     def __init__(
         self,
-        vhost: Home,
+        vhost: VHost,
         name: str,
         durable: bool,
         owner: Owner | None,

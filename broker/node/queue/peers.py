@@ -1,4 +1,4 @@
-"""What a queue names of its neighbours: its vhost (:class:`Home`), an exclusive queue's
+"""What a queue names of its neighbours in the wire: an exclusive queue's
 owner (:class:`Owner`), its consumers (:class:`Consumer`) and their channels
 (:class:`Subscriber`, whose connection is :class:`Writable`), and what a channel counts of
 its deliveries from one queue (:class:`QueueCounts`).
@@ -10,51 +10,14 @@ connection and channel implement the protocols; the node never names the wire.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sized
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Any, Protocol
 
 from leveret.node.arguments import int_arg
-from leveret.node.deadletter import DeadLetterHome
 
 if TYPE_CHECKING:
-    from leveret.node.acktimeout import AckTimeouts
-    from leveret.node.memory import MemoryMonitor
-    from leveret.node.persistence import Persistence
     from leveret.node.prioritydeque import Entry
     from leveret.node.queue import Queue
-
-
-class Home(DeadLetterHome, Protocol):
-    """The vhost a queue lives in, as the queue and its helpers use it (leveret.vhost.VHost
-    implements it): the vhost is above its queues, so they name only this. What
-    dead-lettering uses of it (the node's counters, the projection, the delayed messages,
-    the queues) is :class:`leveret.node.deadletter.DeadLetterHome`'s."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name."""
-
-    @property
-    def memory(self) -> MemoryMonitor:
-        """The broker's memory accounting."""
-
-    @property
-    def persistence(self) -> Persistence | None:
-        """The store (None: nothing is durable)."""
-
-    @property
-    def ack_timeouts(self) -> AckTimeouts | None:
-        """The delivery acknowledgement timeout checks, told of a queue's own timeout."""
-
-    @property
-    def queues(self) -> Mapping[str, Queue]:
-        """Its queues, by name (dead-letter targets)."""
-
-    def rs(self, kind: str, name: str) -> str:
-        """rabbit_misc:rs/1: ``exchange 'x' in vhost '/'``, for error texts."""
-
-    def delete_queue(self, queue: Queue) -> int:
-        """Remove ``queue`` (auto-delete, expiry)."""
 
 
 class Owner(Protocol):
