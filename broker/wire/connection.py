@@ -19,11 +19,10 @@ becomes a ``Channel.Close`` (channel-level codes on a non-zero channel) or a
 frames on that channel are dropped until the client's ``Channel.CloseOk``.
 
 The handshake (login, tune, Connection.Open, heartbeats; the states) is
-:mod:`leveret.wire.handshake`, which sees the connection as
-:class:`leveret.wire.handshake.Handshaking`, and a channel sees it as
-:class:`leveret.wire.channel.Link`: neither imports this module. What stops a connection
-reading (write back-pressure, resource alarms, the read budget) is the connection's own
-(its ``_paused`` reasons, "flow control" below).
+:mod:`leveret.wire.handshake`; it and the channel name the connection as a type only
+(type-only imports inside the wire), so neither imports this module at run time. What
+stops a connection reading (write back-pressure, resource alarms, the read budget) is the
+connection's own (its ``_paused`` reasons, "flow control" below).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ vhost's, user's and node's connection limits, the handshake timeout and the hear
 that tune starts. It runs a few times per connection, never per frame of an open one, so
 it is kept out of :mod:`leveret.wire.connection`, which handles the frames, writes and closing:
 functions that take the connection, called from its channel-zero dispatch. They see it as
-:class:`Handshaking`, which lists what they use, so this module does not import
+:class:`Connection`, which lists what they use, so this module does not import
 :mod:`leveret.wire.connection`.
 """
 
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -35,14 +34,8 @@ from leveret.node.limits import reached
 from leveret.wire import codec, heldwrites
 
 if TYPE_CHECKING:
-    import asyncio
-    from collections.abc import Iterable, Sized
-
-    from leveret.config import Config
-    from leveret.node.auth import AccessControl
-    from leveret.node.churn import NodeCounters
-    from leveret.node.errors import AMQPError
     from leveret.node.vhost import VHost
+    from leveret.wire.connection import Connection
 
 log = logging.getLogger("leveret.wire.connection")  # the connection's log, as before the split
 
@@ -88,106 +81,6 @@ STATE_NAMES = {
 }
 
 
-class Opened(Protocol):
-    """Another connection of the node, as the connection limits count it."""
-
-    @property
-    def state(self) -> State:
-        """Where it is in its life (only open ones count)."""
-
-    @property
-    def vhost(self) -> VHost:
-        """The vhost it opened."""
-
-    @property
-    def user(self) -> str:
-        """The user it logged in as."""
-
-    @property
-    def channels(self) -> Sized:
-        """Its open channels."""
-
-
-class Node(Protocol):
-    """The node's state as the handshake sees it (leveret.node.state.ServerState implements it):
-    users and their access, vhosts, the connections, the login counters."""
-
-    @property
-    def access(self) -> AccessControl:
-        """Users, permissions and their checks."""
-
-    @property
-    def churn(self) -> NodeCounters:
-        """The node's counters (logins, connections opened)."""
-
-    @property
-    def vhosts(self) -> Mapping[str, VHost]:
-        """The vhosts, by name."""
-
-    @property
-    def connections(self) -> Iterable[Opened]:
-        """Every connection of the node."""
-
-
-class Handshaking(Protocol):
-    """A connection as its handshake sees it (:class:`leveret.wire.connection.Connection`
-    implements it): what the functions below read and set, and the calls they make."""
-
-    state: State
-    client_properties: dict[str, Any]
-    user: str
-    channel_max: int
-    frame_max: int
-    heartbeat: int
-    vhost: VHost
-    _handshake_timer: asyncio.TimerHandle | None
-    _heartbeat_timer: asyncio.TimerHandle | None
-    _last_recv: float
-    _last_send: float
-    transport: asyncio.Transport | None
-    _close_reason: str
-
-    @property
-    def peer(self) -> tuple[Any, ...]:
-        """The client's address (empty before the socket is made)."""
-
-    @property
-    def server(self) -> Node:
-        """The node's state."""
-
-    @property
-    def config(self) -> Config:
-        """The broker's settings."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """Its event loop."""
-
-    def send_method(self, channel: int, method: Any) -> None:
-        """Send a pamqp method on ``channel``."""
-
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` for the socket."""
-
-    def client_capability(self, name: str) -> bool:
-        """Whether the client announced capability ``name``."""
-
-    def _fail(self, exc: AMQPError, channel_id: int) -> None:
-        """Close the connection (or the channel) for ``exc``."""
-
-    def _flush(self) -> None:
-        """Write what is queued now."""
-
-    def _abort(self) -> None:
-        """Drop the socket."""
-
-    def _peer_text(self) -> str:
-        """The client's address for the log."""
-
-    def _client_text(self) -> str:
-        """The client's product and version for the log."""
-
-
 def server_properties() -> dict[str, Any]:
     """Connection.Start server properties, shaped like RabbitMQ's."""
     from leveret import __version__
@@ -203,7 +96,7 @@ def server_properties() -> dict[str, Any]:
     }
 
 
-def send_start(conn: Handshaking) -> None:
+def send_start(conn: Connection) -> None:
     """The protocol header arrived: Connection.Start, and wait for Start-Ok."""
     conn.state = State.AWAIT_START_OK
     conn.send_method(
@@ -260,7 +153,7 @@ def credentials(mechanism: str, response: Any) -> tuple[str, str]:
     )
 
 
-def on_start_ok(conn: Handshaking, frame: commands.Connection.StartOk) -> None:
+def on_start_ok(conn: Connection, frame: commands.Connection.StartOk) -> None:
     """Start-Ok: log in (a refused login closes as rabbit_reader:auth_fail/5), then Tune."""
     conn.client_properties = dict(frame.client_properties or {})
     mechanism = frame.mechanism or ""
@@ -299,7 +192,7 @@ def on_start_ok(conn: Handshaking, frame: commands.Connection.StartOk) -> None:
     )
 
 
-def on_tune_ok(conn: Handshaking, frame: commands.Connection.TuneOk) -> None:
+def on_tune_ok(conn: Connection, frame: commands.Connection.TuneOk) -> None:
     """Tune-Ok: take the client's channel_max, frame_max and heartbeat within ours."""
     problem = tune_problem(conn, frame)
     if problem is not None:
@@ -317,7 +210,7 @@ def on_tune_ok(conn: Handshaking, frame: commands.Connection.TuneOk) -> None:
         schedule_heartbeat(conn)
 
 
-def tune_problem(conn: Handshaking, frame: commands.Connection.TuneOk) -> str | None:
+def tune_problem(conn: Connection, frame: commands.Connection.TuneOk) -> str | None:
     """rabbit_reader:validate_negotiated_integer_value/3 and fail_negotiation/4."""
     for field, minimum, value, server_value in (
         ("channel_max", 0, frame.channel_max, conn.config.channel_max),
@@ -337,7 +230,7 @@ def tune_problem(conn: Handshaking, frame: commands.Connection.TuneOk) -> str | 
     return None
 
 
-def on_open(conn: Handshaking, frame: commands.Connection.Open) -> None:
+def on_open(conn: Connection, frame: commands.Connection.Open) -> None:
     """Connection.Open: the vhost, its and the node's limits, the user's access; then Open-Ok."""
     vhost = conn.server.vhosts.get(frame.virtual_host)
     if vhost is None:
@@ -378,7 +271,7 @@ def on_open(conn: Handshaking, frame: commands.Connection.Open) -> None:
     conn.send_method(0, C.OpenOk())
 
 
-def check_connection_limits(conn: Handshaking, vhost: VHost) -> None:
+def check_connection_limits(conn: Connection, vhost: VHost) -> None:
     """The vhost's, then the user's ``max-connections`` (rabbit_reader:handle_method0
     for connection.open: both before the vhost access check; texts as RabbitMQ 3.10.8
     sends them)."""
@@ -403,7 +296,7 @@ def check_connection_limits(conn: Handshaking, vhost: VHost) -> None:
         )
 
 
-def check_channel_limit(conn: Handshaking) -> None:
+def check_channel_limit(conn: Connection) -> None:
     """The user's ``max-channels``, counted over all its connections (after the
     connection's negotiated channel_max, as rabbit_reader:create_channel/2)."""
     user = conn.server.access.users.get(conn.user)
@@ -420,7 +313,7 @@ def check_channel_limit(conn: Handshaking) -> None:
         )
 
 
-def handshake_timeout(conn: Handshaking) -> None:
+def handshake_timeout(conn: Connection) -> None:
     """The handshake took longer than ``handshake_timeout``: drop the socket."""
     if conn.state in (
         State.AWAIT_HEADER,
@@ -432,7 +325,7 @@ def handshake_timeout(conn: Handshaking) -> None:
         conn._abort()
 
 
-def schedule_heartbeat(conn: Handshaking) -> None:
+def schedule_heartbeat(conn: Connection) -> None:
     """Start the negotiated heartbeat: checked twice per interval, a heartbeat is sent when
     we have been silent for an interval, and a peer silent for two is dropped
     (docs/heartbeats.md)."""

@@ -11,21 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from leveret.wire.connection import Connection
 
 
-class Socketed(Protocol):
-    """A connection as a wire fault sees it (leveret.wire.connection.Connection)."""
-
-    transport: asyncio.Transport | None
-    _close_reason: str
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """Its event loop."""
-
-
-def delay_writes(conn: Socketed, seconds: float) -> None:
+def delay_writes(conn: Connection, seconds: float) -> None:
     """Hold every write to ``conn`` ``seconds`` before it reaches the socket, in order;
     0 turns it off once what is held has gone out."""
     transport = conn.transport
@@ -41,7 +33,7 @@ class HeldWrites(asyncio.Transport):
     is the inner transport's. Turned off (``seconds`` 0), it hands the connection its
     transport back as soon as nothing is held."""
 
-    def __init__(self, conn: Socketed, inner: asyncio.Transport, seconds: float) -> None:
+    def __init__(self, conn: Connection, inner: asyncio.Transport, seconds: float) -> None:
         super().__init__()
         self.conn = conn
         self.inner = inner

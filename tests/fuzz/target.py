@@ -105,16 +105,16 @@ def _fuzzing() -> Iterator[_Crashes]:
     in the same process)."""
     crashes = _Crashes()
     log = logging.getLogger("leveret")
-    saved = (log.propagate, log.level, leveret.connection.READ_BUDGET)
+    saved = (log.propagate, log.level, leveret.wire.connection.READ_BUDGET)
     log.addHandler(crashes)
     log.propagate = False  # the fuzzer's output stays readable
     log.setLevel(logging.ERROR)
-    leveret.connection.READ_BUDGET = float("inf")  # deterministic: see the module docstring
+    leveret.wire.connection.READ_BUDGET = float("inf")  # deterministic: see the module docstring
     try:
         yield crashes
     finally:
         log.removeHandler(crashes)
-        log.propagate, level, leveret.connection.READ_BUDGET = saved
+        log.propagate, level, leveret.wire.connection.READ_BUDGET = saved
         log.setLevel(level)
 
 

@@ -21,15 +21,16 @@ place that does). Delivery tags are per channel, start at 1 and never repeat; un
 deliveries are kept in tag order so ``multiple`` acks and requeues keep message order.
 Consumers, confirms and transactions are the channel's own methods; its exchange.* and
 queue.* methods are a collaborator it holds, :class:`leveret.wire.channel.topology.Topology`
-(the package's child, which names the channel only as a type). The channel sees its
-connection as :class:`Link`, so imports run one way: connection -> channel -> channel_parts.
+(the package's child, which names the channel only as a type). The channel names its
+connection as a type only (a type-only import inside the wire), so at run time imports go
+one way: connection -> channel -> its parts.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -60,13 +61,13 @@ from leveret.session.publish import (
 )
 from leveret.session.topology import Actor
 from leveret.wire import codec
-from leveret.wire.channel.parts import Content, Node, Record, Wire
+from leveret.wire.channel.parts import Content, Record
 from leveret.wire.channel.stats import DeliveryCounters, count_confirms
 from leveret.wire.channel.stats import record_bytes as _record_bytes
 from leveret.wire.channel.topology import Topology
 
 if TYPE_CHECKING:
-    from leveret.config import Config
+    from leveret.wire.connection import Connection
 
 BASIC_CLASS = 60
 # The guards of _on_full_publish's condition, by the session's publish check each stands
@@ -87,40 +88,12 @@ FAST_PATH_GUARDS = {
 B = commands.Basic
 
 
-class Link(Wire, Protocol):
-    """A channel's connection as the channel sees it (the wire's Connection implements
-    it): :class:`leveret.wire.channel.parts.Wire`, and what the channel itself reads and calls
-    on it, so that this module does not import :mod:`leveret.wire.connection`."""
-
-    published: bool
-
-    @property
-    def server(self) -> Node:
-        """The node's state."""
-
-    @property
-    def config(self) -> Config:
-        """The broker's settings (the largest message)."""
-
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Queue the frames of one delivery for the socket."""
-
-    def confirm_pending(self, channel: Channel) -> None:
-        """``channel`` has publisher confirms to send at the end of this read."""
-
-    def drain_later(self, queues: set[Queue]) -> None:
-        """Deliver from ``queues`` once the current read is processed."""
-
-    def drain_later_one(self, queue: Queue) -> None:
-        """:meth:`drain_later` for a single queue."""
-
-
 class Channel(Ledger[Record], Publisher, DeliveryCounters):
     """One open channel of a connection, with the session's delivery-tag ledger, publish
     rules and message counters (inherited, so the hot path reads ``unacked``, ``next_tag``,
     the publish permission cache and the counters as plain attributes)."""
 
-    def __init__(self, connection: Link, channel_id: int) -> None:
+    def __init__(self, connection: Connection, channel_id: int) -> None:
         Ledger.__init__(self)
         DeliveryCounters.__init__(self)
         server = connection.server
