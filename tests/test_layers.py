@@ -484,7 +484,7 @@ def parent_and_child(component: frozenset[str]) -> bool:
 
 # The layer packages inside which classes may name each other's types (a queue its vhost,
 # the vhost its queues) instead of seeing each other through protocols of their own.
-LAYERS = ("leveret.node", "leveret.wire", "leveret.session")
+LAYERS = ("leveret.node", "leveret.wire", "leveret.session", "leveret.inspect")
 
 
 def circle_offences(folder: Path, type_only_within: tuple[str, ...] = ()) -> list[str]:

@@ -30,12 +30,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from leveret.inspect.backends import Backend, LocalBackend, ManagementBackend, Unavailable
+from leveret.inspect.backends import LocalBackend, ManagementBackend, Unavailable
 from leveret.inspect.loops import call_on_loop, call_on_loop_async, running_loop
 from leveret.inspect.stats import LeveretOnlyError
 from leveret.node.journal import KINDS, Record, Recorder, table
+
+if TYPE_CHECKING:
+    from leveret.inspect import Inspector
 
 __all__ = [
     "KINDS",
@@ -46,16 +49,6 @@ __all__ = [
     "VHostNotFoundError",
     "table",
 ]
-
-
-class Inspected(Protocol):
-    """What a journal reads of its :class:`~leveret.inspect.Inspector` (named by this
-    protocol so that the package and this child need not import each other)."""
-
-    vhost: str
-    timeout: float
-    _backend: Backend
-    __dict__: dict[str, Any]
 
 
 class JournalUnavailableError(LeveretOnlyError):
@@ -113,7 +106,7 @@ class Journal:
     unknown one is a :class:`TypeError`) and returns the matching records, oldest first.
     """
 
-    def __init__(self, inspector: Inspected) -> None:
+    def __init__(self, inspector: Inspector) -> None:
         backend = inspector._backend
         self.vhost = inspector.vhost
         self._inspector = inspector
@@ -128,7 +121,7 @@ class Journal:
         self._recorder = call_on_loop(backend.loop, self._start, 10.0)
 
     @classmethod
-    def of(cls, inspector: Inspected) -> Journal:
+    def of(cls, inspector: Inspector) -> Journal:
         """The inspector's journal, created (and recording started) on first use."""
         journal: Journal | None = inspector.__dict__.get("_journal")
         if journal is None:
@@ -136,7 +129,7 @@ class Journal:
         return journal
 
     @staticmethod
-    def stop_for(inspector: Inspected) -> None:
+    def stop_for(inspector: Inspector) -> None:
         """Stop the inspector's journal if it has one (the pytest fixture's teardown)."""
         journal: Journal | None = inspector.__dict__.get("_journal")
         if journal is not None:
