@@ -27,7 +27,8 @@ from leveret.wire.channel.stats import CHANNEL_COUNTERS
 if TYPE_CHECKING:
     from pamqp.commands import Basic
 
-    from leveret.node.queue import Consumer, Queue, Subscriber
+    from leveret.node.peers import ChannelPeer
+    from leveret.node.queue import Consumer, Queue
     from leveret.wire.channel import Channel
     from leveret.wire.connection import Connection
 
@@ -294,7 +295,7 @@ def connection_view(conn: Connection, state: str, rates: Mapping[str, float] | N
     return view
 
 
-def channel_name(conn: Connection, channel: Subscriber) -> str:
+def channel_name(conn: Connection, channel: ChannelPeer) -> str:
     """RabbitMQ's channel name: the connection name and `` (number)``."""
     return f"{connection_name(conn)} ({channel.id})"
 

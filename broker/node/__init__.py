@@ -11,7 +11,8 @@ management API share (:mod:`leveret.node.state`).
 Rule at the door: the node imports neither :mod:`leveret.session` nor :mod:`leveret.wire`,
 not even for a type name; it may import :mod:`leveret.config`, :mod:`leveret.trace` (the
 traffic trace's recorder is one of its event subscribers), :mod:`leveret.storage` and
-:mod:`leveret.exchanges`. A consumer holds a ``Subscriber`` and the state its
-connections as ``Peer``s: protocols the node owns and the wire implements.
+:mod:`leveret.exchanges`. A consumer holds its channel and the state its
+connections as :mod:`leveret.node.peers`' ``ChannelPeer`` and ``ConnectionPeer``: the
+protocols the node owns and the wire implements.
 ``tests/test_layers.py`` enforces it.
 """

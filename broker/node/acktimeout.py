@@ -22,13 +22,13 @@ import asyncio
 import math
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from leveret.node.clock import Clock
+    from leveret.node.peers import ConnectionPeer
     from leveret.node.queue import Queue
-    from leveret.node.vhost import VHost
 
 
 # The check period bounds, in seconds: RabbitMQ's channel_tick_interval is a minute.
@@ -103,38 +103,11 @@ class DeliveryClock:
         return int(timeout)
 
 
-class Watched(Protocol):
-    """A channel as the check sees it."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    def overdue_ack(self, now: float, timeout_ms: Callable[[Queue], float]) -> int | None:
-        """The timeout (ms) its oldest unacknowledged delivery has outlived, or None."""
-
-
-class Holder(Protocol):
-    """A connection as the check sees it: its vhost (the clock), its channels, and how one
-    is closed with 406."""
-
-    @property
-    def vhost(self) -> VHost:
-        """The vhost it opened (set before any channel exists)."""
-
-    @property
-    def channels(self) -> Mapping[int, Watched]:
-        """The open channels, by number."""
-
-    def fail_channel(self, channel: Watched, explanation: str) -> None:
-        """Close ``channel`` with 406 PRECONDITION_FAILED and ``explanation``."""
-
-
 class AckTimeouts:
     """The periodic check of one server's channels, and the queues with their own
     timeout (which may make it run more often than the broker's timeout needs)."""
 
-    def __init__(self, default_ms: int, connections: Iterable[Holder]) -> None:
+    def __init__(self, default_ms: int, connections: Iterable[ConnectionPeer]) -> None:
         self.default_ms = default_ms
         self._connections = connections
         # Queues with a timeout of their own (a finite one sets the check period).

@@ -23,22 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from leveret.node.peers import ChannelPeer
     from leveret.node.queue import Queue
-
-
-class Closing(Protocol):
-    """A channel as its close is counted (the wire's Channel implements it)."""
-
-    @property
-    def open(self) -> bool:
-        """Still set the first time it closes."""
-
-    @property
-    def publish_seq(self) -> int:
-        """Publishes numbered for confirms so far."""
 
 
 # The per-queue counters kept for deleted queues, so that node-wide totals never go down.
@@ -106,7 +95,7 @@ class NodeCounters:
         else:
             self.auth_failed += 1
 
-    def channel_closed(self, channel: Closing) -> None:
+    def channel_closed(self, channel: ChannelPeer) -> None:
         """``channel`` is closing (counted once: its ``open`` flag is still set the first
         time)."""
         if channel.open:

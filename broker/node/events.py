@@ -22,60 +22,16 @@ describes, so a subscriber sees events in the order they happened.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from leveret.node.clock import Clock
     from leveret.node.message import Message
+    from leveret.node.peers import ChannelPeer
 
 
 # Who an event names: the channel, its connection and vhost, as the firehose's trace
 # messages name them (rabbit_trace's tap_in/tap_out fields).
-
-
-class Tap(Protocol):
-    """The vhost a trace message goes to (leveret.vhost.VHost implements it)."""
-
-    @property
-    def name(self) -> str:
-        """The vhost's name."""
-
-    def publish(self, message: Message, *, counted: bool) -> object:
-        """Route ``message`` (``counted``: in the publish counters)."""
-
-
-class Client(Protocol):
-    """The connection of a traced channel, as a trace message names it (the wire's
-    Connection implements it)."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def name(self) -> str:
-        """RabbitMQ's connection name."""
-
-    @property
-    def user(self) -> str:
-        """The user it logged in as."""
-
-
-class Origin(Protocol):
-    """The channel a publish, delivery, return or confirm went through (the wire
-    channel)."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def vhost(self) -> Tap:
-        """Its vhost."""
-
-    @property
-    def conn(self) -> Client:
-        """Its connection (name, user)."""
 
 
 class Subscriber:
@@ -96,16 +52,18 @@ class Subscriber:
         """The node restarted and ``source`` (the vhost of the same name) now sends it
         the events (only called when :attr:`outlives_restart`)."""
 
-    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+    def published(
+        self, message: Message, queues: Collection[str], origin: ChannelPeer | None
+    ) -> None:
         """``message`` was published (``origin``: the channel, None for the management API
         or the firehose's own copies) and reached ``queues`` (empty: unroutable); called
         after routing and before any queue has it, as rabbit_channel's tap_in."""
 
-    def returned(self, message: Message, origin: Origin) -> None:
+    def returned(self, message: Message, origin: ChannelPeer) -> None:
         """An unroutable mandatory ``message`` went back to its publisher (basic.return)."""
 
     def delivered(
-        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+        self, message: Message, queue: str, redelivered: bool, origin: ChannelPeer, tag: int
     ) -> None:
         """``message`` went from ``queue`` to a client on ``origin`` under delivery ``tag``
         (a consumer's delivery or a basic.get-ok)."""
@@ -133,7 +91,7 @@ class Subscriber:
         and reached ``queues`` (``copy`` None: the queue has no usable DLX, the message is
         gone). Called before any queue has the copy."""
 
-    def confirmed(self, origin: Origin, tag: int, multiple: bool, ack: bool) -> None:
+    def confirmed(self, origin: ChannelPeer, tag: int, multiple: bool, ack: bool) -> None:
         """A publisher confirm went out on ``origin``: basic.ack (``ack``) or basic.nack of
         publish ``tag`` (and every one before it when ``multiple``)."""
 
@@ -144,16 +102,18 @@ class Fanout(Subscriber):
     def __init__(self, subscribers: tuple[Subscriber, ...]) -> None:
         self.subscribers = subscribers
 
-    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+    def published(
+        self, message: Message, queues: Collection[str], origin: ChannelPeer | None
+    ) -> None:
         for subscriber in self.subscribers:
             subscriber.published(message, queues, origin)
 
-    def returned(self, message: Message, origin: Origin) -> None:
+    def returned(self, message: Message, origin: ChannelPeer) -> None:
         for subscriber in self.subscribers:
             subscriber.returned(message, origin)
 
     def delivered(
-        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+        self, message: Message, queue: str, redelivered: bool, origin: ChannelPeer, tag: int
     ) -> None:
         for subscriber in self.subscribers:
             subscriber.delivered(message, queue, redelivered, origin, tag)
@@ -181,7 +141,7 @@ class Fanout(Subscriber):
         for subscriber in self.subscribers:
             subscriber.dead_lettered(message, queue, reason, copy, queues)
 
-    def confirmed(self, origin: Origin, tag: int, multiple: bool, ack: bool) -> None:
+    def confirmed(self, origin: ChannelPeer, tag: int, multiple: bool, ack: bool) -> None:
         for subscriber in self.subscribers:
             subscriber.confirmed(origin, tag, multiple, ack)
 

@@ -32,8 +32,9 @@ from collections.abc import Collection, Iterable
 
 from leveret.config import NODE_NAME
 from leveret.exchanges.fields import PROPERTY_LAYOUT, property_spans
-from leveret.node.events import Origin, Subscriber
+from leveret.node.events import Subscriber
 from leveret.node.message import BccMessage, Message
+from leveret.node.peers import ChannelPeer
 
 TRACE_EXCHANGE = "amq.rabbitmq.trace"
 
@@ -118,7 +119,7 @@ def _copy(message: Message, kind: str, suffix: str, extra: bytes) -> Message:
     )
 
 
-def _who(channel: Origin) -> bytes:
+def _who(channel: ChannelPeer) -> bytes:
     conn = channel.conn
     return (
         _field("vhost", _longstr(conn.vhost.name))
@@ -128,7 +129,7 @@ def _who(channel: Origin) -> bytes:
     )
 
 
-def published(message: Message, queues: Iterable[str], channel: Origin) -> None:
+def published(message: Message, queues: Iterable[str], channel: ChannelPeer) -> None:
     """Trace a publish on ``channel`` that reached ``queues`` (before they get it, as
     rabbit_channel calls tap_in between routing and delivering)."""
     if message.exchange == TRACE_EXCHANGE:
@@ -137,7 +138,7 @@ def published(message: Message, queues: Iterable[str], channel: Origin) -> None:
     channel.vhost.publish(_copy(message, "publish", message.exchange, extra), counted=False)
 
 
-def delivered(message: Message, queue: str, redelivered: bool, channel: Origin) -> None:
+def delivered(message: Message, queue: str, redelivered: bool, channel: ChannelPeer) -> None:
     """Trace a delivery from ``queue`` to a client on ``channel``."""
     if message.exchange == TRACE_EXCHANGE:
         return
@@ -151,14 +152,16 @@ class FirehoseTap(Subscriber):
 
     publishes = True  # its copies: called after the other subscribers of an event
 
-    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+    def published(
+        self, message: Message, queues: Collection[str], origin: ChannelPeer | None
+    ) -> None:
         """Trace a client's publish; the management API's and the broker's own (origin
         None) are not traced, as RabbitMQ traces in the channel."""
         if origin is not None:
             published(message, queues, origin)
 
     def delivered(
-        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+        self, message: Message, queue: str, redelivered: bool, origin: ChannelPeer, tag: int
     ) -> None:
         """Trace a delivery to a client."""
         delivered(message, queue, redelivered, origin)

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from leveret.node.events import Subscriber
 
 if TYPE_CHECKING:
-    from leveret.node.events import EventSource, Origin
+    from leveret.node.events import EventSource
     from leveret.node.message import Message
+    from leveret.node.peers import ChannelPeer
 
 #: The kinds of records, in the order a message usually meets them.
 KINDS = (
@@ -199,14 +200,16 @@ class Recorder(Subscriber):
             pass
 
     @staticmethod
-    def _who(origin: Origin | None) -> dict[str, Any]:
+    def _who(origin: ChannelPeer | None) -> dict[str, Any]:
         if origin is None:
             return {}
         return {"connection": origin.conn.name, "channel": origin.id}
 
     # -- events (leveret.events.Subscriber) ---------------------------------------------
 
-    def published(self, message: Message, queues: Collection[str], origin: Origin | None) -> None:
+    def published(
+        self, message: Message, queues: Collection[str], origin: ChannelPeer | None
+    ) -> None:
         """A publish, with the queues it reached."""
         self._add(
             "published",
@@ -217,7 +220,7 @@ class Recorder(Subscriber):
             **self._who(origin),
         )
 
-    def returned(self, message: Message, origin: Origin) -> None:
+    def returned(self, message: Message, origin: ChannelPeer) -> None:
         """basic.return: also marks its publish ``returned`` (unroutable, not dropped)."""
         number = self._number(message)
         for index in range(len(self.records) - 1, -1, -1):
@@ -228,7 +231,7 @@ class Recorder(Subscriber):
         self._add("returned", message, **self._who(origin))
 
     def delivered(
-        self, message: Message, queue: str, redelivered: bool, origin: Origin, tag: int
+        self, message: Message, queue: str, redelivered: bool, origin: ChannelPeer, tag: int
     ) -> None:
         """A delivery to a client."""
         self._add(
@@ -273,7 +276,7 @@ class Recorder(Subscriber):
             queues=tuple(queues),
         )
 
-    def confirmed(self, origin: Origin, tag: int, multiple: bool, ack: bool) -> None:
+    def confirmed(self, origin: ChannelPeer, tag: int, multiple: bool, ack: bool) -> None:
         """A publisher confirm."""
         self._add(
             "confirmed", None, delivery_tag=tag, multiple=multiple, ack=ack, **self._who(origin)

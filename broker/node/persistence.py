@@ -54,10 +54,9 @@ import asyncio
 import json
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from leveret.exchanges.model import (
     BindingAdded,
@@ -70,6 +69,7 @@ from leveret.exchanges.model import (
     QueueDeleted,
 )
 from leveret.node.errors import RESOURCE_ERROR, AMQPChannelError
+from leveret.node.peers import ChannelPeer
 from leveret.storage.errors import AccessFileError, StoreClosedError
 from leveret.storage.files import create_atomically, fsync_dir, gc_paused, out_of_space
 from leveret.storage.log import DefinitionLog
@@ -464,25 +464,6 @@ class Persistence:
         self.log.close()  # its appends are fsynced one by one: nothing to lose
 
 
-@runtime_checkable
-class SyncWaiter(Protocol):
-    """What waits for a sync as a failed one finds it: the wire channel whose
-    ``_on_synced`` listens (broker/channel.py), its publisher confirms held back by syncs,
-    the confirms to nack, and its tx commits waiting."""
-
-    @property
-    def waiting(self) -> deque[tuple[int, int]]:
-        """Publishes waiting for a sync, as ``(sequence number, generation)``, in order."""
-
-    @property
-    def nacks(self) -> list[int]:
-        """Sequence numbers to nack at the next flush of its confirms."""
-
-    @property
-    def pending_commits(self) -> deque[int]:
-        """Generations its tx.commit-oks wait for, in order."""
-
-
 def _nack_waiting(listeners: set[Callable[[int], None]], generation: int) -> None:
     """The sync of ``generation`` failed: every publisher confirm that waits for it becomes
     a ``basic.nack``.
@@ -498,7 +479,7 @@ def _nack_waiting(listeners: set[Callable[[int], None]], generation: int) -> Non
         # A bound method of a channel (its ``_on_synced``), seen through a protocol: the
         # store never names the wire that listens to it.
         channel = getattr(listener, "__self__", None)
-        if not isinstance(channel, SyncWaiter) or channel.pending_commits:
+        if not isinstance(channel, ChannelPeer) or channel.pending_commits:
             continue
         nacked = set(channel.nacks)  # refused by a queue as well: one nack only
         failed = [s for s, waited in channel.waiting if waited <= generation and s not in nacked]

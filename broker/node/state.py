@@ -9,21 +9,22 @@ root, :class:`leveret.server.Server`, owns one, binds the listeners and hands th
 (not itself) to each :class:`leveret.wire.connection.Connection`, to the management and
 Prometheus listeners and to the control socket. So the state sits below the wire: it
 imports the node and never names a wire type; the connections it holds are any type
-that satisfies :class:`Peer`, and ``ServerState[Connection]`` is how the wire and the
+that satisfies :class:`ConnectionPeer`, and ``ServerState[Connection]`` is how the wire and the
 management API name it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from leveret.node.acktimeout import AckTimeouts, Watched
+from leveret.node.acktimeout import AckTimeouts
 from leveret.node.auth import AccessControl
 from leveret.node.churn import NodeCounters
 from leveret.node.disk import disk_monitor
 from leveret.node.memory import MemoryMonitor, default_watermark
+from leveret.node.peers import ConnectionPeer
 from leveret.node.vhost import VHost
 from leveret.trace import TraceWriter
 
@@ -55,32 +56,6 @@ class PublishCounters:
         self.unroutable_returned = 0
 
 
-class Peer(Protocol):
-    """A connection as the shared state sees it (the wire's Connection implements it):
-    its channels for the delivery acknowledgement timeout, its vhost, and how it is told
-    of alarms or closed when its vhost goes."""
-
-    @property
-    def vhost(self) -> VHost:
-        """The vhost it opened."""
-
-    @property
-    def channels(self) -> Mapping[int, Watched]:
-        """The open channels, by number."""
-
-    def fail_channel(self, channel: Watched, explanation: str) -> None:
-        """Close ``channel`` with 406 PRECONDITION_FAILED and ``explanation``."""
-
-    def memory_alarm(self, alarm: bool) -> None:
-        """The memory alarm is set (True) or cleared."""
-
-    def disk_alarm(self, alarm: bool) -> None:
-        """The disk alarm is set (True) or cleared."""
-
-    def force_close(self, explanation: str) -> None:
-        """Close with 320 CONNECTION_FORCED and ``explanation``."""
-
-
 class Listening(Protocol):
     """A listener the composition root started (management API, Prometheus), as the
     status views list it."""
@@ -94,7 +69,7 @@ class Listening(Protocol):
         """The port it is bound to."""
 
 
-C = TypeVar("C", bound=Peer)
+C = TypeVar("C", bound=ConnectionPeer)
 
 
 class ServerState(Generic[C]):

@@ -52,7 +52,7 @@ from leveret.node.message import PROPERTIES_AT, Message, unmarshal_properties, w
 from leveret.node.queue import Consumer, Entry, Queue
 
 if TYPE_CHECKING:
-    from leveret.node.queue import Owner
+    from leveret.node.peers import ConnectionPeer
     from leveret.node.vhost import VHost
     from leveret.storage.segments import StoredMessage
 
@@ -178,7 +178,7 @@ class StreamQueue(Queue):
         vhost: VHost,
         name: str,
         durable: bool,
-        owner: Owner | None,
+        owner: ConnectionPeer | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:

@@ -42,14 +42,14 @@ from leveret.node.events import EventSource
 from leveret.node.firehose import FirehoseTap
 from leveret.node.memory import MemoryMonitor, default_watermark
 from leveret.node.message import BccMessage, Message
-from leveret.node.queue import Consumer, Owner, Queue
+from leveret.node.queue import Consumer, Queue
 from leveret.node.stream import StreamQueue
 from leveret.node.vhost_policies import VHostPolicies
 from leveret.trace.recorder import TraceTap
 
 if TYPE_CHECKING:
     from leveret.node.acktimeout import AckTimeouts
-    from leveret.node.events import Origin
+    from leveret.node.peers import ChannelPeer, ConnectionPeer
     from leveret.node.persistence import Persistence
     from leveret.trace import TraceWriter
 
@@ -239,7 +239,7 @@ class VHost(VHostPolicies, EventSource):
         exclusive: bool,
         auto_delete: bool,
         arguments: Mapping[str, Any],
-        owner: Owner | None,
+        owner: ConnectionPeer | None,
     ) -> Queue:
         """A new queue of type ``kind`` (its declare checked by the session), recorded
         when durable; ``owner`` is the connection it is exclusive to (None: not
@@ -319,7 +319,7 @@ class VHost(VHostPolicies, EventSource):
     def publish(
         self,
         message: Message,
-        origin: Origin | None = None,
+        origin: ChannelPeer | None = None,
         source: str | None = None,
         counted: bool = True,
     ) -> tuple[Collection[str], bool, int]:

@@ -45,7 +45,7 @@ from leveret.node.state import PublishCounters as PublishCounters  # a channel's
 
 if TYPE_CHECKING:
     from leveret.node.auth import AccessControl
-    from leveret.node.events import Origin
+    from leveret.node.peers import ChannelPeer
     from leveret.node.vhost import VHost
 
 BASIC_PUBLISH = (60, 40)
@@ -303,7 +303,7 @@ class Publisher:
         return message
 
     def route(
-        self, message: Message, mandatory: bool, origin: Origin | None, stats: ExchangeStats
+        self, message: Message, mandatory: bool, origin: ChannelPeer | None, stats: ExchangeStats
     ) -> tuple[bool, bool, int]:
         """Route a checked message into its queues and count the publish into ``stats``,
         its exchange's entry (from :meth:`check_exchange`), whose sums are the session's

@@ -11,7 +11,7 @@ injected write delay.
 Rule at the door: the wire may import :mod:`leveret.session`, :mod:`leveret.node`,
 :mod:`leveret.config` and the domain below them; it turns frames into session and node
 calls and their results into frames. Nothing in the session or the node imports it (they
-see a channel as a ``Subscriber`` and a connection as a ``Peer``, protocols they own);
+see a channel and a connection as :mod:`leveret.node.peers`' protocols);
 what imports it is above it: :mod:`leveret.server`, the operator packages
 (:mod:`leveret.management`, :mod:`leveret.control`, :mod:`leveret.inspect`) and
 :mod:`leveret.faults`. ``tests/test_layers.py`` enforces it.

@@ -60,7 +60,7 @@ from leveret.wire.handshake import HANDSHAKE_STATES, STATE_NAMES, State
 from leveret.wire.listen import address_pair
 
 if TYPE_CHECKING:
-    from leveret.node.acktimeout import Watched
+    from leveret.node.peers import ChannelPeer
     from leveret.node.queue import Queue
     from leveret.node.state import ServerState
     from leveret.node.vhost import VHost
@@ -591,7 +591,7 @@ class Connection(asyncio.Protocol):
 
     # -- errors and closing -----------------------------------------------------------
 
-    def fail_channel(self, channel: Watched, explanation: str) -> None:
+    def fail_channel(self, channel: ChannelPeer, explanation: str) -> None:
         """Close ``channel`` with 406 PRECONDITION_FAILED from outside a read (the
         consumer timeout); its unacknowledged deliveries are requeued."""
         if self.channels.get(channel.id) is channel and self.state is State.OPEN:

@@ -9,12 +9,11 @@ requeued, as in RabbitMQ. The queue owns its counters (delivered, acked, unacked
 the consumers' unacked and no-ack delivery counts: only these verbs and :meth:`Queue.get`
 and :meth:`Queue.deliver` write them.
 
-A consumer holds a :class:`Subscriber` (what the queue needs of a channel: its flow
-state, its prefetch, ``deliver`` and ``cancel_by_server``), never the channel class.
-:class:`Consumer`, :class:`QueueCounts`, :class:`Subscriber` and the queue's view of its
-vhost (:class:`Home`) and exclusive owner (:class:`Owner`) live in the queue's child
-:mod:`leveret.node.queue.peers` (a package and its child is the one import pair allowed both
-ways), re-exported here.
+A consumer holds its channel as a :class:`~leveret.node.peers.ChannelPeer` (what the node
+needs of a channel: its flow state, its prefetch, ``deliver`` and ``cancel_by_server``), an
+exclusive queue its owner as a :class:`~leveret.node.peers.ConnectionPeer`, never the
+wire's classes. :class:`Consumer` and :class:`QueueCounts` live in the queue's child
+:mod:`leveret.node.queue.peers`, re-exported here.
 
 The queue's settings (its arguments and policies, applied on declare and on a policy
 change), its clocks (message TTL at the head, ``x-expires``) and its side of the message
@@ -51,13 +50,11 @@ from leveret.node.prioritydeque import PriorityDeque, merge_by_seq
 
 # The queue's child: what it names of its neighbours, re-exported for callers.
 from leveret.node.queue.peers import Consumer as Consumer
-from leveret.node.queue.peers import Owner as Owner
 from leveret.node.queue.peers import QueueCounts as QueueCounts
-from leveret.node.queue.peers import Subscriber as Subscriber
-from leveret.node.queue.peers import Writable as Writable
 
 if TYPE_CHECKING:
     from leveret.node.clock import Timer
+    from leveret.node.peers import ConnectionPeer
     from leveret.node.vhost import VHost
     from leveret.storage.messages import MessageStore
     from leveret.storage.segments import StoredMessage
@@ -143,7 +140,7 @@ class Queue:
         vhost: VHost,
         name: str,
         durable: bool,
-        owner: Owner | None,
+        owner: ConnectionPeer | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:

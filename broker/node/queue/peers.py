@@ -1,6 +1,6 @@
 """What a queue names of its neighbours in the wire: an exclusive queue's
-owner (:class:`Owner`), its consumers (:class:`Consumer`) and their channels
-(:class:`Subscriber`, whose connection is :class:`Writable`), and what a channel counts of
+owner (:class:`ConnectionPeer`), its consumers (:class:`Consumer`) and their channels
+(:class:`ChannelPeer`, whose connection is :class:`ConnectionPeer`), and what a channel counts of
 its deliveries from one queue (:class:`QueueCounts`).
 
 The queue's child module: these name :class:`~leveret.node.queue.Queue` for types only, and the
@@ -10,69 +10,13 @@ connection and channel implement the protocols; the node never names the wire.
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from leveret.node.arguments import int_arg
 
 if TYPE_CHECKING:
-    from leveret.node.prioritydeque import Entry
+    from leveret.node.peers import ChannelPeer
     from leveret.node.queue import Queue
-
-
-class Owner(Protocol):
-    """The connection an exclusive queue belongs to (the wire's Connection implements
-    it), as the node sees it: the node keeps the owner's exclusive queues in step, so
-    that they go with it, and compares owners by identity; it never names the wire."""
-
-    @property
-    def exclusive_queues(self) -> set[Queue]:
-        """The exclusive queues it declared."""
-
-
-class Writable(Protocol):
-    """The connection of a subscriber's channel, as the queue sees it: whether its
-    socket takes more now (the wire's Connection implements it)."""
-
-    @property
-    def writable(self) -> bool:
-        """False while the socket's buffer is full: deliveries wait in the queue."""
-
-
-class Subscriber(Protocol):
-    """What a queue needs of the channel a consumer belongs to (the wire channel
-    implements it). Attributes, not methods, where the queue reads them once a delivery:
-    the consumer's capacity check costs no call."""
-
-    @property
-    def id(self) -> int:
-        """The channel number."""
-
-    @property
-    def open(self) -> bool:
-        """Whether it may still take deliveries."""
-
-    @property
-    def global_prefetch(self) -> int:
-        """basic.qos(global=true): a limit on its unacked deliveries (0: none)."""
-
-    @property
-    def unacked(self) -> Sized:
-        """Its unacknowledged deliveries (the channel's ledger)."""
-
-    @property
-    def conn(self) -> Writable:
-        """The connection (``writable``: its socket takes more now)."""
-
-    def deliver(self, consumer: Consumer, entry: Entry) -> None:
-        """Send ``entry`` to ``consumer`` (already counted by the queue)."""
-
-    def cancel_by_server(self, consumer: Consumer) -> None:
-        """The queue went away: forget ``consumer`` and tell the client if it can hear."""
-
-    def cancel_live(self, consumer: Consumer) -> None:
-        """Cancel ``consumer`` from the server side, its queue staying (an injected
-        fault): forget it, tell the client if it can hear, and detach it from the queue."""
 
 
 class QueueCounts:
@@ -124,7 +68,7 @@ class Consumer:
 
     def __init__(
         self,
-        channel: Subscriber,
+        channel: ChannelPeer,
         queue: Queue,
         tag: str,
         no_ack: bool,
