@@ -224,7 +224,10 @@ def test_relative_and_typed_watermarks() -> None:
     assert Watermark.parse("0.4") == Watermark(relative=0.4)
     assert Watermark.parse(0.6) == Watermark(relative=0.6)
     assert Watermark.parse(2048) == Watermark(absolute=2048)  # a TOML integer: bytes
-    for bad in (True, None, [], 0, -1, 0.0, 1.01, float("nan"), float("inf"), "", "1e9", "G"):
+    # A fraction of 0 blocks every publisher, as in RabbitMQ (docs/memory.md).
+    assert Watermark.parse(0.0) == Watermark(relative=0.0)
+    assert Watermark.parse("0.0") == Watermark(relative=0.0)
+    for bad in (True, None, [], 0, -1, -0.1, 1.01, float("nan"), float("inf"), "", "1e9", "G"):
         with pytest.raises(ValueError):
             Watermark.parse(bad)
 

@@ -155,7 +155,7 @@ class Watermark:
     @classmethod
     def _relative(cls, fraction: float) -> Watermark:
         if not (math.isfinite(fraction) and 0 <= fraction <= 1):
-            raise ValueError("a fraction of memory must be from 0 to 1")
+            raise ValueError("a fraction of memory must be at least 0 and at most 1")
         return cls(relative=fraction)
 
     def limit(self, cgroup_root: Path = CGROUP_ROOT) -> int:
