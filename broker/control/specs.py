@@ -1,8 +1,8 @@
 """The command-line shape of ``leveret ctl`` / ``leveret diagnostics`` commands
-(:class:`Spec`), and the specs of the runtime, diagnostics and settings commands, with
-rabbitmq_cli's names, positionals, flags and banners (``*_command.ex`` in
+(:class:`Spec`), and :data:`SPECS`, the one table of every command, with rabbitmq_cli's
+names, positionals, flags and banners (``*_command.ex`` in
 deps/rabbitmq_cli/lib/rabbitmq/cli/ctl/commands and .../diagnostics/commands). The node
-side of these is in :mod:`.runtime` and :mod:`.settings`.
+side is in :mod:`.commands`, :mod:`.runtime` and :mod:`.settings`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,152 @@ def _listener_port(args: argparse.Namespace) -> dict[str, Any]:
     return {"port": args.listener_port}
 
 
-MORE_SPECS: dict[str, Spec] = {
+def _delete_queue_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-e", "--if-empty", action="store_true", help="only if it is empty")
+    parser.add_argument(
+        "-u", "--if-unused", action="store_true", help="only if it has no consumers"
+    )
+
+
+def _vhost_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--description", help="a description for the vhost")
+    parser.add_argument("--tags", help="comma-separated tags")
+    parser.add_argument("--default-queue-type", help="classic, quorum or stream")
+
+
+def _policy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--priority", type=int, default=None, help="policy priority (0)")
+    parser.add_argument("--apply-to", default=None, help="queues, exchanges or all (the default)")
+
+
+def _fault_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", help="only the connections this names (drop/close)")
+    parser.add_argument("--reason", help="the close_connections explanation")
+    parser.add_argument("--queue", help="the queue of cancel_consumers")
+    parser.add_argument("--ms", type=float, help="the delay in milliseconds (0: none)")
+    parser.add_argument("--off", action="store_true", help="clear the alarm (memory/disk)")
+    parser.add_argument("--clean", action="store_true", help="restart cleanly, not as kill -9")
+
+
+def _fault_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The fault's JSON arguments, as the management API takes them (leveret.faults)."""
+    values: dict[str, Any] = {
+        key: getattr(args, key)
+        for key in ("client", "reason", "queue", "ms")
+        if getattr(args, key) is not None
+    }
+    if args.off:
+        values["on"] = False
+    if args.clean:
+        values["kill"] = False
+    return {"fault": args.fault, "arguments": values}
+
+
+# Every command of leveret ctl and leveret diagnostics: its arguments, banner and options,
+# in one table (rabbitmq_cli's *_command.ex, one module each there).
+SPECS: dict[str, Spec] = {
+    "ping": Spec(
+        "check that the node answers (no credentials needed)",
+        banner="Will ping {node}. This only checks if the node answers on its control socket.",
+        diagnostics=True,
+    ),
+    "status": Spec("node status", banner="Status of node {node} ...", diagnostics=True),
+    "check_local_alarms": Spec(
+        "exit 0 when the node has no memory or disk alarm",
+        banner="Asking node {node} to report any local resource alarms ...",
+        diagnostics=True,
+    ),
+    "close_connection": Spec(
+        "close a connection (its name, as list_connections pid shows it) with 320",
+        ("name", "explanation"),
+        banner="Closing connection {name}, reason: {explanation}...",
+    ),
+    "add_user": Spec(
+        "add a user (password from stdin when not given)",
+        ("name", "password?"),
+        banner='Adding user "{name}" ...',
+    ),
+    "delete_user": Spec("delete a user", ("name",), banner='Deleting user "{name}" ...'),
+    "change_password": Spec(
+        "change a user's password (from stdin when not given)",
+        ("name", "password?"),
+        banner='Changing password for user "{name}" ...',
+    ),
+    "set_user_tags": Spec(
+        "replace a user's tags",
+        ("name", "tags*"),
+        banner='Setting tags for user "{name}" to [{tags_text}] ...',
+    ),
+    "add_vhost": Spec(
+        "add a vhost", ("name",), banner='Adding vhost "{name}" ...', options=_vhost_options
+    ),
+    "delete_vhost": Spec("delete a vhost", ("name",), banner='Deleting vhost "{name}" ...'),
+    "set_permissions": Spec(
+        "set a user's permissions in a vhost",
+        ("user", "configure", "write", "read"),
+        banner='Setting permissions for user "{user}" in vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "clear_permissions": Spec(
+        "clear a user's permissions in a vhost",
+        ("user",),
+        banner='Clearing permissions for user "{user}" in vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "set_policy": Spec(
+        "set a policy",
+        ("name", "pattern", "definition"),
+        banner='Setting policy "{name}" for pattern "{pattern}" to "{definition}" '
+        'with priority "{priority_text}" for vhost "{vhost}" ...',
+        vhost=True,
+        options=_policy_options,
+    ),
+    "clear_policy": Spec(
+        "clear a policy",
+        ("name",),
+        banner='Clearing policy "{name}" on vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "export_definitions": Spec(
+        "write the definitions (users, vhosts, permissions, policies, topology) to a file or -",
+        ("path",),
+        banner='Exporting definitions in JSON to a file at "{path}" ...',
+    ),
+    "import_definitions": Spec(
+        "import definitions from a file or - (stdin)",
+        ("path",),
+        banner='Importing definitions in JSON from a file at "{path}" ...',
+    ),
+    "purge_queue": Spec(
+        "purge a queue",
+        ("name",),
+        banner="Purging queue '{name}' in vhost '{vhost}' ...",
+        vhost=True,
+    ),
+    "delete_queue": Spec(
+        "delete a queue",
+        ("name",),
+        banner="Deleting queue '{name}' on vhost '{vhost}' ...",
+        vhost=True,
+        options=_delete_queue_options,
+    ),
+    # Leveret's own (no rabbitmqctl counterpart): the vhost's virtual clock, for tests.
+    "advance_clock": Spec(
+        "advance a vhost's clock SECONDS (it stays manual: time stands still after)",
+        ("seconds",),
+        banner="Advancing the clock of vhost '{vhost}' by {seconds} s ...",
+        vhost=True,
+    ),
+    # A Leveret extension (no rabbitmqctl counterpart): docs/testing.md, "Injected faults".
+    "inject_fault": Spec(
+        "inject a fault: drop_connections, close_connections, restart, memory_alarm, "
+        "disk_alarm, cancel_consumers or delay",
+        ("fault",),
+        banner="Injecting fault {fault} into vhost '{vhost}' ...",
+        vhost=True,
+        options=_fault_options,
+        extra=_fault_args,
+    ),
     "set_vm_memory_high_watermark": Spec(
         "set the memory high watermark: FRACTION of the memory, or absolute VALUE "
         "(bytes, or with a unit: 2GB, 512MiB)",
