@@ -303,9 +303,6 @@ class Persistence:
         if not self._dirty and not self._syncing:
             asyncio.get_running_loop().call_soon(self._start_sync)
         self._dirty = True
-        soon = self._reclaim_soon
-        if soon is not None and self.store.emptied + self.delayed.emptied >= RECLAIM_SOON:
-            soon.set()
 
     def release_delayed(self, records: list[tuple[QueueKey, int]]) -> None:
         """Forget these delayed-message records (``(vhost, exchange)``, id) once the copies
@@ -356,6 +353,11 @@ class Persistence:
             log.warning("message store writes succeed again: stored messages are durable")
         self.synced = generation
         self._forget_released(generation)
+        # Once per sync, not per ack: the acks it wrote may have emptied segments enough to
+        # reclaim now rather than at the next interval.
+        soon = self._reclaim_soon
+        if soon is not None and self.store.emptied + self.delayed.emptied >= RECLAIM_SOON:
+            soon.set()
         for listener in list(self._listeners):
             listener(generation)
         self._start_sync()
