@@ -15,4 +15,4 @@ the operator side (:mod:`leveret.management`, :mod:`leveret.control`,
 circle closes but a package and its own child (``tests/test_layers.py`` enforces both).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from leveret.exchanges.policies import Policy, effective_definition, queue_arguments
 from leveret.node.arguments import arg_text, int_arg, queue_type
 from leveret.node.consumeruse import ConsumerUse
@@ -64,6 +66,9 @@ def _str_arg(arguments: dict[str, Any], key: str) -> str | None:
     return arg_text(arguments.get(key))
 
 
+# A stream queue (leveret.node.stream) is a Queue; a compiled build (setup.py) compiles the
+# queue and not the stream.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
     """A queue in a vhost."""
 

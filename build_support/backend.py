@@ -1,0 +1,35 @@
+"""The build backend: setuptools, plus mypy (which ships mypyc) when ``LEVERET_COMPILE=1``.
+
+``pip install .`` builds the pure-Python package and needs nothing but setuptools.
+``LEVERET_COMPILE=1 pip install .`` compiles the modules listed in build_support/compiled.txt
+(setup.py says how); pip builds in an isolated environment, so the compiler must be asked for
+here, as a build requirement of this build only. This is the in-tree backend setuptools
+documents for dynamic build requirements ("Dynamic build dependencies and other build_meta
+tweaks", setuptools' build_meta docs).
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import build_meta as _orig
+from setuptools.build_meta import *  # noqa: F403  (the rest of the PEP 517 hooks, unchanged)
+
+# mypyc comes with mypy; 1.10 is the oldest release the broker's own typecheck is run with.
+COMPILER = "mypy>=1.10"
+
+
+def _compiling() -> bool:
+    return os.environ.get("LEVERET_COMPILE", "") not in ("", "0")
+
+
+def get_requires_for_build_wheel(config_settings: dict[str, str] | None = None) -> list[str]:
+    """setuptools' own requirements, plus mypy when this build compiles."""
+    extra = [COMPILER] if _compiling() else []
+    return list(_orig.get_requires_for_build_wheel(config_settings)) + extra
+
+
+def get_requires_for_build_editable(config_settings: dict[str, str] | None = None) -> list[str]:
+    """As for a wheel: an editable install may compile too."""
+    extra = [COMPILER] if _compiling() else []
+    return list(_orig.get_requires_for_build_editable(config_settings)) + extra
