@@ -9,7 +9,8 @@ TEST_STAMP := $(VENV)/.installed-test
 
 RABBITMQADMIN := $(VENV)/bin/rabbitmqadmin
 
-.PHONY: run test lint typecheck unit bench bench-pipeline fuzz clean system-deps docs
+.PHONY: run run-fast compiled test lint typecheck unit unit-compiled bench bench-pipeline fuzz clean \
+	system-deps docs
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,24 @@ $(RABBITMQADMIN): $(TEST_STAMP)
 run: $(RUN_STAMP)
 	$(VENV)/bin/leveret serve --host 127.0.0.1 --port 5672 --data-dir ./data
 
+# The compiled build (setup.py, build_support/compiled.txt): the package installed into
+# build/compiled with its hot modules compiled by mypyc; PYTHONPATH puts it before the venv's
+# editable (pure) install. Needs a C compiler; pip fetches mypy for the build.
+COMPILED := build/compiled
+COMPILED_STAMP := $(COMPILED)/.built
+$(COMPILED_STAMP): $(RUN_STAMP) setup.py build_support/backend.py build_support/compiled.txt \
+		$(shell find broker exchanges storage -name '*.py')
+	rm -rf $(COMPILED)
+	LEVERET_COMPILE=1 $(PY) -m pip install -q --disable-pip-version-check --no-deps \
+		--target $(COMPILED) .
+	touch $@
+
+compiled: $(COMPILED_STAMP)
+
+run-fast: $(COMPILED_STAMP)
+	PYTHONPATH=$(CURDIR)/$(COMPILED) $(VENV)/bin/leveret serve --host 127.0.0.1 --port 5672 \
+		--data-dir ./data
+
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -55,10 +74,16 @@ typecheck: $(TEST_STAMP)
 		build/typecheck/leveret/
 	cd build/typecheck && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml
 
+# The suite on the pure build, then again on the compiled one (LEVERET_TEST_BUILD tells
+# tests/test_cli.py which build must be the one imported), on uvloop as `leveret serve` runs.
 unit: $(TEST_STAMP) system-deps $(RABBITMQADMIN)
-	$(PY) -m pytest -q
+	LEVERET_TEST_BUILD="pure Python" $(PY) -m pytest -q
 
-test: lint typecheck unit
+unit-compiled: $(TEST_STAMP) system-deps $(RABBITMQADMIN) $(COMPILED_STAMP)
+	LEVERET_TEST_BUILD=compiled LEVERET_TEST_LOOP=uvloop PYTHONPATH=$(CURDIR)/$(COMPILED) \
+		$(PY) -m pytest -q
+
+test: lint typecheck unit unit-compiled
 
 # The documentation site (docs/, mkdocs.yml) in build/site/; tests/test_docs_site.py builds
 # it with --strict in make test.

@@ -15,4 +15,26 @@ the operator side (:mod:`leveret.management`, :mod:`leveret.control`,
 circle closes but a package and its own child (``tests/test_layers.py`` enforces both).
 """
 
+import functools
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
 __version__ = "0.2.0"
+
+COMPILED = "compiled"
+PURE = "pure Python"
+
+
+@functools.cache
+def build_kind() -> str:
+    """Which build of the package runs: ``"compiled"`` when its hot modules are C extensions
+    (``LEVERET_COMPILE=1 pip install .``, setup.py), else ``"pure Python"``.
+
+    Python imports an extension before the .py file beside it, so an extension anywhere in
+    the installed package is what runs.
+    """
+    root = Path(__file__).resolve().parent
+    for suffix in EXTENSION_SUFFIXES:
+        if next(root.rglob(f"*{suffix}"), None) is not None:
+            return COMPILED
+    return PURE

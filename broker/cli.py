@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from leveret import __version__
+from leveret import __version__, build_kind
 from leveret.config import Config
 from leveret.node.auth import AccessControl, Permission
 from leveret.node.memory import CGROUP_ROOT
@@ -50,7 +50,9 @@ def build_parser(with_analyze: bool = False) -> argparse.ArgumentParser:
     """The ``leveret`` argument parser (``analyze``'s own flags, which import PySpark, only
     when that is the command)."""
     parser = ArgumentParser(prog="leveret", description="Leveret AMQP 0-9-1 broker")
-    parser.add_argument("--version", action="version", version=f"leveret {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"leveret {__version__} ({build_kind()})"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",

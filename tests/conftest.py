@@ -9,6 +9,7 @@ carries the ``rabbitmq`` marker and is deselected unless ``-m rabbitmq`` is give
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
@@ -21,6 +22,15 @@ from leveret.inspect import BrokerThread
 # starts as subprocesses (they inherit the environment) keep it off, so that parallel tests
 # never compete for it. Tests of the listener give --prometheus-port themselves.
 os.environ.setdefault("LEVERET_PROMETHEUS_PORT", "-1")
+
+# LEVERET_TEST_LOOP=uvloop runs every loop of the suite (the in-process brokers' and the
+# tests' own) on uvloop, as `leveret serve` runs: make test's second pass does, on the
+# compiled build, whose native classes check what the loop hands them (uvloop's handles are
+# not asyncio's classes).
+if os.environ.get("LEVERET_TEST_LOOP") == "uvloop":
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 # ``from tests.conftest import BrokerThread`` keeps working: the class now lives in
 # broker/inspect.py, shared with the pytest plugin (broker/testing.py).

@@ -125,7 +125,28 @@ def test_version_is_the_packages(tmp_path: Path) -> None:
         text=True,
         timeout=30,
     )
-    assert (result.returncode, result.stdout, result.stderr) == (0, f"leveret {__version__}\n", "")
+    build = "compiled" if _codec_is_an_extension() else "pure Python"
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"leveret {__version__} ({build})\n",
+        "",
+    )
+
+
+def _codec_is_an_extension() -> bool:
+    """Whether the frame reader this interpreter imports is a C extension (a compiled build)."""
+    import leveret.wire.codec.reader as reader
+
+    return Path(reader.__file__ or "").suffix in (".so", ".pyd")
+
+
+def test_the_build_under_test_is_the_one_asked_for() -> None:
+    """make test runs the suite on the pure build, then on the compiled one (LEVERET_TEST_BUILD
+    names which): a compiled phase that imported the .py files would test nothing new."""
+    from leveret import build_kind
+
+    expected = os.environ.get("LEVERET_TEST_BUILD", "pure Python")
+    assert (build_kind(), _codec_is_an_extension()) == (expected, expected == "compiled")
 
 
 def test_leveret_console_script_help() -> None:

@@ -136,10 +136,10 @@ def test_a_project_with_its_own_broker_package_runs_its_tests(
     assert "2 passed" in output
 
     # The script and ``python -m`` both answer from the namespace.
-    assert run(tmp_path / "venv" / "bin" / "leveret", "--version", cwd=project).split() == [
-        "leveret",
-        leveret.__version__,
-    ]
+    # The wheel is the pure-Python build (no LEVERET_COMPILE).
+    assert run(tmp_path / "venv" / "bin" / "leveret", "--version", cwd=project) == (
+        f"leveret {leveret.__version__} (pure Python)\n"
+    )
     assert "serve" in run(python, "-m", "leveret", "--help", cwd=project)
     site = Path(
         run(

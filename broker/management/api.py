@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 import leveret.management.views as views
+from leveret import build_kind
 from leveret.exchanges.types import TYPES
 from leveret.management.access import (
     SERVER_KEY,
@@ -194,6 +195,8 @@ async def overview(request: web.Request) -> web.Response:
             "rabbitmq_version": views.RABBITMQ_VERSION,
             "product_name": views.PRODUCT_NAME,
             "product_version": views.PRODUCT_VERSION,
+            # Leveret's own: which build serves (``leveret --version`` says the same).
+            "leveret_build": build_kind(),
             "cluster_name": views.CLUSTER_NAME,
             "node": views.NODE,
             "rates_mode": "basic",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -110,8 +109,9 @@ class AckTimeouts:
     def __init__(self, default_ms: int, connections: Iterable[ConnectionPeer]) -> None:
         self.default_ms = default_ms
         self._connections = connections
-        # Queues with a timeout of their own (a finite one sets the check period).
-        self._queues: weakref.WeakSet[Queue] = weakref.WeakSet()
+        # Queues with a timeout of their own (a finite one sets the check period), held
+        # until they are deleted (a compiled Queue takes no weak references).
+        self._queues: set[Queue] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._period = math.inf
         self._running = False
@@ -142,6 +142,7 @@ class AckTimeouts:
         return self.default_ms if self.default_ms > 0 else math.inf
 
     def _schedule(self) -> None:
+        self._queues = {q for q in self._queues if not q.deleted}
         shortest = min(
             (q.consumer_timeout for q in self._queues if q.consumer_timeout is not None),
             default=math.inf,

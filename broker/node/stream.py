@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import datetime
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from leveret.node.arguments import NAMED_OFFSETS, arg_text, int_arg, interval_ms
 from leveret.node.errors import (
@@ -171,7 +171,7 @@ class StreamQueue(Queue):
         "values",
     )
 
-    stream = True
+    stream: ClassVar[bool] = True
 
     def __init__(
         self,

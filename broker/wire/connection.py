@@ -32,7 +32,7 @@ import logging
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
@@ -88,6 +88,15 @@ _FRAMES_PER_CHECK = 8
 _CHANNEL_CONTROL = frozenset({commands.Channel.Close, commands.Channel.CloseOk, codec.Heartbeat})
 
 
+class LoopHandle(Protocol):
+    """What a connection keeps of the event loop's callbacks and timers: a way to cancel
+    them. uvloop's handles are not asyncio.Handle subclasses, and a compiled build
+    (setup.py) checks an attribute's declared class on every assignment."""
+
+    def cancel(self) -> None:
+        """Cancel the callback or timer (nothing happens if it already ran)."""
+
+
 class Connection(asyncio.Protocol):
     """Server side of one AMQP 0-9-1 connection.
 
@@ -120,19 +129,19 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes | memoryview] = []
         self._out_views = False  # _out holds views of a large body: writelines, no join
         self._in_read = False
-        self._flush_handle: asyncio.Handle | None = None
+        self._flush_handle: LoopHandle | None = None
         # Input fairness (data_received): loop time used since this connection last let the
         # others run, frames decoded but not yet handled (with the read's decoding error,
         # if any) and reads that came while they waited.
         self._spent = 0.0
         self._backlog: tuple[list[tuple[int, Any]], int, Any] | None = None
         self._held: deque[bytes] = deque()
-        self._yield_handle: asyncio.Handle | None = None
+        self._yield_handle: LoopHandle | None = None
         self._confirms: set[Channel] = set()
         self._to_drain: set[Queue] = set()
-        self._handshake_timer: asyncio.TimerHandle | None = None
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
-        self._close_timer: asyncio.TimerHandle | None = None
+        self._handshake_timer: LoopHandle | None = None
+        self._heartbeat_timer: LoopHandle | None = None
+        self._close_timer: LoopHandle | None = None
         self._last_recv = 0.0
         self._last_send = 0.0
         self.io = SocketCounters()  # bytes and reads, writes (broker/churn.py)

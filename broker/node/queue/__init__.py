@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -73,11 +73,9 @@ class Queue:
     """A queue in a vhost."""
 
     # leveret.node.stream.StreamQueue: an append-only log, read by offset.
-    stream = False
+    stream: ClassVar[bool] = False
 
-    # __weakref__: leveret.node.acktimeout keeps the queues with a timeout of their own weakly.
     __slots__ = (
-        "__weakref__",
         "_expiry_timer",
         "_last_used",
         "_prioritised_consumers",

@@ -19,20 +19,24 @@ if TYPE_CHECKING:
     from leveret.node.queue import Queue
 
 
+# QueueCounts' fields (a compiled class has no __slots__ to read them from).
+QUEUE_COUNT_NAMES = (
+    "acked",
+    "get_ack",
+    "get_empty",
+    "get_no_ack",
+    "no_ack_gone",
+    "redelivered",
+    "returned",
+)
+
+
 class QueueCounts:
     """What a channel counted of one queue: rabbit_channel's ``queue_stats`` fine stats, the
     row of rabbit_core_metrics' ``channel_queue_metrics`` that rabbitmq_prometheus serves
     per channel and queue (leveret.wire.channel.stats derives the deliveries from these)."""
 
-    __slots__ = (
-        "acked",
-        "get_ack",
-        "get_empty",
-        "get_no_ack",
-        "no_ack_gone",
-        "redelivered",
-        "returned",
-    )
+    __slots__ = QUEUE_COUNT_NAMES
 
     def __init__(self) -> None:
         self.get_ack = 0  # basic.get with acks

@@ -60,6 +60,7 @@ from pamqp import commands
 
 from leveret.node.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
 from leveret.node.queue import QueueCounts
+from leveret.node.queue.peers import QUEUE_COUNT_NAMES
 from leveret.session.publish import ExchangeStats
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class DeliveryCounters:
         if counts is None:
             return
         gone = self.gone
-        for name in QueueCounts.__slots__:
+        for name in QUEUE_COUNT_NAMES:
             setattr(gone, name, getattr(gone, name) + getattr(counts, name))
         held = [record for record in self.unacked.values()]
         held += [record for _tag, record in self.tx_acks]
@@ -222,7 +223,7 @@ class DeliveryCounters:
         """The channel's counts: the sums of its rows and of the rows that went."""
         total = QueueCounts()
         for counts in (self.gone, *self.queue_counts.values()):
-            for name in QueueCounts.__slots__:
+            for name in QUEUE_COUNT_NAMES:
                 setattr(total, name, getattr(total, name) + getattr(counts, name))
         return total
 

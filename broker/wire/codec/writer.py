@@ -73,14 +73,17 @@ def _unchecked(cls: type[Any], **fields: Any) -> Any:
     unchecked = _UNCHECKED.get(cls)
     if unchecked is None:
         # No __slots__ of its own: marshal() iterates the method class's __slots__.
-        unchecked = _UNCHECKED[cls] = type(cls.__name__, (cls,), {"validate": _no_check})
+        # A static method: a compiled function does not bind as a method would.
+        unchecked = _UNCHECKED[cls] = type(
+            cls.__name__, (cls,), {"validate": staticmethod(_no_check)}
+        )
     method = object.__new__(unchecked)
     for name, value in fields.items():
         setattr(method, name, value)
     return method
 
 
-def _no_check(self: Any) -> None:
+def _no_check() -> None:
     """Accept every value (see :func:`_unchecked`)."""
 
 

@@ -122,7 +122,7 @@ export function Overview({ vhosts }) {
         <tbody>${data.listeners.map((l) => html`<tr>
           <td>${l.protocol}</td><td>${l.ip_address}</td><td>${l.port}</td></tr>`)}</tbody>
       </table>
-      <p class="muted">${data.product_name} ${data.product_version}, RabbitMQ ${data.rabbitmq_version} behaviour</p>`}
+      <p class="muted">${data.product_name} ${data.product_version} (${data.leveret_build}), RabbitMQ ${data.rabbitmq_version} behaviour</p>`}
     <${Definitions} vhosts=${vhosts} />
   </div>`;
 }
