@@ -80,7 +80,9 @@ class GaragemqProcess(ChildBroker):
     """garagemq as a child process with a config file and database of its own."""
 
     kind = "garagemq"
-    noise = ("badger ",)  # its database's INFO lines, printed whatever --log-level says
+    # Its database's INFO lines (whatever --log-level says), and the error it logs for the
+    # bench's start-up probe (a TCP connect that sends no protocol header).
+    noise = ("badger ", 'msg="Error on read protocol header"')
 
     def __init__(self, log_path: Path, executable: str) -> None:
         super().__init__(log_path)

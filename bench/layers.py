@@ -77,6 +77,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from run import git_revision, loadavg, parse_builds
 from workloads import (
     REPO_ROOT,
     RESULTS_DIR,
@@ -562,8 +563,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from run import git_revision, loadavg, parse_builds
-
     args = parse_args(argv)
     classifier = Classifier(ModuleIndex.from_source())
     if args.classify is not None:
@@ -585,7 +584,11 @@ def main(argv: list[str] | None = None) -> int:
         for key in keys:
             log(f"profiling {key} on build {build[0]} ...")
             column = key if len(builds) == 1 else f"{key} ({build[0]})"
-            profiles[column] = profile_one(key, build, args, classifier)
+            try:
+                profiles[column] = profile_one(key, build, args, classifier)
+            except RuntimeError as exc:  # the broker or py-spy did not start
+                print(f"bench/layers.py: {exc}", file=sys.stderr)
+                return 70
     if len(profiles) > 1:
         text = "\n".join(
             [

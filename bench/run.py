@@ -111,8 +111,9 @@ def parse_builds(values: list[str] | None) -> list[tuple[str, str]]:
         name, sep, path = value.partition("=")
         if not sep or not name or not name.replace("-", "").replace("_", "").isalnum():
             usage_error(f"--leveret-build {value!r}: expected NAME=PYTHONPATH_DIR")
-        if path and not Path(path).is_dir():
-            usage_error(f"--leveret-build {value!r}: {path} is not a directory")
+        # A directory without the package would silently run the venv's install instead.
+        if path and not (Path(path) / "leveret" / "__init__.py").is_file():
+            usage_error(f"--leveret-build {value!r}: no leveret package in {path}")
         if name in (b[0] for b in builds):
             usage_error(f"--leveret-build {value!r}: build {name} given twice")
         builds.append((name, str(Path(path).resolve()) if path else ""))
@@ -121,7 +122,7 @@ def parse_builds(values: list[str] | None) -> list[tuple[str, str]]:
 
 def usage_error(message: str) -> None:
     """One line on stderr and exit 64 (a usage error)."""
-    print(f"bench/run.py: {message}", file=sys.stderr)
+    print(f"bench/{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
     raise SystemExit(EX_USAGE)
 
 
@@ -590,12 +591,51 @@ def selected_workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so the ``finally`` blocks stop Leveret."""
+    """Turn SIGTERM into SystemExit so the ``finally`` blocks stop the brokers."""
 
     def handler(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def run_all(
+    workloads: list[Workload],
+    builds: list[tuple[str, str]],
+    rabbitmq: Broker | None,
+    garage_binary: str | None,
+    args: argparse.Namespace,
+    jsonl: Path,
+) -> tuple[list[Record], list[Broker]]:
+    """Start the Leveret builds and garagemq, run the matrix, stop what was started."""
+    args.build_info, args.peer_info = {}, {}
+    with ExitStack() as stack:
+        brokers: list[Broker] = []
+        for build, path in builds:
+            name = f"{LEVERET}-{build}"
+            label = "Leveret" if len(builds) == 1 else f"Leveret {build}"
+            log_path = args.results_dir / f"{name}-{jsonl.stem}.log"
+            process = stack.enter_context(running(LeveretProcess(args.python, log_path, path)))
+            brokers.append(Broker(name, label, process.url, process.pid, process))
+            args.build_info[name] = (
+                f"build {build}, PYTHONPATH {path or '(unchanged)'}: "
+                f"{describe_build(args.python, path)}"
+            )
+        if rabbitmq is not None:
+            brokers.append(rabbitmq)
+        if garage_binary is not None:
+            log_path = args.results_dir / f"{GARAGEMQ}-{jsonl.stem}.log"
+            garage = garagemq.GaragemqProcess(log_path, garage_binary)
+            process = stack.enter_context(running(garage))
+            brokers.append(Broker(GARAGEMQ, PRETTY[GARAGEMQ], process.url, process.pid, process))
+            args.peer_info[GARAGEMQ] = f", Debian package {garagemq.version()}"
+        for broker in brokers:
+            log(f"broker {broker.name}: {broker.url} pid {broker.pid}")
+            if broker.name in args.build_info:
+                log(f"  {args.build_info[broker.name]}")
+        log(f"workloads: {' '.join(w.key for w in workloads)}; reps {args.reps}; -> {jsonl}")
+        with open(jsonl, "w") as out:
+            return run_matrix(workloads, brokers, args, out), brokers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -610,34 +650,11 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     jsonl = args.results_dir / f"{stamp}.jsonl"
     rabbitmq = find_rabbitmq(args)
-    args.build_info, args.peer_info = {}, {}
-    with ExitStack() as stack:
-        brokers: list[Broker] = []
-        for build, path in builds:
-            name = f"{LEVERET}-{build}"
-            label = "Leveret" if len(builds) == 1 else f"Leveret {build}"
-            log_path = args.results_dir / f"{name}-{stamp}.log"
-            process = stack.enter_context(running(LeveretProcess(args.python, log_path, path)))
-            brokers.append(Broker(name, label, process.url, process.pid, process))
-            args.build_info[name] = (
-                f"build {build}, PYTHONPATH {path or '(unchanged)'}: "
-                f"{describe_build(args.python, path)}"
-            )
-        if rabbitmq is not None:
-            brokers.append(rabbitmq)
-        if garage_binary is not None:
-            log_path = args.results_dir / f"{GARAGEMQ}-{stamp}.log"
-            garage = garagemq.GaragemqProcess(log_path, garage_binary)
-            process = stack.enter_context(running(garage))
-            brokers.append(Broker(GARAGEMQ, PRETTY[GARAGEMQ], process.url, process.pid, process))
-            args.peer_info[GARAGEMQ] = f", Debian package {garagemq.version()}"
-        for broker in brokers:
-            log(f"broker {broker.name}: {broker.url} pid {broker.pid}")
-            if broker.name in args.build_info:
-                log(f"  {args.build_info[broker.name]}")
-        log(f"workloads: {' '.join(w.key for w in workloads)}; reps {args.reps}; -> {jsonl}")
-        with open(jsonl, "w") as out:
-            records = run_matrix(workloads, brokers, args, out)
+    try:
+        records, brokers = run_all(workloads, builds, rabbitmq, garage_binary, args, jsonl)
+    except RuntimeError as exc:  # a broker the bench starts did not come up
+        print(f"bench/run.py: {exc}", file=sys.stderr)
+        return 70
     report = render_markdown(records, workloads, brokers, args, jsonl)
     (args.results_dir / f"{stamp}.md").write_text(report)
     (args.results_dir / "latest.md").write_text(report)

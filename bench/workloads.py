@@ -492,7 +492,8 @@ class ChildBroker:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
 
-    # Log lines a broker writes at every start whatever happens (kept logs are for errors).
+    # Parts of log lines a broker writes at every start whatever happens (kept logs are for
+    # errors).
     noise: tuple[str, ...] = ()
 
     def close_log(self) -> None:
@@ -501,7 +502,7 @@ class ChildBroker:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return
-        if all(line.startswith(self.noise) for line in lines if line.strip()):
+        if all(any(n in line for n in self.noise) for line in lines if line.strip()):
             self.log_path.unlink()
 
 
