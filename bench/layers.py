@@ -39,10 +39,12 @@ unnamed addresses in libc) is a syscall, whoever called it. Any other sample goe
 innermost (leaf-most) frame that maps to a layer: a ``dict`` lookup inside
 ``Queue.publish`` is the queue's, a ``memcpy`` under ``FrameReader._feed`` is decoding, and
 a helper of an unmapped module counts for the layer of its nearest mapped caller; a sample
-with no mapped frame at all is "other". Samples of a thread waiting on a lock or a
-condition (the GIL, a thread pool's idle worker: ``pthread_cond_*``,
-``PyThread_acquire_lock*``, ``sem_*``, ``take_gil`` on the stack) use no CPU and are left out
-of the shares (their count is printed).
+with no mapped frame at all is "other", and so is one whose innermost mapped frame is the
+event loop's (always at the root) when a frame of the rest of ``leveret`` (a module of no
+layer: a timer callback, the memory monitor) is on the way: the loop only called it.
+Samples of a thread waiting on a lock or a condition (the GIL, a thread pool's idle worker:
+``pthread_cond_*``, ``PyThread_acquire_lock*``, ``sem_*``, ``take_gil`` on the stack) use no
+CPU and are left out of the shares (their count is printed).
 
 Frames are mapped to modules from any of: a Python file path (installed,
 ``leveret/wire/codec/reader.py``, or this repository's folders as an editable install
@@ -270,8 +272,9 @@ def demangle(cname: str) -> list[str]:
     return parts
 
 
-def layer_of_module(module: str, function: str) -> str | None:
-    """The layer of a leveret module (and function: ``Class.method``), None if none."""
+def layer_of_module(module: str, function: str) -> str:
+    """The layer of a leveret module (and function: ``Class.method``); "other" for the
+    rest of leveret."""
     if (module, function) in FUNCTION_LAYERS:
         return FUNCTION_LAYERS[module, function]
     best = None
@@ -280,7 +283,7 @@ def layer_of_module(module: str, function: str) -> str | None:
             best is None or len(prefix) > len(best[0])
         ):
             best = (prefix, layer)
-    return best[1] if best else None
+    return best[1] if best else OTHER
 
 
 def leveret_module_of_path(path: str) -> str | None:
@@ -368,10 +371,15 @@ class Classifier:
                 if syscall_name(frame.name) in SYSCALL_NAMES and not frame.is_python:
                     return SYSCALLS
                 break
+        in_leveret = False  # passed a leveret frame of no layer (OTHER) on the way out
         for frame in reversed(frames):
             layer = self.frame_layer(frame)
-            if layer is not None:
-                return layer
+            if layer == OTHER:
+                in_leveret = True
+            elif layer is not None:
+                # The loop is at the root of every stack: leveret code of no layer that it
+                # called (a timer, the memory monitor) is "other", not the loop's.
+                return OTHER if layer == LOOP and in_leveret else layer
         return OTHER
 
 
