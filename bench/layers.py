@@ -58,7 +58,10 @@ suffix>___<Class>___<method>`` (and their Python wrappers ``CPyPy_...``), ``.`` 
 ``leveret`` (and checked against the names each module defines), so the mapping holds
 whether the group's code lives in one shared ``*__mypyc`` library or in one ``.so`` per
 module. mypyc's runtime helpers (``CPy_*``, ``CPyTagged_*``, ...) and CPython's C API map
-to no layer: they count for the compiled function that called them.
+to no layer: they count for the compiled function that called them. Checked once against
+a real build (mypy 2.4.1's mypyc on ``reader.py`` and ``writer.py`` alone, py-spy 0.4.3):
+py-spy showed ``CPyDef_reader___FrameReader____feed (__native_<hash>.c:5055)``, the C file
+naming no module, and every sample with a compiled frame went to decoding or encoding.
 """
 
 from __future__ import annotations
