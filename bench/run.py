@@ -281,11 +281,11 @@ def run_matrix(
     records: list[Record] = []
     common = {"quick": args.quick, "leveret_revision": args.revision}
     width = max(len(b.name) for b in brokers)
-    turn = 0
     for rep in range(1, args.reps + 1):
-        for workload in workloads:
-            shift = turn % len(brokers)
-            turn += 1
+        for index, workload in enumerate(workloads):
+            # rep r, workload w: the brokers from number (r - 1 + w) on, so that for every
+            # workload each broker takes each place in turn over the reps
+            shift = (rep - 1 + index) % len(brokers)
             for broker in brokers[shift:] + brokers[:shift]:
                 restarted = broker.process is not None and broker.process.ensure_running()
                 if restarted and broker.process is not None:
