@@ -54,14 +54,17 @@ or a mypyc-compiled function's C name: mypyc names native functions ``CPyDef_<mo
 suffix>___<Class>___<method>`` (and their Python wrappers ``CPyPy_...``), ``.`` written as
 ``___`` and the module reduced to its shortest suffix unique in the compiled group, e.g.
 ``CPyDef_reader___FrameReader____feed`` for ``leveret.wire.codec.reader``'s
-``FrameReader._feed``. The suffix is looked up among the modules of this repository's
-``leveret`` (and checked against the names each module defines), so the mapping holds
-whether the group's code lives in one shared ``*__mypyc`` library or in one ``.so`` per
-module. mypyc's runtime helpers (``CPy_*``, ``CPyTagged_*``, ...) and CPython's C API map
-to no layer: they count for the compiled function that called them. Checked once against
-a real build (mypy 2.4.1's mypyc on ``reader.py`` and ``writer.py`` alone, py-spy 0.4.3):
-py-spy showed ``CPyDef_reader___FrameReader____feed (__native_<hash>.c:5055)``, the C file
-naming no module, and every sample with a compiled frame went to decoding or encoding.
+``FrameReader._feed``. The compiled modules are those with a ``.so`` in the build's
+``leveret/``; from that list the prefixes are computed as mypyc computes them, so a name is
+read back exactly. Failing that (a name of no known prefix), the suffix is looked up among
+the modules of this repository's ``leveret`` (checked against the names each module
+defines). Either way the mapping holds whether the group's code lives in one shared
+``*__mypyc`` library or in one ``.so`` per module. mypyc's runtime helpers (``CPy_*``,
+``CPyTagged_*``, ...) and CPython's C API map to no layer: they count for the compiled
+function that called them. Checked once against a real build (mypy 2.4.1's mypyc on
+``reader.py`` and ``writer.py`` alone, py-spy 0.4.3): py-spy showed
+``CPyDef_reader___FrameReader____feed (__native_<hash>.c:5055)``, the C file naming no
+module, and every sample with a compiled frame went to decoding or encoding.
 """
 
 from __future__ import annotations
@@ -259,6 +262,44 @@ def top_level_names(path: Path) -> set[str]:
     return {node.name for node in tree.body if isinstance(node, kinds)}
 
 
+def mypyc_prefixes(modules: list[str]) -> list[tuple[str, str]]:
+    """(C-name prefix, module) of modules mypyc compiled in one group, longest prefix first:
+    each module's shortest dotted suffix that no other module of the group shares, as a C
+    name (mypyc/namegen.py: make_module_translation_map, exported_name). One module alone
+    gets no prefix, which says nothing: left to the name lookup."""
+    if len(modules) < 2:
+        return []
+
+    def suffixes(module: str) -> list[str]:
+        parts = module.split(".")
+        return [".".join(parts[-i:]) for i in range(1, len(parts) + 1)]
+
+    counts = Counter(s for m in modules for s in suffixes(m))
+    prefixes = []
+    for module in modules:
+        suffix = next((s for s in suffixes(module) if counts[s] == 1), suffixes(module)[-1])
+        prefixes.append((suffix.replace("___", "___3_").replace(".", "___") + "___", module))
+    return sorted(prefixes, key=lambda p: -len(p[0]))
+
+
+def compiled_modules(pythonpath: str) -> list[str]:
+    """The leveret modules that are C extensions in a build: the ``.so`` files in its
+    ``leveret/`` (or, for the venv's editable install, in this repository's folders)."""
+    roots = (
+        [(Path(pythonpath) / "leveret", ("leveret",))]
+        if pythonpath
+        else [(REPO_ROOT / f, ("leveret", *prefix)) for f, prefix in SOURCE_FOLDERS.items()]
+    )
+    modules = []
+    for root, package in roots:
+        for path in sorted(root.rglob("*.so")) if root.is_dir() else []:
+            parts = path.relative_to(root).parts
+            stem = EXTENSION_SUFFIX.sub("", parts[-1])
+            names = (*parts[:-1], stem) if stem != "__init__" else parts[:-1]
+            modules.append(".".join((*package, *names)))
+    return modules
+
+
 def demangle(cname: str) -> list[str]:
     """mypyc's C name without its prefix, as components: ``.`` is ``___`` and a real
     ``___`` was written ``___3_`` (mypyc/namegen.py's exported_name)."""
@@ -312,8 +353,11 @@ def leveret_module_of_path(path: str) -> str | None:
 class Classifier:
     """Attributes py-spy samples to layers (the rule is in the module docstring)."""
 
-    def __init__(self, index: ModuleIndex) -> None:
+    def __init__(self, index: ModuleIndex, compiled: Iterable[str] = ()) -> None:
         self.index = index
+        # mypyc's C-name prefix of each compiled module, when the build's .so files say
+        # which modules were compiled together: then a name is read back exactly.
+        self.prefixes = mypyc_prefixes(sorted(compiled))
         self._frames: dict[Frame, str | None] = {}
 
     def frame_layer(self, frame: Frame) -> str | None:
@@ -351,6 +395,11 @@ class Classifier:
 
     def mypyc_layer(self, cname: str) -> str | None:
         """The layer of a mypyc-compiled function, from its C name."""
+        name = cname.removeprefix(MYPYC_PREFIXES[0]).removeprefix(MYPYC_PREFIXES[1])
+        for prefix, module in self.prefixes:  # the longest prefixes first
+            if name.startswith(prefix):
+                rest = demangle(name[len(prefix) :])
+                return layer_of_module(module, ".".join(rest[:2]))
         parts = demangle(cname)
         # The longest module suffix first; then no module part (one module compiled alone).
         for k in range(len(parts) - 1, -1, -1):
@@ -464,10 +513,11 @@ def record(
 
 
 def profile_one(
-    workload_key: str, build: tuple[str, str], args: argparse.Namespace, classifier: Classifier
+    workload_key: str, build: tuple[str, str], args: argparse.Namespace, index: ModuleIndex
 ) -> Profile:
     """Profile one build under one workload; write its table and raw stacks."""
     name, pythonpath = build
+    classifier = Classifier(index, compiled_modules(pythonpath))
     workload = WORKLOADS[workload_key]
     base = args.results_dir / f"layers-{workload_key}-{name}"
     raw, spy_log = base.with_suffix(".raw"), base.with_suffix(".pyspy.log")
@@ -568,15 +618,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--python", default=default_python(), help="interpreter for Leveret")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
-        "--classify", type=Path, metavar="RAW", help="only classify an existing raw py-spy file"
+        "--classify",
+        type=Path,
+        metavar="RAW",
+        help="only classify an existing raw py-spy file (of the --leveret-build given)",
     )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    classifier = Classifier(ModuleIndex.from_source())
+    index = ModuleIndex.from_source()
     if args.classify is not None:
+        builds = parse_builds(args.leveret_build)
+        classifier = Classifier(index, compiled_modules(builds[0][1]))
         profile = read_raw(args.classify, classifier)
         print(markdown_table(["layer", "samples", "share"], layer_rows(profile)))
         print(json.dumps({"busy": profile.busy, "waiting": profile.layers[WAITING]}))
@@ -596,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"profiling {key} on build {build[0]} ...")
             column = key if len(builds) == 1 else f"{key} ({build[0]})"
             try:
-                profiles[column] = profile_one(key, build, args, classifier)
+                profiles[column] = profile_one(key, build, args, index)
             except RuntimeError as exc:  # the broker or py-spy did not start
                 print(f"bench/layers.py: {exc}", file=sys.stderr)
                 return 70
