@@ -533,6 +533,7 @@ def profile_one(
         )
     finally:
         broker.stop()
+        tracebacks = broker.tracebacks()
         broker.close_log()
     if not result.get("ok"):
         raise SystemExit(f"bench/layers.py: {workload_key} failed: {result.get('error')}")
@@ -553,6 +554,11 @@ def profile_one(
         f"- py-spy --native --rate 250: {spy_summary[-1] if spy_summary else '?'}; "
         f"{profile.busy} busy samples, {profile.layers[WAITING]} waiting (left out)",
         f"- raw stacks: `{display_path(raw)}`",
+    ]
+    if tracebacks:
+        log_file = display_path(broker.log_path)
+        lines.append(f"- **the broker logged {tracebacks} tracebacks** (`{log_file}`)")
+    lines += [
         "",
         markdown_table(["layer", "samples", "share"], layer_rows(profile)),
     ]

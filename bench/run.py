@@ -499,6 +499,11 @@ def render_markdown(
             detail_rows(records, workloads, names),
         ),
     ]
+    troubled = [(b, b.process.tracebacks()) for b in brokers if b.process is not None]
+    for broker, count in troubled:
+        if count and broker.process is not None:
+            log_file = display_path(broker.process.log_path)
+            parts += ["", f"**{broker.name} logged {count} tracebacks** (`{log_file}`)."]
     failures = [r for r in records if not r.get("ok")]
     if failures:
         parts += ["", "Failed runs:", ""]

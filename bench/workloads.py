@@ -496,6 +496,14 @@ class ChildBroker:
     # errors).
     noise: tuple[str, ...] = ()
 
+    def tracebacks(self) -> int:
+        """Python tracebacks in the broker's log: a broker that raised while measured (a
+        callback failing on every message, say) gives figures not worth quoting."""
+        try:
+            return self.log_path.read_text(errors="replace").count("Traceback (most recent")
+        except OSError:
+            return 0
+
     def close_log(self) -> None:
         """Remove the log file if the broker wrote nothing but noise to it (no clutter)."""
         try:
