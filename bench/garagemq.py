@@ -11,7 +11,10 @@ private RabbitMQ node (``rabbitmq_node.sh``).
 
 Known on the Debian build 0.0~git20200204.15e6a9d (2020): the topic exchange misroutes
 (``loadgen/topic.py``'s reference check finds more enqueued messages than the bindings
-match), so ``run.py`` prints "wrong routes" for it instead of a figure.
+match), so ``run.py`` prints "wrong routes" for it instead of a figure. Reduced by hand: a
+binding ``wbl.#`` takes the routing keys ``wblt.x`` and ``wblt`` (a word followed by ``#``
+matches as a string prefix, not as a whole word), while ``ab.cd`` and ``wbl.*`` match as
+they should.
 """
 
 from __future__ import annotations
