@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Benchmark Leveret against RabbitMQ with the project's load generator (``bench/loadgen/``);
-write JSONL + a markdown table.
+"""Benchmark Leveret against RabbitMQ and garagemq with the project's load generator
+(``bench/loadgen/``); write JSONL + a markdown table.
 
-Starts Leveret (``python -m leveret serve``) on a free port, uses a RabbitMQ node if one is
-found (or given), and runs each workload against each broker, interleaved (rep 1: A then B,
-rep 2: B then A, ...), every run a fresh load-generator process with the broker's PID so
-its CPU is recorded. Raw results go to ``bench/results/<timestamp>.jsonl``; the summary table
-(medians, Leveret/RabbitMQ ratio, broker CPU) is printed and written to
-``bench/results/latest.md``.
+Starts one Leveret (``python -m leveret serve``) per build on a free port, a private
+garagemq node if the package is installed (``bench/garagemq.py``), uses a RabbitMQ node if
+one is found (or given), and runs each workload against each broker, interleaved (the order
+of the brokers rotates with every workload and rep), every run a fresh load-generator
+process with the broker's PID so its CPU is recorded. Raw results go to
+``bench/results/<timestamp>.jsonl``; the summary table (medians, the ratios of each Leveret
+build to RabbitMQ and to garagemq, broker CPU in cores and in µs per message) is printed
+and written to ``bench/results/latest.md``.
 
   .venv/bin/python bench/run.py --quick            # smoke run: 1 rep, small -n
   .venv/bin/python bench/run.py                    # 3 reps of the core workloads
   .venv/bin/python bench/run.py --extended         # + latency and aio-pika workloads
   .venv/bin/python bench/run.py --features         # + queue features (TTL, DLX, priority, headers)
-  .venv/bin/python bench/run.py --no-rabbitmq      # Leveret only
+  .venv/bin/python bench/run.py --no-rabbitmq --no-garagemq   # Leveret only
   .venv/bin/python bench/run.py --rabbitmq amqp://guest:guest@127.0.0.1:5691/ --rabbitmq-pid N
+  .venv/bin/python bench/run.py --leveret-build pure= --leveret-build compiled=build/compiled
+
+garagemq: started when ``garagemq`` is on PATH (``--garagemq`` insists, failing with one line
+when it is not installed; ``--no-garagemq`` skips it). ``--leveret-build NAME=DIR`` (repeat
+it) runs ``leveret serve`` with DIR first on PYTHONPATH (empty DIR: the venv's own install)
+as the broker ``leveret-NAME``; default one build, ``pure``.
 """
 
 from __future__ import annotations
@@ -22,138 +30,117 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+import garagemq
 from workloads import (
     CORE_WORKLOADS,
     REPO_ROOT,
     RESULTS_DIR,
     WORKLOADS,
+    ChildBroker,
+    LeveretProcess,
+    Metric,
     Workload,
     accepts_tcp,
+    cpu_us_per_unit,
     default_python,
-    free_port,
+    describe_build,
     run_script,
     workloads_in,
 )
 
 LEVERET = "leveret"
 RABBITMQ = "rabbitmq"
+GARAGEMQ = "garagemq"
+PEERS = (RABBITMQ, GARAGEMQ)  # the brokers each Leveret build is compared with
+PRETTY = {RABBITMQ: "RabbitMQ", GARAGEMQ: "garagemq"}
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_BUILD = "pure"
 # A workload script gets --timeout T; the process is killed after T + this grace.
 KILL_GRACE_S = 30.0
+# Exit status for a usage error (as rabbitmqctl's EX_USAGE).
+EX_USAGE = 64
 Record = dict[str, Any]
 
 
 @dataclass
 class Broker:
-    """A broker under test: a name for the table, its URL, its PID for CPU accounting."""
+    """A broker under test: a name for the records, a label for the table, its URL, its PID
+    for CPU accounting, and the child process when the bench started it (restarted if it
+    dies mid-run)."""
 
     name: str
+    label: str
     url: str
     pid: int | None
-
-
-# --------------------------------------------------------------------------------------------
-# Leveret subprocess
-# --------------------------------------------------------------------------------------------
-class LeveretProcess:
-    """Leveret as a child process on a free port; restartable if it dies mid-run."""
-
-    def __init__(self, python: str, log_path: Path, startup_timeout: float = 20.0) -> None:
-        self.python = python
-        self.log_path = log_path
-        self.startup_timeout = startup_timeout
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: TextIO | None = None
-        # A fresh --data-dir per start (durable workloads need one), removed in stop().
-        self.data_dir: Path | None = None
+    process: ChildBroker | None = None
 
     @property
-    def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
-
-    def start(self) -> None:
-        """Launch ``python -m leveret serve`` with a temporary ``--data-dir`` and wait until
-        the port accepts TCP."""
-        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
-        self.data_dir = Path(tempfile.mkdtemp(prefix="leveret-bench-"))
-        cmd = [self.python, "-m", "leveret", "serve", "--port", str(self.port)]
-        cmd += [
-            "--management-port",
-            "-1",
-            "--prometheus-port",
-            "-1",
-        ]  # never collide on 15672/15692
-        cmd += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + self.startup_timeout
-        while not accepts_tcp("127.0.0.1", self.port):
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"Leveret exited with {self.proc.returncode}; see {self.log_path}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"Leveret did not listen within {self.startup_timeout}s")
-            time.sleep(0.05)
-
-    def ensure_running(self) -> bool:
-        """Restart Leveret if it died; returns True if a restart was needed."""
-        if self.proc is not None and self.proc.poll() is None:
-            return False
-        log(f"Leveret is not running (rc {self.proc and self.proc.returncode}); restarting")
-        self.stop()
-        self.start()
-        return True
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s; remove the data dir."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self.data_dir is not None:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+    def is_leveret(self) -> bool:
+        return self.name.startswith(LEVERET)
 
 
 @contextmanager
-def running_leveret(python: str, log_path: Path) -> Iterator[LeveretProcess]:
-    """Start Leveret for the duration of the block; always stop it afterwards."""
-    leveret = LeveretProcess(python, log_path)
+def running(process: ChildBroker) -> Iterator[ChildBroker]:
+    """Start ``process`` for the duration of the block; always stop it afterwards."""
     try:
-        leveret.start()
-        yield leveret
+        process.start()
+        yield process
     finally:
-        leveret.stop()
-        if log_path.exists() and log_path.stat().st_size == 0:
-            log_path.unlink()  # nothing logged at warning level: no clutter
+        process.stop()
+        process.close_log()
+
+
+def parse_builds(values: list[str] | None) -> list[tuple[str, str]]:
+    """``--leveret-build NAME=DIR`` values as (name, dir); default one build, pure."""
+    if not values:
+        return [(DEFAULT_BUILD, "")]
+    builds: list[tuple[str, str]] = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not name.replace("-", "").replace("_", "").isalnum():
+            usage_error(f"--leveret-build {value!r}: expected NAME=PYTHONPATH_DIR")
+        # A directory without the package would silently run the venv's install instead.
+        if path and not (Path(path) / "leveret" / "__init__.py").is_file():
+            usage_error(f"--leveret-build {value!r}: no leveret package in {path}")
+        if name in (b[0] for b in builds):
+            usage_error(f"--leveret-build {value!r}: build {name} given twice")
+        builds.append((name, str(Path(path).resolve()) if path else ""))
+    return builds
+
+
+def usage_error(message: str) -> None:
+    """One line on stderr and exit 64 (a usage error)."""
+    print(f"bench/{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
+    raise SystemExit(EX_USAGE)
+
+
+def garagemq_executable(args: argparse.Namespace) -> str | None:
+    """The garagemq binary to start: None with --no-garagemq or (by default) when it is
+    not installed; --garagemq without it is an error."""
+    if args.no_garagemq:
+        return None
+    executable = garagemq.binary()
+    if executable is None:
+        if args.garagemq:
+            print(
+                f"bench/run.py: --garagemq: no garagemq on PATH ({garagemq.INSTALL_HINT})",
+                file=sys.stderr,
+            )
+            raise SystemExit(69)  # EX_UNAVAILABLE
+        log(f"no garagemq on PATH: not compared ({garagemq.INSTALL_HINT})")
+    return executable
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,7 +212,7 @@ def find_rabbitmq(args: argparse.Namespace) -> Broker | None:
         pid = listener_pid(port, pids) or (pids[0] if len(pids) == 1 else None)
     if pid is None:
         log("RabbitMQ PID unknown (pass --rabbitmq-pid): its CPU will not be recorded")
-    return Broker(RABBITMQ, url, pid)
+    return Broker(RABBITMQ, PRETTY[RABBITMQ], url, pid)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,31 +273,32 @@ def brief(workload: Workload, record: Record) -> str:
 
 
 def run_matrix(
-    workloads: list[Workload],
-    brokers: list[Broker],
-    leveret: LeveretProcess,
-    args: argparse.Namespace,
-    out: TextIO,
+    workloads: list[Workload], brokers: list[Broker], args: argparse.Namespace, out: TextIO
 ) -> list[Record]:
-    """All reps x workloads x brokers, interleaved; each record is also appended to ``out``."""
+    """All reps x workloads x brokers, interleaved: the order of the brokers rotates by one
+    with every workload and every rep, so that each takes each place in turn. Each record is
+    also appended to ``out``."""
     records: list[Record] = []
     common = {"quick": args.quick, "leveret_revision": args.revision}
+    width = max(len(b.name) for b in brokers)
     for rep in range(1, args.reps + 1):
-        order = brokers if rep % 2 == 1 else list(reversed(brokers))
-        for workload in workloads:
-            for broker in order:
-                restarted = broker.name == LEVERET and leveret.ensure_running()
-                if restarted:
-                    broker.url, broker.pid = leveret.url, leveret.pid
+        for index, workload in enumerate(workloads):
+            # rep r, workload w: the brokers from number (r - 1 + w) on, so that for every
+            # workload each broker takes each place in turn over the reps
+            shift = (rep - 1 + index) % len(brokers)
+            for broker in brokers[shift:] + brokers[:shift]:
+                restarted = broker.process is not None and broker.process.ensure_running()
+                if restarted and broker.process is not None:
+                    broker.url, broker.pid = broker.process.url, broker.process.pid
                 record = run_workload(workload, broker, args)
                 record.update(common, rep=rep)
                 if restarted:
-                    record["leveret_restarted_before"] = True
+                    record["broker_restarted_before"] = True
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 records.append(record)
                 log(
-                    f"[rep {rep}/{args.reps}] {workload.key:<17} {broker.name:<9} "
+                    f"[rep {rep}/{args.reps}] {workload.key:<19} {broker.name:<{width}} "
                     + brief(workload, record)
                 )
     return records
@@ -342,19 +330,54 @@ def select(records: list[Record], key: str, broker: str) -> list[Record]:
     return [r for r in records if r["key"] == key and r["broker_name"] == broker]
 
 
+def fmt_us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def comparisons(brokers: list[Broker]) -> list[tuple[Broker, Broker]]:
+    """(Leveret build, peer) pairs for the ratio columns: each build against each of
+    RabbitMQ and garagemq that runs."""
+    peers = [b for name in PEERS for b in brokers if b.name == name]
+    return [(lev, peer) for peer in peers for lev in brokers if lev.is_leveret]
+
+
+def verdict(workload: Workload, runs: list[Record]) -> str | None:
+    """What the table prints instead of a figure: the workload's check label when a run
+    failed its check (a broker that misroutes), "failed" when no run succeeded."""
+    if workload.check is not None and any(r.get("ok") and workload.check.failed(r) for r in runs):
+        return workload.check.label
+    if runs and not any(r.get("ok") for r in runs):
+        return "failed"
+    return None
+
+
+def median_cpu_us(runs: list[Record], metric: Metric) -> float | None:
+    """Median over the ok runs of the broker's CPU µs per unit of ``metric``."""
+    values = [cpu_us_per_unit(r, metric) for r in runs if r.get("ok")]
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
 def summary_rows(
-    records: list[Record], workloads: list[Workload], names: list[str]
+    records: list[Record], workloads: list[Workload], brokers: list[Broker]
 ) -> list[list[str]]:
-    """Main table: one row per workload metric, medians per broker, ratio, broker CPU."""
+    """Main table: one row per workload metric, medians per broker, the Leveret/peer ratios,
+    broker CPU (cores) and broker CPU µs per message (per unit of the metric)."""
+    names = [b.name for b in brokers]
     rows = []
     for workload in workloads:
         runs = {name: select(records, workload.key, name) for name in names}
+        verdicts = {name: verdict(workload, runs[name]) for name in names}
         for metric in workload.metrics:
-            medians = {name: median_of(runs[name], metric.field) for name in names}
-            row = [workload.key, metric.label] + [fmt_value(medians[n]) for n in names]
-            if RABBITMQ in names:
-                row.append(fmt_ratio(medians[LEVERET], medians[RABBITMQ]))
+            medians = {n: None if verdicts[n] else median_of(runs[n], metric.field) for n in names}
+            row = [workload.key, metric.label]
+            row += [verdicts[n] or fmt_value(medians[n]) for n in names]
+            row += [
+                fmt_ratio(medians[lev.name], medians[peer.name])
+                for lev, peer in comparisons(brokers)
+            ]
             row += [fmt_cpu(median_of(runs[n], "broker_cpu_frac_of_1_core")) for n in names]
+            row += ["-" if verdicts[n] else fmt_us(median_cpu_us(runs[n], metric)) for n in names]
             row.append(
                 "; ".join(
                     f"{sum(bool(r.get('ok')) for r in runs[n])}/{len(runs[n])}" for n in names
@@ -371,10 +394,13 @@ def detail_rows(
     rows = []
     for workload in workloads:
         for name in names:
-            runs = [r for r in select(records, workload.key, name) if r.get("ok")]
+            runs = select(records, workload.key, name)
+            failed = verdict(workload, runs)
+            runs = [r for r in runs if r.get("ok")]
             for metric in workload.metrics:
                 values = [r[metric.field] for r in runs if r.get(metric.field) is not None]
                 spread = f"{fmt_value(min(values))} - {fmt_value(max(values))}" if values else "-"
+                spread = failed or spread
                 harness = fmt_cpu(median_of(runs, "harness_cpu_frac_of_1_core"))
                 rows.append([workload.key, metric.label, name, spread, str(len(values)), harness])
     return rows
@@ -402,15 +428,14 @@ README_END = "<!-- /make bench -->"
 
 
 def main_table(records: list[Record], workloads: list[Workload], brokers: list[Broker]) -> str:
-    """The summary table: per workload the median figure per broker, the ratio, the CPU."""
-    names = [b.name for b in brokers]
-    pretty = {LEVERET: "Leveret", RABBITMQ: "RabbitMQ"}
-    header = ["workload", "metric"] + [pretty[n] for n in names]
-    if RABBITMQ in names:
-        header.append("Leveret/RabbitMQ")
-    header += [f"{pretty[n]} CPU" for n in names]
-    header.append(f"runs ok ({'; '.join(pretty[n] for n in names)})")
-    return markdown_table(header, summary_rows(records, workloads, names))
+    """The summary table: per workload the median figure per broker, the ratios, the CPU."""
+    labels = [b.label for b in brokers]
+    header = ["workload", "metric", *labels]
+    header += [f"{lev.label}/{peer.label}" for lev, peer in comparisons(brokers)]
+    header += [f"{label} CPU" for label in labels]
+    header += [f"{label} CPU µs/msg" for label in labels]
+    header.append(f"runs ok ({'; '.join(labels)})")
+    return markdown_table(header, summary_rows(records, workloads, brokers))
 
 
 def update_readme(path: Path, table: str, args: argparse.Namespace, jsonl: Path) -> None:
@@ -442,18 +467,28 @@ def render_markdown(
 ) -> str:
     """The whole ``latest.md``: context, main table, spread table, failures."""
     names = [b.name for b in brokers]
-    rabbit = next((b for b in brokers if b.name == RABBITMQ), None)
+    peers = [b for b in brokers if b.name in PEERS]
+    title = " vs ".join(["Leveret", *(b.label for b in peers)])
     parts = [
-        f"# Leveret{' vs RabbitMQ' if rabbit else ''} (bench/loadgen)",
+        f"# {title} (bench/loadgen)",
         "",
         f"- {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, Leveret {args.revision}, "
         f"{'QUICK (smoke) mode, ' if args.quick else ''}{args.reps} rep(s), "
         f"{os.cpu_count()} CPUs, load before {args.loadavg_start}",
-        f"- RabbitMQ: {rabbit.url.split('@')[-1] + f' (pid {rabbit.pid})' if rabbit else 'none'}",
+    ]
+    parts += [
+        f"- {b.label}: {args.build_info[b.name]} (pid {b.pid})" for b in brokers if b.is_leveret
+    ]
+    parts += [
+        f"- {b.label}: {b.url.split('@')[-1]} (pid {b.pid}){args.peer_info.get(b.name, '')}"
+        for b in peers
+    ]
+    parts += [
         f"- raw results: `{display_path(jsonl)}`",
         "- figures are medians; CPU = broker process-tree CPU seconds / wall seconds "
-        "(1.00 = one full core)"
-        + ("; ratio > 1 means Leveret is faster (for latency: slower)" if rabbit else ""),
+        "(1.00 = one full core); CPU µs/msg = that CPU share / the rate (for fanout per "
+        "delivery)"
+        + ("; ratio > 1 means Leveret is faster (for latency: slower)" if peers else ""),
         "",
         main_table(records, workloads, brokers),
         "",
@@ -464,12 +499,26 @@ def render_markdown(
             detail_rows(records, workloads, names),
         ),
     ]
+    troubled = [(b, b.process.tracebacks()) for b in brokers if b.process is not None]
+    for broker, count in troubled:
+        if count and broker.process is not None:
+            log_file = display_path(broker.process.log_path)
+            parts += ["", f"**{broker.name} logged {count} tracebacks** (`{log_file}`)."]
     failures = [r for r in records if not r.get("ok")]
     if failures:
         parts += ["", "Failed runs:", ""]
         parts += [
             f"- rep {r['rep']} {r['key']} {r['broker_name']}: {r.get('error')}" for r in failures
         ]
+    checks = [
+        f"- rep {r['rep']} {r['key']} {r['broker_name']}: {w.check.field} {r.get(w.check.field)}"
+        for w in workloads
+        if w.check is not None
+        for r in records
+        if r["key"] == w.key and r.get("ok") and w.check.failed(r)
+    ]
+    if checks:
+        parts += ["", "Failed checks (no figure in the table):", "", *checks]
     return "\n".join(parts) + "\n"
 
 
@@ -504,8 +553,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="URL",
         help=f"compare with this broker (default: {DEFAULT_RABBITMQ_URL} if beam.smp runs)",
     )
-    rabbit.add_argument("--no-rabbitmq", action="store_true", help="Leveret only")
+    rabbit.add_argument("--no-rabbitmq", action="store_true", help="no RabbitMQ")
     parser.add_argument("--rabbitmq-pid", type=int, help="RabbitMQ beam.smp PID (CPU accounting)")
+    garage = parser.add_mutually_exclusive_group()
+    garage.add_argument(
+        "--garagemq",
+        action="store_true",
+        help="start a private garagemq node (default: when garagemq is on PATH); "
+        f"fails if it is not installed ({garagemq.INSTALL_HINT})",
+    )
+    garage.add_argument("--no-garagemq", action="store_true", help="no garagemq")
+    parser.add_argument(
+        "--leveret-build",
+        action="append",
+        metavar="NAME=PYTHONPATH_DIR",
+        help="a Leveret build to run as broker leveret-NAME, with PYTHONPATH_DIR (a directory "
+        "holding the leveret package, e.g. build/compiled; empty: the venv's install) first "
+        f"on PYTHONPATH; repeat for several (default: {DEFAULT_BUILD}=)",
+    )
     parser.add_argument(
         "--python",
         default=default_python(),
@@ -531,7 +596,7 @@ def selected_workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit so the ``finally`` blocks stop Leveret."""
+    """Turn SIGTERM into SystemExit so the ``finally`` blocks stop the brokers."""
 
     def handler(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
@@ -539,24 +604,62 @@ def raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def run_all(
+    workloads: list[Workload],
+    builds: list[tuple[str, str]],
+    rabbitmq: Broker | None,
+    garage_binary: str | None,
+    args: argparse.Namespace,
+    jsonl: Path,
+) -> tuple[list[Record], list[Broker]]:
+    """Start the Leveret builds and garagemq, run the matrix, stop what was started."""
+    args.build_info, args.peer_info = {}, {}
+    with ExitStack() as stack:
+        brokers: list[Broker] = []
+        for build, path in builds:
+            name = f"{LEVERET}-{build}"
+            label = "Leveret" if len(builds) == 1 else f"Leveret {build}"
+            log_path = args.results_dir / f"{name}-{jsonl.stem}.log"
+            process = stack.enter_context(running(LeveretProcess(args.python, log_path, path)))
+            brokers.append(Broker(name, label, process.url, process.pid, process))
+            args.build_info[name] = (
+                f"build {build}, PYTHONPATH {path or '(unchanged)'}: "
+                f"{describe_build(args.python, path)}"
+            )
+        if rabbitmq is not None:
+            brokers.append(rabbitmq)
+        if garage_binary is not None:
+            log_path = args.results_dir / f"{GARAGEMQ}-{jsonl.stem}.log"
+            garage = garagemq.GaragemqProcess(log_path, garage_binary)
+            process = stack.enter_context(running(garage))
+            brokers.append(Broker(GARAGEMQ, PRETTY[GARAGEMQ], process.url, process.pid, process))
+            args.peer_info[GARAGEMQ] = f", Debian package {garagemq.version()}"
+        for broker in brokers:
+            log(f"broker {broker.name}: {broker.url} pid {broker.pid}")
+            if broker.name in args.build_info:
+                log(f"  {args.build_info[broker.name]}")
+        log(f"workloads: {' '.join(w.key for w in workloads)}; reps {args.reps}; -> {jsonl}")
+        with open(jsonl, "w") as out:
+            return run_matrix(workloads, brokers, args, out), brokers
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raise_on_sigterm()
     workloads = selected_workloads(args)
+    builds = parse_builds(args.leveret_build)
+    garage_binary = garagemq_executable(args)
     args.revision = git_revision()
     args.loadavg_start = loadavg()
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     jsonl = args.results_dir / f"{stamp}.jsonl"
     rabbitmq = find_rabbitmq(args)
-    with running_leveret(args.python, args.results_dir / f"leveret-{stamp}.log") as leveret:
-        brokers = [Broker(LEVERET, leveret.url, leveret.pid)]
-        if rabbitmq is not None:
-            brokers.append(rabbitmq)
-        log(f"brokers: {', '.join(f'{b.name} {b.url} pid {b.pid}' for b in brokers)}")
-        log(f"workloads: {' '.join(w.key for w in workloads)}; reps {args.reps}; -> {jsonl}")
-        with open(jsonl, "w") as out:
-            records = run_matrix(workloads, brokers, leveret, args, out)
+    try:
+        records, brokers = run_all(workloads, builds, rabbitmq, garage_binary, args, jsonl)
+    except RuntimeError as exc:  # a broker the bench starts did not come up
+        print(f"bench/run.py: {exc}", file=sys.stderr)
+        return 70
     report = render_markdown(records, workloads, brokers, args, jsonl)
     (args.results_dir / f"{stamp}.md").write_text(report)
     (args.results_dir / "latest.md").write_text(report)
