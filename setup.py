@@ -97,5 +97,15 @@ def extensions() -> list[object]:
     )
 
 
+def clean_build_dirs() -> None:
+    """Forget what an earlier build left in build/: setuptools copies everything in its
+    build/lib* into the wheel, so a pure build would ship a compiled build's extensions (and
+    a compiled build those of modules no longer in the list)."""
+    for stale in [*ROOT.glob("build/lib.*"), *ROOT.glob("build/temp.*"), ROOT / "build" / "lib"]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 if __name__ == "__main__":
+    if not {"egg_info", "dist_info"} & set(sys.argv):
+        clean_build_dirs()
     setup(ext_modules=extensions() if compiling() else [])

@@ -416,4 +416,7 @@ def _no_pytest_asyncio() -> None:
 if pytest_asyncio is not None:
     aio_pika_connection = pytest_asyncio.fixture(_aio_pika_connection, name="aio_pika_connection")
 else:  # pragma: no cover
-    aio_pika_connection = pytest.fixture(_no_pytest_asyncio, name="aio_pika_connection")
+    # mypy sees pytest-asyncio installed, so this branch as unreachable.
+    aio_pika_connection = pytest.fixture(  # type: ignore[unreachable]
+        _no_pytest_asyncio, name="aio_pika_connection"
+    )

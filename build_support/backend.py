@@ -19,17 +19,17 @@ from setuptools.build_meta import *  # noqa: F403  (the rest of the PEP 517 hook
 COMPILER = "mypy>=1.10"
 
 
-def _compiling() -> bool:
-    return os.environ.get("LEVERET_COMPILE", "") not in ("", "0")
+def compiler_requirements() -> list[str]:
+    """What this build needs beyond setuptools: mypy when ``LEVERET_COMPILE`` is set (and
+    not 0), else nothing."""
+    return [COMPILER] if os.environ.get("LEVERET_COMPILE", "") not in ("", "0") else []
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, str] | None = None) -> list[str]:
     """setuptools' own requirements, plus mypy when this build compiles."""
-    extra = [COMPILER] if _compiling() else []
-    return list(_orig.get_requires_for_build_wheel(config_settings)) + extra
+    return list(_orig.get_requires_for_build_wheel(config_settings)) + compiler_requirements()
 
 
 def get_requires_for_build_editable(config_settings: dict[str, str] | None = None) -> list[str]:
     """As for a wheel: an editable install may compile too."""
-    extra = [COMPILER] if _compiling() else []
-    return list(_orig.get_requires_for_build_editable(config_settings)) + extra
+    return list(_orig.get_requires_for_build_editable(config_settings)) + compiler_requirements()

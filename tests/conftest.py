@@ -43,10 +43,20 @@ __all__ = ["BrokerThread"]
 
 @pytest.fixture(scope="session")
 def leveret() -> Iterator[BrokerThread]:
-    """The session's in-process broker."""
-    broker = BrokerThread(Config(host="127.0.0.1", port=0)).start()
+    """The session's in-process broker. An exception that reaches its event loop (a
+    callback's, which no client sees) fails the session: it is a bug, in either build."""
+    broker = BrokerThread(Config(host="127.0.0.1", port=0))
+    unhandled: list[str] = []
+
+    def record(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        unhandled.append(f"{context.get('message')}: {context.get('exception')!r}")
+        loop.default_exception_handler(context)
+
+    broker.loop.set_exception_handler(record)
+    broker.start()
     yield broker
     broker.stop()
+    assert unhandled == []
 
 
 @pytest.fixture(

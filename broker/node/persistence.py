@@ -59,8 +59,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leveret.exchanges.model import (
-    BindingAdded,
-    BindingRemoved,
     DestKind,
     Event,
     ExchangeDeclared,
@@ -160,17 +158,16 @@ class Persistence:
         if isinstance(event, QueueDeleted):
             queue = projection.queues.get(event.name)
             return queue is not None and queue.durable
-        if isinstance(event, BindingAdded | BindingRemoved):
-            binding = event.binding
-            source = projection.exchanges.get(binding.source)
-            if source is None or not source.durable:
-                return False
-            if binding.kind is DestKind.EXCHANGE:
-                destination = projection.exchanges.get(binding.destination)
-                return destination is not None and destination.durable
-            queue = projection.queues.get(binding.destination)
-            return queue is not None and queue.durable and not queue.exclusive
-        return False
+        # The rest of Event: BindingAdded and BindingRemoved.
+        binding = event.binding
+        source = projection.exchanges.get(binding.source)
+        if source is None or not source.durable:
+            return False
+        if binding.kind is DestKind.EXCHANGE:
+            destination = projection.exchanges.get(binding.destination)
+            return destination is not None and destination.durable
+        queue = projection.queues.get(binding.destination)
+        return queue is not None and queue.durable and not queue.exclusive
 
     def record(self, vhost: VHost, event: Event) -> None:
         """Append a durable topology change and fsync it (before the client's ``*-Ok``)."""

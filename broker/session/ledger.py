@@ -17,13 +17,18 @@ unknown, as in RabbitMQ) but only staged: commit settles them, rollback puts the
 
 The ledger knows nothing of queues and messages: a record is whatever the channel keeps
 for a delivery. The wire channel inherits it, so the hot path reads ``unacked`` and
-``next_tag`` as plain attributes (no indirection per message).
+``next_tag`` as plain attributes (no indirection per message). It is a mypyc trait: the
+compiled build (setup.py) compiles the channel as a native class, which may have one
+concrete base (the session's Publisher) and traits beside it. :class:`StandaloneLedger` is
+a ledger on its own.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Generic, TypeVar
+
+from mypy_extensions import mypyc_attr, trait
 
 from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
 
@@ -40,15 +45,24 @@ def unknown_tag(tag: int) -> AMQPChannelError:
     return AMQPChannelError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
 
 
+@trait
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Ledger(Generic[R]):
     """Unacked deliveries of a channel, by tag, with its prefetch limits."""
 
-    def __init__(self) -> None:
-        self.unacked: OrderedDict[int, R] = OrderedDict()
+    unacked: OrderedDict[int, R]
+    next_tag: int
+    prefetch_count: int
+    global_prefetch: int
+    tx_acks: list[tuple[int, R]]
+
+    def open_ledger(self) -> None:
+        """Start empty: the first tag is 1, no prefetch limit (as a channel opens)."""
+        self.unacked = OrderedDict()
         self.next_tag = 1
         self.prefetch_count = 0  # for consumers created after basic.qos(global=false)
         self.global_prefetch = 0  # basic.qos(global=true): a limit for the channel
-        self.tx_acks: list[tuple[int, R]] = []  # taken in the open transaction
+        self.tx_acks = []  # taken in the open transaction
 
     def record(self, delivery: R | None) -> int:
         """A new delivery tag; ``delivery`` (None: a no-ack one) is unacked under it.
@@ -128,3 +142,11 @@ class Ledger(Generic[R]):
         self.unacked.clear()
         self.unacked.update(restored)
         self.tx_acks = []
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class StandaloneLedger(Ledger[R]):
+    """A ledger on its own, not mixed into a channel (the session tests' subscriber)."""
+
+    def __init__(self) -> None:
+        self.open_ledger()

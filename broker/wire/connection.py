@@ -265,9 +265,16 @@ class Connection(asyncio.Protocol):
             return
         if self._backlog is not None or self._held:
             self._run(None)
-            if self._yield_handle is not None:
+            if self._yielding():
                 return  # still more than one budget's worth: later again
         self._resume("budget")
+
+    def _yielding(self) -> bool:
+        # A method, not an inline test: after ``self._yield_handle = None`` above, mypy
+        # takes the attribute for None until the end of the function, even across
+        # ``_run`` (which sets it again), and a compiled build enforces what mypy takes.
+        # ``warn_unreachable`` (pyproject's mypy settings) flags any such test.
+        return self._yield_handle is not None
 
     def _continue(self, deadline: float) -> None:
         """Handle the frames and reads left over when the budget ran out."""

@@ -16,14 +16,14 @@ from leveret.node.fieldtable import marshal_content_header
 from leveret.node.message import Message
 from leveret.node.queue import Consumer, Entry, Queue
 from leveret.node.vhost import VHost
-from leveret.session.ledger import Ledger
+from leveret.session.ledger import StandaloneLedger
 from leveret.session.publish import Publisher
 from leveret.session.topology import queue_declared
 
 MAX_SIZE = 1000
 
 
-class Collector(Ledger[tuple[Queue, Entry, Consumer]]):
+class Collector(StandaloneLedger[tuple[Queue, Entry, Consumer]]):
     """An in-process subscriber: what the wire channel would write, kept in a list."""
 
     def __init__(self, prefetch: int = 0) -> None:

@@ -9,18 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leveret.node.errors import PRECONDITION_FAILED, AMQPChannelError
-from leveret.session.ledger import Ledger, has_room
+from leveret.session.ledger import Ledger, StandaloneLedger, has_room
 
 
 def delivered(count: int) -> Ledger[str]:
-    ledger: Ledger[str] = Ledger()
+    ledger: Ledger[str] = StandaloneLedger()
     for n in range(1, count + 1):
         ledger.record(f"m{n}")
     return ledger
 
 
 def test_tags_start_at_one_and_never_repeat() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: Ledger[str] = StandaloneLedger()
     assert [ledger.record("a"), ledger.record(None), ledger.record("c")] == [1, 2, 3]
     ledger.take(1, False)
     assert ledger.record("d") == 4
@@ -102,7 +102,7 @@ def test_tx_commit_makes_staged_acks_final() -> None:
 
 
 def test_channel_prefetch_counts_every_unacked_delivery() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: Ledger[str] = StandaloneLedger()
     ledger.qos(2, global_=True)
     assert ledger.channel_has_room()
     ledger.record("a")
@@ -114,7 +114,7 @@ def test_channel_prefetch_counts_every_unacked_delivery() -> None:
 
 
 def test_consumer_prefetch_is_for_new_consumers_only() -> None:
-    ledger: Ledger[str] = Ledger()
+    ledger: Ledger[str] = StandaloneLedger()
     ledger.qos(10, global_=False)
     assert (ledger.prefetch_count, ledger.global_prefetch) == (10, 0)
     assert ledger.channel_has_room()

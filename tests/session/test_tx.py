@@ -9,7 +9,7 @@ import pytest
 from leveret.node.auth import AccessControl
 from leveret.node.vhost import VHost
 from leveret.session import tx
-from leveret.session.ledger import Ledger
+from leveret.session.ledger import Ledger, StandaloneLedger
 
 from .helpers import Collector, declare, message, publish, publisher, refusal
 
@@ -28,7 +28,7 @@ async def test_a_channel_is_transactional_or_confirms(vhost: VHost) -> None:
         406,
         "PRECONDITION_FAILED - cannot switch from confirm to tx mode",
     )
-    ledger: Ledger[str] = Ledger()
+    ledger: Ledger[str] = StandaloneLedger()
     for action in (lambda: tx.tx_commit(ledger, None), lambda: tx.tx_rollback(ledger, None)):
         assert refusal(action) == (406, "PRECONDITION_FAILED - channel is not transactional")
     held: list[tx.Action] = [lambda: None]

@@ -49,7 +49,6 @@ from leveret.node.queue import Consumer, Entry, Queue
 from leveret.node.vhost import generated_name
 from leveret.session import consume, tx
 from leveret.session.get import basic_get, delivery_header
-from leveret.session.ledger import Ledger
 from leveret.session.publish import (
     BASIC_PUBLISH,
     CHECKED_FLAGS,
@@ -88,24 +87,25 @@ FAST_PATH_GUARDS = {
 B = commands.Basic
 
 
-class Channel(Ledger[Record], Publisher, DeliveryCounters):
-    """One open channel of a connection, with the session's delivery-tag ledger, publish
-    rules and message counters (inherited, so the hot path reads ``unacked``, ``next_tag``,
-    the publish permission cache and the counters as plain attributes)."""
+class Channel(Publisher, DeliveryCounters):
+    """One open channel of a connection, with the session's publish rules, delivery-tag
+    ledger and message counters (inherited, so the hot path reads ``unacked``, ``next_tag``,
+    the publish permission cache and the counters as plain attributes). Publisher is its one
+    concrete base, the counters and the ledger they count over are mypyc traits: the compiled
+    build (setup.py) compiles the channel as a native class."""
 
     def __init__(self, connection: Connection, channel_id: int) -> None:
-        Ledger.__init__(self)
-        DeliveryCounters.__init__(self)
         server = connection.server
         # Publishes count into the channel's own counters (leveret.wire.channel.stats), folded
         # into the node's when it closes.
-        Publisher.__init__(
-            self,
+        super().__init__(
             server.access,
             connection.vhost,
             connection.user,
             connection.config.max_message_size,
         )
+        self.open_ledger()
+        self.open_counters()
         self.node_counters = server.counters
         self.conn = connection
         self.id = channel_id

@@ -52,16 +52,18 @@ sees it as :class:`Getting` (what it uses), so this module does not import
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Container
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mypy_extensions import trait
 from pamqp import commands
 
 from leveret.node.memory import DELIVERY_OVERHEAD, UNACKED_OVERHEAD
 from leveret.node.queue import QueueCounts
 from leveret.node.queue.peers import QUEUE_COUNT_NAMES
+from leveret.session.ledger import Ledger
 from leveret.session.publish import ExchangeStats
+from leveret.wire.channel.parts import Record
 
 if TYPE_CHECKING:
     from leveret.node.message import Message
@@ -103,28 +105,30 @@ def record_bytes(queue: Queue, message: Message) -> int:
     return len(message.header) + message.body_size + DELIVERY_OVERHEAD
 
 
-class DeliveryCounters:
+@trait
+class DeliveryCounters(Ledger[Record]):
     """The delivery side of a channel's counters (the publish side is ``counters``, and
-    ``exchange_stats`` per exchange), and its rows per exchange and per queue."""
+    ``exchange_stats`` per exchange), and its rows per exchange and per queue, over the
+    channel's ledger. A mypyc trait, as the ledger is (leveret.session.ledger)."""
 
     counters: SessionCounters
     exchange_stats: dict[str, ExchangeStats]
     consumers: dict[str, Consumer]
-    next_tag: int
     tx_publishes: int
+    queue_counts: dict[Queue, QueueCounts]
+    gone: QueueCounts
+    confirm_runs: list[tuple[int, ExchangeStats]]
+    confirm_into: ExchangeStats
 
-    # The ledger's (leveret.session.ledger.Ledger), whatever its records are.
-    unacked: OrderedDict[int, Any]
-    tx_acks: list[tuple[int, Any]]
-
-    def __init__(self) -> None:
+    def open_counters(self) -> None:
+        """Start with nothing counted (as the channel opens)."""
         # Per queue the channel consumed from or got from (its consumers share the entry);
         # the channel's totals are their sums and ``gone``'s, the rows of queues that went.
-        self.queue_counts: dict[Queue, QueueCounts] = {}
+        self.queue_counts = {}
         self.gone = QueueCounts()
         # (first sequence number, exchange): the runs of publishes in confirm mode not yet
         # confirmed in full, the last one open; a placeholder that covers none first.
-        self.confirm_runs: list[tuple[int, ExchangeStats]] = [(1, ExchangeStats())]
+        self.confirm_runs = [(1, ExchangeStats())]
         self.confirm_into = self.confirm_runs[0][1]  # the last run's (count_confirms keeps it)
 
     def counts_of(self, queue: Queue) -> QueueCounts:
