@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from pamqp import commands
 
@@ -17,24 +17,24 @@ from leveret.exchanges.fields import PROPERTY_LAYOUT, check_fields, decode_field
 from leveret.node.arguments import MAX_EXPIRY
 from leveret.node.fieldtable import decode_properties, encode_properties, marshal_content_header
 
-_HEADER_FIXED = struct.Struct(">HHQ")
+_HEADER_FIXED: Final = struct.Struct(">HHQ")
 # Where the property flags start in a content header payload (after class id, weight and
 # body size): ``header[PROPERTIES_AT:]`` is a message's encoded properties.
-PROPERTIES_AT = _HEADER_FIXED.size
+PROPERTIES_AT: Final = _HEADER_FIXED.size
 # Caches keyed by encoded properties (cached_by_properties) keep only properties up to this
 # size: a cache of N entries then holds a few times N x 2 KiB at most, whatever clients send.
-CACHED_PROPERTIES_MAX = 2048
+CACHED_PROPERTIES_MAX: Final = 2048
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 # Property flag bits in the first flag word of a Basic content header (AMQP 0-9-1 spec).
-FLAG_HEADERS = 0x2000
-FLAG_DELIVERY_MODE = 0x1000
-FLAG_PRIORITY = 0x0800
-FLAG_REPLY_TO = 0x0200
-FLAG_EXPIRATION = 0x0100
-FLAG_USER_ID = 0x0010
+FLAG_HEADERS: Final = 0x2000
+FLAG_DELIVERY_MODE: Final = 0x1000
+FLAG_PRIORITY: Final = 0x0800
+FLAG_REPLY_TO: Final = 0x0200
+FLAG_EXPIRATION: Final = 0x0100
+FLAG_USER_ID: Final = 0x0010
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of a short string; publishers repeat it
@@ -70,7 +70,7 @@ def marshal_properties(properties: commands.Basic.Properties) -> bytes:
     return encode_properties(properties)
 
 
-_INT_TAGS = {"l": struct.Struct(">cq"), "I": struct.Struct(">ci")}
+_INT_TAGS: Final = {"l": struct.Struct(">cq"), "I": struct.Struct(">ci")}
 
 
 def with_header(content_header: bytes, name: str, value: int, tag: str = "l") -> bytes:
@@ -193,16 +193,16 @@ def decoded_table(table: bytes) -> dict[str, Any]:
 # hash is then computed once): most publishers repeat their headers. Bounded: cleared when
 # full, and payloads over CACHED_PROPERTIES_MAX bytes are not kept.
 _WELL_FORMED: set[bytes] = set()
-_WELL_FORMED_MAX = 4096
+_WELL_FORMED_MAX: Final = 4096
 # Headers tables already found well formed, by their bytes: publishers repeat their headers
 # even when other properties (ids, timestamps) change. Checking a table walks every entry
 # (a microsecond for a few, milliseconds for 100 KiB of small ones), hashing it costs a few
 # tens of microseconds at most. Bounded: cleared when full; at most _LARGE_TABLES_MAX over
 # CACHED_PROPERTIES_MAX bytes (a few MiB: a content header is one frame).
 _SMALL_TABLES: set[bytes] = set()
-_SMALL_TABLES_MAX = 4096
+_SMALL_TABLES_MAX: Final = 4096
 _LARGE_TABLES: set[bytes] = set()
-_LARGE_TABLES_MAX = 32
+_LARGE_TABLES_MAX: Final = 32
 
 
 def _table_decodes(header: bytes, start: int, end: int) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from leveret.node.errors import (
     ACCESS_REFUSED,
@@ -48,12 +48,12 @@ if TYPE_CHECKING:
     from leveret.node.peers import ChannelPeer
     from leveret.node.vhost import VHost
 
-BASIC_PUBLISH = (60, 40)
+BASIC_PUBLISH: Final = (60, 40)
 # Direct reply-to: the pseudo-queue and the prefix of the names it hands out.
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_PREFIX = REPLY_TO + "."
+REPLY_TO: Final = "amq.rabbitmq.reply-to"
+REPLY_PREFIX: Final = REPLY_TO + "."
 # Properties that need a look before routing: user_id, expiration, reply_to.
-CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+CHECKED_FLAGS: Final = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
 # The checks, in RabbitMQ's order (see the module's docstring).
 CHECKS = (
     "size",

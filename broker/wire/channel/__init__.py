@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
@@ -68,7 +68,7 @@ from leveret.wire.channel.topology import Topology
 if TYPE_CHECKING:
     from leveret.wire.connection import Connection
 
-BASIC_CLASS = 60
+BASIC_CLASS: Final = 60
 # The guards of _on_full_publish's condition, by the session's publish check each stands
 # for (leveret.session.publish.CHECKS, RabbitMQ's order): the fast path routes a publish
 # without the checks only when every guard shows its check would pass.

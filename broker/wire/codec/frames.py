@@ -4,35 +4,35 @@ errors it raises; shared by :mod:`.reader` and :mod:`.writer`."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import body, commands, frame, heartbeat
 
 from leveret.node.errors import FRAME_ERROR, AMQPConnectionError
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_END_BYTE = b"\xce"
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = b"\xce"
 
-_FRAME_HEAD = struct.Struct(">BHI")
-_METHOD_ID = struct.Struct(">I")
-_HEADER_FIXED = struct.Struct(">HHQ")
-_LONGLONG = struct.Struct(">Q")
-_SHORT = struct.Struct(">H")
-_LONG = struct.Struct(">I")
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_METHOD_ID: Final = struct.Struct(">I")
+_HEADER_FIXED: Final = struct.Struct(">HHQ")
+_LONGLONG: Final = struct.Struct(">Q")
+_SHORT: Final = struct.Struct(">H")
+_LONG: Final = struct.Struct(">I")
 # Size of a frame around its payload (7 header octets + the end octet), derived from
 # the codec as aiormq does instead of a magic 8.
-FRAME_OVERHEAD = len(frame.marshal(body.ContentBody(b""), 0))
+FRAME_OVERHEAD: Final = len(frame.marshal(body.ContentBody(b""), 0))
 
-PUBLISH_INDEX = commands.Basic.Publish.index
-DELIVER_INDEX = commands.Basic.Deliver.index
-ACK_INDEX = commands.Basic.Ack.index
-HEARTBEAT_FRAME = frame.marshal(heartbeat.Heartbeat(), 0)
+PUBLISH_INDEX: Final = commands.Basic.Publish.index
+DELIVER_INDEX: Final = commands.Basic.Deliver.index
+ACK_INDEX: Final = commands.Basic.Ack.index
+HEARTBEAT_FRAME: Final = frame.marshal(heartbeat.Heartbeat(), 0)
 
 
 class Publish:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 
@@ -98,7 +98,7 @@ _TABLE_METHODS: dict[int, tuple[tuple[str, str], ...]] = {
     for index, cls in commands.INDEX_MAPPING.items()
     if any(kind == "table" for _, kind in _fields(cls))
 }
-_SIGNED_LONGLONG = struct.Struct(">q")
+_SIGNED_LONGLONG: Final = struct.Struct(">q")
 
 
 def _unmarshal_with_table(method: Any, fields: tuple[tuple[str, str], ...], payload: bytes) -> None:
@@ -300,7 +300,7 @@ class FrameReader:
         return 8
 
 
-_PUBLISH_ID = _METHOD_ID.pack(PUBLISH_INDEX)
+_PUBLISH_ID: Final = _METHOD_ID.pack(PUBLISH_INDEX)
 
 
 def _size_limits(frame_max: int) -> tuple[int, int]:
@@ -319,8 +319,8 @@ def _size_limits(frame_max: int) -> tuple[int, int]:
 # the ~520 bytes a queued 100-byte message costs, bench/backlog.py). Bounded: a table is
 # emptied when it reaches _SHARED_MAX entries, and headers over _SHARED_HEADER_MAX bytes
 # are not shared.
-_SHARED_MAX = 16384
-_SHARED_HEADER_MAX = 128
+_SHARED_MAX: Final = 16384
+_SHARED_HEADER_MAX: Final = 128
 _names: dict[bytes, str] = {}
 _headers: dict[bytes, bytes] = {}
 

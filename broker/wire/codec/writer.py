@@ -4,7 +4,7 @@ frames assembled with ``struct``."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands, frame
 
@@ -126,13 +126,13 @@ def content_frames(channel: int, header_payload: bytes, body: bytes, frame_max: 
     return b"".join(_content([], channel, header_payload, body, frame_max))
 
 
-_DELIVER_ID = _METHOD_ID.pack(commands.Basic.Deliver.index)
-_GET_OK_ID = _METHOD_ID.pack(commands.Basic.GetOk.index)
-_RETURN_ID = _METHOD_ID.pack(commands.Basic.Return.index)
+_DELIVER_ID: Final = _METHOD_ID.pack(commands.Basic.Deliver.index)
+_GET_OK_ID: Final = _METHOD_ID.pack(commands.Basic.GetOk.index)
+_RETURN_ID: Final = _METHOD_ID.pack(commands.Basic.Return.index)
 
 
-_DELIVER_HEAD = struct.Struct(">BHII")
-_TAG_REDELIVERED = struct.Struct(">QB")
+_DELIVER_HEAD: Final = struct.Struct(">BHII")
+_TAG_REDELIVERED: Final = struct.Struct(">QB")
 _SHORTSTR_CACHE: dict[tuple[str, str], bytes] = {}
 
 
