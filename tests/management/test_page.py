@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import aio_pika
 from playwright.async_api import expect
+
+import leveret
 
 from .browser import browser, logged_in, screenshot
 from .helpers import Mgmt
@@ -61,6 +64,12 @@ async def test_overview_shows_totals_node_health_and_two_charts(mgmt: Mgmt, tmp_
         await expect(memory).to_contain_text(" of ")  # used of the watermark
         await expect(page.locator("#node-health")).to_contain_text("Disk space")
         await expect(page.locator("#listeners")).to_contain_text("amqp")
+        # Which build serves, beside the version (make test runs this on both builds).
+        build = os.environ.get("LEVERET_TEST_BUILD", "pure Python")
+        assert overview["leveret_build"] == build
+        await expect(page.locator("#overview")).to_contain_text(
+            f"Leveret {leveret.__version__} ({build})"
+        )
         await screenshot(found, "overview", tmp_path)
 
 
