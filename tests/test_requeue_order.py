@@ -3,18 +3,22 @@ message's position on requeue), whichever part of a queue is still queued, in on
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from types import SimpleNamespace
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from pamqp import commands
 
-from leveret.node.prioritydeque import PriorityDeque, merge_by_seq
+from leveret.node.fieldtable import marshal_content_header
+from leveret.node.message import Message
+from leveret.node.prioritydeque import Entry, PriorityDeque, merge_by_seq
 
 
-def entry(seq: int, priority: int = 0) -> Any:
-    return (SimpleNamespace(priority=priority), False, None, seq)
+def entry(seq: int, priority: int = 0) -> Entry:
+    """A queue entry as the queue makes them (a compiled build checks their types)."""
+    header = marshal_content_header(1, commands.Basic.Properties(priority=priority))
+    return (Message("", "q", header, b"x"), False, math.inf, seq)
 
 
 @given(st.sets(st.integers(0, 200)), st.data())

@@ -228,6 +228,9 @@ RSS_FROM = 1 / 8
 CLEAR_AT = 1 / 16
 RSS_STEP = 1 / 32
 RECHECK_S = 1.0
+# uvloop runs its timers on a millisecond clock: the recheck may come a little before
+# time.monotonic() says RECHECK_S have passed, and must still be allowed to trim.
+TIMER_SLACK_S = 0.002
 # ``high`` while the alarm is on (no check going up) and ``low`` when no check is due going
 # down: beyond any count of bytes.
 _NEVER = 1 << 62
@@ -452,7 +455,7 @@ class MemoryMonitor:
             return False
         if trim and self._trim is not None:
             now = time.monotonic()
-            if now - self._trimmed_at >= RECHECK_S:
+            if now - self._trimmed_at >= RECHECK_S - TIMER_SLACK_S:
                 self._trimmed_at = now
                 self._trim()
         rss = self.rss = sample()
