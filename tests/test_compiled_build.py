@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_wheel import IGNORED  # what a checkout grows that is not its source
+
 ROOT = Path(__file__).resolve().parents[1]
-IGNORED = shutil.ignore_patterns(
-    ".git", ".venv", "build", "dist", "data", "*.egg-info", "__pycache__", ".*_cache", "results"
-)
 NO_COMPILER = (
     "error: LEVERET_COMPILE=1 needs a C compiler (cc, or $CC), and none was found:"
     " install one (apt-get install gcc) or build without LEVERET_COMPILE"
