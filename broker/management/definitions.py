@@ -3,9 +3,15 @@
 The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``users``
 (``password_hash``, ``hashing_algorithm``, ``tags``), ``vhosts``, ``permissions``,
 ``topic_permissions``, ``policies``, ``exchanges``, ``queues``, ``bindings``, ``parameters``
-(of which Leveret knows the vhost limits and the operator policies; other components are
-ignored with a log line), plus ``global_parameters``, which Leveret has no use for: exported
-empty and ignored (with a log line) on import. User limits are the users' ``limits``.
+(of which Leveret knows the components in :data:`LOADABLE_COMPONENTS`), plus
+``global_parameters``, which Leveret has no use for (exported empty). User limits are the
+users' ``limits``.
+
+What a RabbitMQ export holds that Leveret cannot load (a parameter of another component, a
+global parameter, a user whose hash is not SHA-256, an exchange of a type Leveret lacks,
+and what depends on those) is skipped and named in one line per item (:class:`Skipped`):
+logged, and returned to the caller, which shows the lines (``leveret ctl
+import_definitions``) or their count (POST /api/definitions, in a header).
 
 Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, topic
 permissions, parameters, policies, then exchanges, queues and bindings; definitions are
@@ -13,8 +19,9 @@ merged into what exists, an object that exists with different properties is an e
 (immutable objects) or is overwritten (users, permissions), the default exchange and
 ``amq.*`` exchanges and queues are skipped, and an error leaves what was already applied in
 place. Export follows list_exchanges/0,
-list_queues/0 and list_bindings/0: no default or ``amq.*`` exchanges, no internal
-exchanges, no exclusive queues, no implicit default-exchange bindings.
+list_queues/0 and list_bindings/0: no default or ``amq.*`` exchanges, no exclusive queues,
+no implicit default-exchange bindings (internal exchanges are exported, as RabbitMQ 3.10.8
+does: observed).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +38,7 @@ import leveret.management.views as views
 from leveret.exchanges.model import DestKind
 from leveret.exchanges.policies import OPERATOR_POLICY_COMPONENT, PolicyError
 from leveret.exchanges.policies import parse as parse_policy
+from leveret.exchanges.types import parse_type
 from leveret.management.errors import ApiError
 from leveret.management.state import state_of
 from leveret.node.arguments import queue_type
@@ -45,7 +54,57 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
-IGNORED_SECTIONS = ("global_parameters",)
+# The runtime parameter components an import applies; a parameter of any other component is
+# skipped with a line (why: :data:`MISSING_COMPONENTS`, else that Leveret has no such one).
+LOADABLE_COMPONENTS = (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT)
+# Components of RabbitMQ plugins a RabbitMQ export may hold, and what Leveret lacks for them.
+MISSING_COMPONENTS = {
+    "federation-upstream": "Leveret has no federation",
+    "federation-upstream-set": "Leveret has no federation",
+    "shovel": "Leveret has no dynamic shovels",
+}
+
+# The header of POST /api/definitions' 204 that counts the skipped items (absent: none).
+SKIPPED_HEADER = "X-Leveret-Skipped-Definitions"
+
+
+@dataclass
+class Skipped:
+    """What an import could not load, one line per item (``skipped parameter
+    federation-upstream/up in vhost /: Leveret has no federation``), each logged as a
+    warning as it is added; and the users and exchanges left out, so that what depends on
+    them (permissions, bindings) is skipped and named too, across the several calls of one
+    ``leveret ctl import_definitions``."""
+
+    lines: list[str] = field(default_factory=list)
+    users: set[str] = field(default_factory=set)
+    exchanges: set[tuple[str, str]] = field(default_factory=set)
+
+    def add(self, what: str, why: str) -> None:
+        """Name one skipped item and why it was skipped."""
+        line = f"skipped {what}: {why}"
+        log.warning("definitions: %s", line)
+        self.lines.append(line)
+
+    def parameter(self, item: dict[str, Any], only: str | None) -> None:
+        """A runtime parameter of a component Leveret does not apply."""
+        component = str(item.get("component"))
+        vhost = only if only is not None else item.get("vhost")
+        why = MISSING_COMPONENTS.get(component, f"Leveret has no component {component}")
+        self.add(f"parameter {component}/{item.get('name')} in vhost {vhost}", why)
+
+    def user(self, name: str, algorithm: str) -> None:
+        """A user whose password hash Leveret cannot check."""
+        self.users.add(name)
+        self.add(
+            f"user {name}",
+            f"Leveret has no password hashing {algorithm} (only {', '.join(SUPPORTED_HASHING)})",
+        )
+
+    def exchange(self, vhost: str, name: str, kind: str) -> None:
+        """An exchange of a type Leveret does not have."""
+        self.exchanges.add((vhost, name))
+        self.add(f"exchange {name} in vhost {vhost}", f"Leveret has no exchange type {kind}")
 
 
 class DefinitionsError(ValueError):
@@ -72,7 +131,7 @@ def export_definitions(server: ServerState[Connection], vhost: str | None = None
         parameters += host.runtime_parameters()
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
-            if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
+            if exchange.name == "" or exchange.name.startswith("amq."):
                 continue
             item = views.exchange_view(name, exchange)
             del item["user_who_performed_action"]
@@ -116,7 +175,13 @@ def export_definitions(server: ServerState[Connection], vhost: str | None = None
                 "tags": list(meta.tags),
                 "default_queue_type": meta.default_queue_type,
                 "limits": [],
-                "metadata": {"description": meta.description, "tags": list(meta.tags)},
+                # RabbitMQ 3.10.8 imports the default queue type from the metadata only
+                # (rabbit_definitions:add_vhost/2, observed), 3.11+ from either place.
+                "metadata": {
+                    "description": meta.description,
+                    "tags": list(meta.tags),
+                    "default_queue_type": meta.default_queue_type,
+                },
             }
         )
     access = server.access
@@ -177,42 +242,49 @@ def _version(data: dict[str, Any]) -> tuple[int, ...]:
 
 
 def _add_user(
-    server: ServerState[Connection], item: dict[str, Any], version: tuple[int, ...]
+    server: ServerState[Connection],
+    item: dict[str, Any],
+    version: tuple[int, ...],
+    skipped: Skipped,
 ) -> None:
     name = item.get("name")
     if not isinstance(name, str):
         raise DefinitionsError("user without a name")
+    algorithm = _hashing_algorithm(item, version)
+    if algorithm is not None and algorithm not in SUPPORTED_HASHING:
+        # RabbitMQ loads the hash as it is; Leveret could not check it (the user could
+        # never log in), so the user is left out by name rather than loaded unusable.
+        skipped.user(name, algorithm)
+        return
     tags = _tags(item.get("tags"))
     # A user without ``limits`` keeps the ones it has (rabbit_auth_backend_internal:put_user).
     limits = _user_limits(name, item["limits"]) if "limits" in item else None
     if "password" in item and "password_hash" not in item:
         server.access.add_user(name, password=str(item["password"]), tags=tags)
     else:
-        _add_hashed_user(server, name, tags, item, version)
+        _add_hashed_user(server, name, tags, item)
     if limits is not None:
         server.access.set_user_limits(name, limits)
 
 
-def _add_hashed_user(
-    server: ServerState[Connection],
-    name: str,
-    tags: list[str],
-    item: dict[str, Any],
-    version: tuple[int, ...],
-) -> None:
+def _hashing_algorithm(item: dict[str, Any], version: tuple[int, ...]) -> str | None:
+    """The algorithm of a user's ``password_hash`` (None: the user has a plain password)."""
+    if "password" in item and "password_hash" not in item:
+        return None
     algorithm = item.get("hashing_algorithm")
     if algorithm is None:
         # Files from before 3.6 carry MD5 hashes without saying so (put_user/3).
-        algorithm = (
+        return (
             "rabbit_password_hashing_md5"
             if version and version < (3, 6)
             else views.HASHING_ALGORITHM
         )
-    if algorithm not in SUPPORTED_HASHING:
-        raise DefinitionsError(
-            f"user '{name}': hashing algorithm {algorithm} is not supported "
-            f"(only {', '.join(SUPPORTED_HASHING)})"
-        )
+    return str(algorithm)
+
+
+def _add_hashed_user(
+    server: ServerState[Connection], name: str, tags: list[str], item: dict[str, Any]
+) -> None:
     password_hash = item.get("password_hash") or ""
     server.access.add_user(name, password_hash=str(password_hash), tags=tags)
 
@@ -262,8 +334,10 @@ def _add_vhost(server: ServerState[Connection], item: dict[str, Any]) -> None:
     meta = state_of(server).vhost_meta(name)
     meta.description = str(item.get("description", metadata.get("description", meta.description)))
     meta.tags = _tags(item.get("tags", metadata.get("tags", meta.tags)))
-    if item.get("default_queue_type"):
-        meta.default_queue_type = str(item["default_queue_type"])
+    # 3.11+ exports it at the top, 3.10 keeps it in the metadata (and imports it from there).
+    default_queue_type = item.get("default_queue_type") or metadata.get("default_queue_type")
+    if default_queue_type:
+        meta.default_queue_type = str(default_queue_type)
 
 
 def _vhost_name(server: ServerState[Connection], item: dict[str, Any], only: str | None) -> str:
@@ -306,6 +380,17 @@ def _add_topic_permission(server: ServerState[Connection], item: dict[str, Any])
     server.access.set_topic_permission(user, host, exchange, TopicPermission(write, read))
 
 
+def _of_skipped_user(
+    server: ServerState[Connection], item: dict[str, Any], skipped: Skipped, what: str
+) -> bool:
+    """Whether a (topic) permission is of a user this import skipped (and is skipped too)."""
+    user = item.get("user")
+    if user not in skipped.users or user in server.access.users:
+        return False
+    skipped.add(f"{what} of user {user} in vhost {item.get('vhost')}", f"user {user} was skipped")
+    return True
+
+
 def _amqp_failure(exc: AMQPError) -> DefinitionsError:
     # rabbit_definitions:format/1: "~s: ~s" of the error name and explanation.
     from leveret.node.errors import NAMES
@@ -326,13 +411,21 @@ def _add_policies(server: ServerState[Connection], data: dict[str, Any], only: s
         server.set_policy(policy)
 
 
-def _add_topology(server: ServerState[Connection], data: dict[str, Any], only: str | None) -> None:
+def _add_topology(
+    server: ServerState[Connection], data: dict[str, Any], only: str | None, skipped: Skipped
+) -> None:
     _add_policies(server, data, only)
     for item in _items(data, "exchanges"):
         host = server.vhosts[_vhost_name(server, item, only)]
         name = str(item.get("name", ""))
         if name == "" or name.startswith("amq."):
             log.warning("definitions: not importing exchange %r", name)
+            continue
+        kind = item.get("type")
+        if isinstance(kind, str) and kind and parse_type(kind) is None:
+            # A RabbitMQ plugin's type (x-jms-topic, x-recent-history, x-modulus-hash...):
+            # RabbitMQ refuses the whole file without the plugin; Leveret names it.
+            skipped.exchange(host.name, name, kind)
             continue
         ops.declare_exchange(
             host,
@@ -360,6 +453,8 @@ def _add_topology(server: ServerState[Connection], data: dict[str, Any], only: s
     for item in _items(data, "bindings"):
         host = server.vhosts[_vhost_name(server, item, only)]
         kind = DestKind.EXCHANGE if item.get("destination_type") == "exchange" else DestKind.QUEUE
+        if _of_skipped_exchange(host.name, item, kind, skipped):
+            continue
         ops.bind(
             host,
             str(item.get("source", "")),
@@ -370,25 +465,53 @@ def _add_topology(server: ServerState[Connection], data: dict[str, Any], only: s
         )
 
 
+def _of_skipped_exchange(
+    vhost: str, item: dict[str, Any], kind: DestKind, skipped: Skipped
+) -> bool:
+    """Whether a binding is from or to an exchange this import skipped (and is skipped too)."""
+    source, destination = str(item.get("source", "")), str(item.get("destination", ""))
+    if (vhost, source) in skipped.exchanges:
+        gone = source
+    elif kind is DestKind.EXCHANGE and (vhost, destination) in skipped.exchanges:
+        gone = destination
+    else:
+        return False
+    to = "exchange" if kind is DestKind.EXCHANGE else "queue"
+    skipped.add(
+        f"binding of exchange {source} to {to} {destination} in vhost {vhost}",
+        f"exchange {gone} was skipped",
+    )
+    return True
+
+
 def load_definitions(
-    server: ServerState[Connection], data: dict[str, Any], vhost: str | None = None
-) -> None:
+    server: ServerState[Connection],
+    data: dict[str, Any],
+    vhost: str | None = None,
+    skipped: Skipped | None = None,
+) -> Skipped:
     """Apply RabbitMQ definitions to ``server`` (all of them, or, with ``vhost``, the
     exchanges, queues and bindings of a single-vhost file into that vhost). Must run on the
-    broker's event loop (queues are created on it). Raises :class:`DefinitionsError`."""
+    broker's event loop (queues are created on it). Raises :class:`DefinitionsError`.
+    Returns what was skipped (added to ``skipped`` when given: one import in several
+    calls)."""
+    if skipped is None:
+        skipped = Skipped()
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
-    for section in IGNORED_SECTIONS:
-        if _items(data, section):
-            log.warning("definitions: ignoring %s (not supported by Leveret)", section)
+    for item in _items(data, "global_parameters"):
+        # cluster_name, internal_cluster_id...: Leveret's cluster name is fixed.
+        skipped.add(f"global parameter {item.get('name')}", "Leveret has no global parameters")
     try:
         if vhost is None:
             version = _version(data)
             for item in _items(data, "users"):
-                _add_user(server, item, version)
+                _add_user(server, item, version, skipped)
             for item in _items(data, "vhosts"):
                 _add_vhost(server, item)
             for item in _items(data, "permissions"):
+                if _of_skipped_user(server, item, skipped, "permission"):
+                    continue
                 user, host = _grantee(server, item)
                 server.access.set_permissions(
                     user,
@@ -400,14 +523,19 @@ def load_definitions(
                     ),
                 )
             for item in _items(data, "topic_permissions"):
-                _add_topic_permission(server, item)
+                if not _of_skipped_user(server, item, skipped, "topic permission"):
+                    _add_topic_permission(server, item)
         for item in _items(data, "parameters"):
+            if item.get("component") not in LOADABLE_COMPONENTS:
+                skipped.parameter(item, vhost)
+                continue
             _add_parameter(server, item, vhost)
-        _add_topology(server, data, vhost)
+        _add_topology(server, data, vhost, skipped)
     except AMQPError as exc:
         raise _amqp_failure(exc) from exc
     except ApiError as exc:
         raise DefinitionsError(exc.reason) from exc
+    return skipped
 
 
 def load_definitions_file(server: ServerState[Connection], path: Path) -> None:
@@ -423,7 +551,7 @@ def load_definitions_file(server: ServerState[Connection], path: Path) -> None:
         except ValueError as exc:
             raise DefinitionsError(f"{file}: not valid JSON ({exc})") from exc
         try:
-            load_definitions(server, data)
+            skipped = load_definitions(server, data)
         except DefinitionsError as exc:
             raise DefinitionsError(f"{file}: {exc}") from exc
-        log.info("loaded definitions from %s", file)
+        log.info("loaded definitions from %s (%d items skipped)", file, len(skipped.lines))

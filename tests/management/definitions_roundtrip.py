@@ -1,0 +1,289 @@
+"""Helpers of the definitions round-trip tests: a rich set of definitions built through the
+management API of either broker (Leveret or a real RabbitMQ 3.10.8), under names of the
+test's own, and the exports' objects keyed for an object-by-object comparison."""
+
+from __future__ import annotations
+
+import copy
+import json
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tests.integration.helpers import Http
+
+# Each section's objects are keyed by what names them in the broker (RabbitMQ's own keys:
+# rabbit_definitions:add_*), so that two exports compare object by object whatever order
+# each broker lists them in.
+KEYS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {
+    "users": lambda o: (o["name"],),
+    "vhosts": lambda o: (o["name"],),
+    "permissions": lambda o: (o["user"], o["vhost"]),
+    "topic_permissions": lambda o: (o["user"], o["vhost"], o["exchange"]),
+    "parameters": lambda o: (o.get("vhost"), o["component"], o["name"]),
+    "global_parameters": lambda o: (o["name"],),
+    "policies": lambda o: (o.get("vhost"), o["name"]),
+    "exchanges": lambda o: (o.get("vhost"), o["name"]),
+    "queues": lambda o: (o.get("vhost"), o["name"]),
+    "bindings": lambda o: (
+        o.get("vhost"),
+        o["source"],
+        o["destination_type"],
+        o["destination"],
+        o["routing_key"],
+        json.dumps(o["arguments"], sort_keys=True),
+    ),
+}
+SECTIONS = tuple(KEYS)
+
+PASSWORDS = {"admin": "adm1n-pw", "app": "app-pw-ü", "ops": "0ps"}
+
+
+def quoted(name: str) -> str:
+    """A path segment of the management API (``/`` as ``%2F``)."""
+    return urllib.parse.quote(name, safe="")
+
+
+class Names:
+    """The names of one test's objects: vhosts and users start with ``prefix`` (a broker
+    shared with other people is only ever touched under it)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.main = f"{prefix}-main"
+        self.qq = f"{prefix}-qq"
+        self.vhosts = (self.main, self.qq)
+        self.users = {role: f"{prefix}-{role}" for role in PASSWORDS}
+
+    def mine(self, section: str, item: dict[str, Any]) -> bool:
+        """Whether an exported object belongs to this test (shovels are left out: they come
+        with the dynamic shovels, compared by their own tests)."""
+        if section == "global_parameters":
+            return False
+        if section == "users":
+            return item["name"] in self.users.values()
+        if section == "vhosts":
+            return item["name"] in self.vhosts
+        if section == "parameters" and item.get("component") == "shovel":
+            return False
+        return item.get("vhost") in self.vhosts
+
+
+def put(api: Http, path: str, body: Any) -> None:
+    """A PUT/POST that must succeed."""
+    status, answer = api("PUT", path, body)
+    assert status in (201, 204), (path, status, answer)
+
+
+def build(api: Http, names: Names) -> None:
+    """Users with passwords, tags and limits; two vhosts with descriptions, tags and a default
+    queue type; permissions and topic permissions; policies, operator policies and vhost
+    limits; exchanges of every type with arguments (an alternate exchange, an internal one,
+    an auto-delete one); classic, quorum and stream queues with arguments; queue and
+    exchange-to-exchange bindings with arguments. Only through the management API, so
+    that it builds the same on Leveret and RabbitMQ."""
+    main, qq = names.main, names.qq
+    users = names.users
+    put(
+        api,
+        f"/api/users/{users['admin']}",
+        {"password": PASSWORDS["admin"], "tags": "administrator"},
+    )
+    put(
+        api,
+        f"/api/users/{users['app']}",
+        {"password": PASSWORDS["app"], "tags": "monitoring,custom-tag"},
+    )
+    put(api, f"/api/users/{users['ops']}", {"password": PASSWORDS["ops"], "tags": ""})
+    put(api, f"/api/user-limits/{users['ops']}/max-connections", {"value": 7})
+    put(api, f"/api/vhosts/{quoted(main)}", {"description": "Main shop", "tags": "production,eu"})
+    put(api, f"/api/vhosts/{quoted(qq)}", {"description": "", "default_queue_type": "quorum"})
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    for vhost in names.vhosts:
+        put(api, f"/api/permissions/{quoted(vhost)}/{users['admin']}", everything)
+        put(api, f"/api/permissions/{quoted(vhost)}/guest", everything)
+    put(
+        api,
+        f"/api/permissions/{quoted(main)}/{users['app']}",
+        {"configure": "^app\\.", "write": "^(app|orders)\\.", "read": ".*"},
+    )
+    put(
+        api,
+        f"/api/topic-permissions/{quoted(main)}/{users['app']}",
+        {"exchange": "amq.topic", "write": "^orders\\.", "read": ".*"},
+    )
+    put(
+        api,
+        f"/api/topic-permissions/{quoted(main)}/{users['app']}",
+        {"exchange": "orders.topic", "write": "^eu\\.", "read": "^eu\\."},
+    )
+    put(
+        api,
+        f"/api/policies/{quoted(main)}/ttl",
+        {
+            "pattern": "^ttl\\.",
+            "definition": {"message-ttl": 60000, "max-length": 100},
+            "priority": 3,
+            "apply-to": "queues",
+        },
+    )
+    put(
+        api,
+        f"/api/policies/{quoted(main)}/ae",
+        {
+            "pattern": "^policy-ae$",
+            "definition": {"alternate-exchange": "orders.unrouted"},
+            "apply-to": "exchanges",
+        },
+    )
+    put(
+        api,
+        f"/api/operator-policies/{quoted(main)}/cap",
+        {
+            "pattern": ".*",
+            "definition": {"max-length": 100000},
+            "priority": 1,
+            "apply-to": "queues",
+        },
+    )
+    put(api, f"/api/vhost-limits/{quoted(main)}/max-connections", {"value": 50})
+    put(api, f"/api/vhost-limits/{quoted(main)}/max-queues", {"value": 500})
+    exchanges: list[tuple[str, str, dict[str, Any]]] = [
+        (
+            "orders.direct",
+            "direct",
+            {"durable": True, "arguments": {"alternate-exchange": "orders.unrouted"}},
+        ),
+        ("orders.unrouted", "fanout", {"durable": True}),
+        ("orders.topic", "topic", {"durable": True}),
+        ("orders.headers", "headers", {"durable": True, "arguments": {"x-custom": "kept"}}),
+        (
+            "orders.hash",
+            "x-consistent-hash",
+            {"durable": True, "arguments": {"hash-header": "shard"}},
+        ),
+        ("orders.internal", "topic", {"durable": True, "internal": True}),
+        ("orders.transient", "direct", {"durable": False, "auto_delete": True}),
+        ("policy-ae", "direct", {"durable": True}),
+    ]
+    for name, kind, extra in exchanges:
+        body = {
+            "type": kind,
+            "durable": True,
+            "auto_delete": False,
+            "internal": False,
+            "arguments": {},
+        }
+        body.update(extra)
+        put(api, f"/api/exchanges/{quoted(main)}/{quoted(name)}", body)
+    queues: list[tuple[str, str, dict[str, Any]]] = [
+        (
+            main,
+            "orders.created",
+            {
+                "x-message-ttl": 30000,
+                "x-dead-letter-exchange": "orders.unrouted",
+                "x-dead-letter-routing-key": "dead",
+                "x-max-length": 1000,
+                "x-overflow": "reject-publish",
+            },
+        ),
+        (main, "orders.dead", {"x-queue-mode": "lazy"}),
+        (main, "orders.priority", {"x-max-priority": 10, "x-expires": 3600000}),
+        (main, "ttl.short", {}),
+        (
+            main,
+            "orders.quorum",
+            {"x-queue-type": "quorum", "x-delivery-limit": 5, "x-max-length-bytes": 1048576},
+        ),
+        (
+            main,
+            "orders.stream",
+            {
+                "x-queue-type": "stream",
+                "x-max-age": "7D",
+                "x-stream-max-segment-size-bytes": 1000000,
+            },
+        ),
+        (main, "shard.1", {}),
+        (main, "shard.2", {}),
+        (qq, "work", {"x-queue-type": "quorum"}),
+        (qq, "work.classic", {"x-queue-type": "classic", "x-single-active-consumer": True}),
+    ]
+    for vhost, name, arguments in queues:
+        put(
+            api,
+            f"/api/queues/{quoted(vhost)}/{quoted(name)}",
+            {"durable": True, "auto_delete": False, "arguments": arguments},
+        )
+    put(
+        api,
+        f"/api/queues/{quoted(main)}/transient.q",
+        {"durable": False, "auto_delete": True, "arguments": {}},
+    )
+    bindings: list[tuple[str, str, str, str, dict[str, Any]]] = [
+        ("orders.direct", "q", "orders.created", "created", {}),
+        ("orders.unrouted", "q", "orders.dead", "", {}),
+        ("orders.topic", "q", "orders.priority", "eu.#", {}),
+        ("orders.topic", "e", "orders.internal", "eu.*.vip", {}),
+        ("orders.internal", "q", "orders.quorum", "#", {}),
+        ("orders.topic", "e", "orders.headers", "#", {"x-note": "e2e"}),
+        (
+            "orders.headers",
+            "q",
+            "orders.stream",
+            "",
+            {"x-match": "any", "kind": "email", "level": 3},
+        ),
+        ("orders.hash", "q", "shard.1", "1", {}),
+        ("orders.hash", "q", "shard.2", "2", {}),
+        ("orders.transient", "q", "transient.q", "t", {}),
+    ]
+    for source, kind, destination, key, arguments in bindings:
+        status, answer = api(
+            "POST",
+            f"/api/bindings/{quoted(main)}/e/{quoted(source)}/{kind}/{quoted(destination)}",
+            {"routing_key": key, "arguments": arguments},
+        )
+        assert status == 201, (source, destination, status, answer)
+
+
+def objects(export: dict[str, Any], names: Names) -> dict[str, dict[tuple[Any, ...], Any]]:
+    """This test's objects of an export, section by section, keyed by :data:`KEYS`."""
+    out: dict[str, dict[tuple[Any, ...], Any]] = {}
+    for section in SECTIONS:
+        keyed = {}
+        for item in export.get(section, []):
+            if names.mine(section, item):
+                keyed[KEYS[section](item)] = copy.deepcopy(item)
+        out[section] = keyed
+    return out
+
+
+def differences(
+    left: dict[str, dict[tuple[Any, ...], Any]], right: dict[str, dict[tuple[Any, ...], Any]]
+) -> list[str]:
+    """One line per object that is missing on a side or differs (with the differing
+    fields), for an assertion message that says what to fix."""
+    lines = []
+    for section in SECTIONS:
+        a, b = left.get(section, {}), right.get(section, {})
+        for key in sorted(set(a) | set(b), key=repr):
+            if key not in b:
+                lines.append(f"{section} {key}: only on the left")
+            elif key not in a:
+                lines.append(f"{section} {key}: only on the right")
+            elif a[key] != b[key]:
+                fields = sorted(
+                    f for f in set(a[key]) | set(b[key]) if a[key].get(f) != b[key].get(f)
+                )
+                shown = ", ".join(f"{f}: {a[key].get(f)!r} != {b[key].get(f)!r}" for f in fields)
+                lines.append(f"{section} {key}: {shown}")
+    return lines
+
+
+def drop(export: dict[str, Any], section: str, fields: Iterable[str]) -> None:
+    """Remove ``fields`` from every object of ``section`` (fields one broker does not have)."""
+    for item in export.get(section, []):
+        for field in fields:
+            item.pop(field, None)
