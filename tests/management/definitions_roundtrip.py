@@ -248,16 +248,32 @@ def build(api: Http, names: Names) -> None:
         assert status == 201, (source, destination, status, answer)
 
 
-def objects(export: dict[str, Any], names: Names) -> dict[str, dict[tuple[Any, ...], Any]]:
-    """This test's objects of an export, section by section, keyed by :data:`KEYS`."""
+def no_shovels(section: str, item: dict[str, Any]) -> bool:
+    """Every object but shovels (compared by the dynamic shovels' own tests)."""
+    return not (section == "parameters" and item.get("component") == "shovel")
+
+
+def objects(
+    export: dict[str, Any], keep: Callable[[str, dict[str, Any]], bool] = no_shovels
+) -> dict[str, dict[tuple[Any, ...], Any]]:
+    """The objects of an export that ``keep`` keeps (a :meth:`Names.mine`: one test's),
+    section by section, keyed by :data:`KEYS`."""
     out: dict[str, dict[tuple[Any, ...], Any]] = {}
     for section in SECTIONS:
         keyed = {}
         for item in export.get(section, []):
-            if names.mine(section, item):
+            if keep(section, item):
                 keyed[KEYS[section](item)] = copy.deepcopy(item)
         out[section] = keyed
     return out
+
+
+def only(export: dict[str, Any], keep: Callable[[str, dict[str, Any]], bool]) -> dict[str, Any]:
+    """An export with only the objects ``keep`` keeps (what may go into a shared broker)."""
+    return {
+        key: [item for item in value if keep(key, item)] if key in KEYS else value
+        for key, value in export.items()
+    }
 
 
 def differences(
