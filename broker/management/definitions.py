@@ -554,4 +554,4 @@ def load_definitions_file(server: ServerState[Connection], path: Path) -> None:
             skipped = load_definitions(server, data)
         except DefinitionsError as exc:
             raise DefinitionsError(f"{file}: {exc}") from exc
-        log.info("loaded definitions from %s (%d items skipped)", file, len(skipped.lines))
+        log.info("loaded definitions from %s (items skipped: %d)", file, len(skipped.lines))

@@ -43,6 +43,8 @@ from tests.integration.helpers import Http, unique
 
 from .definitions_roundtrip import (
     PASSWORDS,
+    UNLOADABLE,
+    UNLOADABLE_LINES,
     Names,
     build,
     differences,
@@ -288,140 +290,6 @@ def skipped_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
         if r.name == "leveret.management.definitions"
         and r.getMessage().startswith(prefix + "skipped ")
     ]
-
-
-# A RabbitMQ 3.10.8 export (shaped as one; the values as RabbitMQ writes them) with what
-# Leveret cannot load next to what it can.
-MD5_HASH = "ytUIm8s3AnKsXQjptplKFytfVxI="  # a pre-3.6 export's user: no hashing_algorithm
-UNLOADABLE: dict[str, Any] = {
-    "rabbit_version": "3.10.8",
-    "rabbitmq_version": "3.10.8",
-    "users": [
-        {
-            "name": "old-md5",
-            "password_hash": MD5_HASH,
-            "hashing_algorithm": "rabbit_password_hashing_md5",
-            "tags": [],
-            "limits": {},
-        },
-        {
-            "name": "sha512",
-            "password_hash": "AAAAAA==",
-            "hashing_algorithm": "rabbit_password_hashing_sha512",
-            "tags": ["administrator"],
-            "limits": {},
-        },
-    ],
-    "vhosts": [{"name": "fed"}],
-    "permissions": [
-        {"user": "sha512", "vhost": "fed", "configure": ".*", "write": ".*", "read": ".*"},
-        {"user": "guest", "vhost": "fed", "configure": ".*", "write": ".*", "read": ".*"},
-    ],
-    "topic_permissions": [
-        {"user": "old-md5", "vhost": "fed", "exchange": "amq.topic", "write": ".*", "read": ".*"}
-    ],
-    "parameters": [
-        {
-            "value": {"uri": "amqp://upstream", "expires": 3600000},
-            "vhost": "fed",
-            "component": "federation-upstream",
-            "name": "up-1",
-        },
-        {
-            "value": [{"upstream": "up-1"}],
-            "vhost": "fed",
-            "component": "federation-upstream-set",
-            "name": "set-1",
-        },
-        {"value": {"x": 1}, "vhost": "fed", "component": "some-plugin", "name": "p"},
-        {
-            "value": {"max-queues": 10},
-            "vhost": "fed",
-            "component": "vhost-limits",
-            "name": "limits",
-        },
-    ],
-    "global_parameters": [
-        {"name": "cluster_name", "value": "rabbit@prod"},
-        {"name": "internal_cluster_id", "value": "rabbitmq-cluster-id-kRT2KchnsMUxa1eHlhdm-w"},
-    ],
-    "policies": [],
-    "queues": [
-        {"name": "q", "vhost": "fed", "durable": True, "auto_delete": False, "arguments": {}}
-    ],
-    "exchanges": [
-        {
-            "name": "jms",
-            "vhost": "fed",
-            "type": "x-jms-topic",
-            "durable": True,
-            "auto_delete": False,
-            "internal": False,
-            "arguments": {},
-        },
-        {
-            "name": "recent",
-            "vhost": "fed",
-            "type": "x-recent-history",
-            "durable": True,
-            "auto_delete": False,
-            "internal": False,
-            "arguments": {"x-recent-history-length": 10},
-        },
-        {
-            "name": "fan",
-            "vhost": "fed",
-            "type": "fanout",
-            "durable": True,
-            "auto_delete": False,
-            "internal": False,
-            "arguments": {},
-        },
-    ],
-    "bindings": [
-        {
-            "source": "jms",
-            "vhost": "fed",
-            "destination": "q",
-            "destination_type": "queue",
-            "routing_key": "k",
-            "arguments": {},
-        },
-        {
-            "source": "fan",
-            "vhost": "fed",
-            "destination": "recent",
-            "destination_type": "exchange",
-            "routing_key": "",
-            "arguments": {},
-        },
-        {
-            "source": "fan",
-            "vhost": "fed",
-            "destination": "q",
-            "destination_type": "queue",
-            "routing_key": "",
-            "arguments": {},
-        },
-    ],
-}
-UNLOADABLE_LINES = [
-    "skipped global parameter cluster_name: Leveret has no global parameters",
-    "skipped global parameter internal_cluster_id: Leveret has no global parameters",
-    "skipped user old-md5: Leveret has no password hashing rabbit_password_hashing_md5 "
-    "(only rabbit_password_hashing_sha256)",
-    "skipped user sha512: Leveret has no password hashing rabbit_password_hashing_sha512 "
-    "(only rabbit_password_hashing_sha256)",
-    "skipped permission of user sha512 in vhost fed: user sha512 was skipped",
-    "skipped topic permission of user old-md5 in vhost fed: user old-md5 was skipped",
-    "skipped parameter federation-upstream/up-1 in vhost fed: Leveret has no federation",
-    "skipped parameter federation-upstream-set/set-1 in vhost fed: Leveret has no federation",
-    "skipped parameter some-plugin/p in vhost fed: Leveret has no component some-plugin",
-    "skipped exchange jms in vhost fed: Leveret has no exchange type x-jms-topic",
-    "skipped exchange recent in vhost fed: Leveret has no exchange type x-recent-history",
-    "skipped binding of exchange jms to queue q in vhost fed: exchange jms was skipped",
-    "skipped binding of exchange fan to exchange recent in vhost fed: exchange recent was skipped",
-]
 
 
 def assert_rest_loaded(node: Node) -> None:
