@@ -17,8 +17,9 @@ Fields that differ between the brokers, and why (the only ones left out of a com
   ``x-queue-type``, which both export and import, says the same);
 * users' password hashes are compared where they were copied, never where each broker
   hashed the password itself (a random salt);
-* product_name / product_version at the top: the broker's own, on purpose (RabbitMQ and
-  Leveret's version); rabbit_version / rabbitmq_version are 3.10.8 on both.
+* at the top, ``product_name`` and ``product_version`` are each broker's own, and
+  ``rabbit_version`` / ``rabbitmq_version`` the 3.13.7 Leveret reports everywhere: only
+  the objects are compared with RabbitMQ (between two Leveret nodes, the top too).
 """
 
 from __future__ import annotations
