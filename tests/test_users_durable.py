@@ -157,3 +157,40 @@ def test_a_saved_user_the_configuration_no_longer_names_is_logged_at_start(
         f"{tmp_path / 'users.json'} keeps users that the configuration does not name, with "
         "their permissions: bob"
     ]
+
+
+def test_a_users_hashing_algorithm_survives_a_restart(tmp_path: Path) -> None:
+    """A user imported with a SHA-512 hash (RabbitMQ's password_hashing_module) keeps its
+    algorithm in users.json, and logs in after a restart."""
+    import base64
+    import hashlib
+
+    salt = b"\x01\x02\x03\x04"
+    digest = hashlib.sha512(salt + b"long-pw").digest()
+    password_hash = base64.b64encode(salt + digest).decode()
+    broker = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+
+        def setup() -> None:
+            access = broker.server.state.access
+            access.add_user(
+                "s512",
+                password_hash=password_hash,
+                hashing_algorithm="rabbit_password_hashing_sha512",
+            )
+            access.set_permissions("s512", "/", Permission())
+
+        broker.call(setup)
+    finally:
+        broker.stop()
+    saved = json.loads((tmp_path / "users.json").read_text())
+    [user] = [u for u in saved["users"] if u["name"] == "s512"]
+    assert user["hashing_algorithm"] == "rabbit_password_hashing_sha512"
+    again = BrokerThread(Config(port=0, data_dir=tmp_path)).start()
+    try:
+        url = f"amqp://s512:long-pw@127.0.0.1:{again.server.port}/"
+        pika.BlockingConnection(pika.URLParameters(url)).close()
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika.URLParameters(url.replace("long-pw", "wrong")))
+    finally:
+        again.stop()

@@ -235,7 +235,9 @@ def set_user_tags(server: ServerState[Connection], args: Args) -> Reply:
     user_must_exist(server, name)
     user = server.access.users[name]
     tags = [str(tag) for tag in args.get("tags") or []]
-    server.access.add_user(name, password_hash=user.password_hash, tags=tags)
+    server.access.add_user(
+        name, password_hash=user.password_hash, tags=tags, hashing_algorithm=user.hashing_algorithm
+    )
     return None, None
 
 

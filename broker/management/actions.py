@@ -28,7 +28,7 @@ from leveret.management.messages import mandatory
 from leveret.management.query import json_response, read_json
 from leveret.management.state import state_of
 from leveret.management.views import HASHING_ALGORITHM
-from leveret.node.auth import Permission, invalid_regexp
+from leveret.node.auth import HASHING, Permission, invalid_regexp
 
 routes = web.RouteTableDef()
 
@@ -99,13 +99,14 @@ async def put_user(request: web.Request) -> web.Response:
     if "password" in body and "password_hash" in body:
         raise bad_request("both_password_and_password_hash_are_provided")
     algorithm = body.get("hashing_algorithm", HASHING_ALGORITHM)
-    if algorithm != HASHING_ALGORITHM:
+    if algorithm not in HASHING:
         raise bad_request(f"unsupported hashing_algorithm {algorithm}")
     created = name not in access.users
     if "password" in body:
         access.add_user(name, password=str(body["password"]), tags=tags)
     else:
-        access.add_user(name, password_hash=str(body.get("password_hash") or ""), tags=tags)
+        password_hash = str(body.get("password_hash") or "")
+        access.add_user(name, password_hash=password_hash, tags=tags, hashing_algorithm=algorithm)
     return web.Response(status=201 if created else 204)
 
 

@@ -8,10 +8,10 @@ The format is rabbit_definitions.erl's (deps/rabbit/src): ``rabbit_version``, ``
 users' ``limits``.
 
 What a RabbitMQ export holds that Leveret cannot load (a parameter of another component, a
-global parameter, a user whose hash is not SHA-256, an exchange of a type Leveret lacks,
-and what depends on those) is skipped and named in one line per item (:class:`Skipped`):
-logged, and returned to the caller, which shows the lines (``leveret ctl
-import_definitions``) or their count (POST /api/definitions, in a header).
+global parameter, a user whose hash was made by none of RabbitMQ's own hashing modules, an
+exchange of a type Leveret lacks, and what depends on those) is skipped and named in one
+line per item (:class:`Skipped`): logged, and returned to the caller, which shows the lines
+(``leveret ctl import_definitions``) or their count (POST /api/definitions, in a header).
 
 Import follows rabbit_definitions:apply_defs/3: users, vhosts, permissions, topic
 permissions, parameters, policies, then exchanges, queues and bindings; definitions are
@@ -42,7 +42,7 @@ from leveret.exchanges.types import parse_type
 from leveret.management.errors import ApiError
 from leveret.management.state import state_of
 from leveret.node.arguments import queue_type
-from leveret.node.auth import Permission, TopicPermission, invalid_regexp
+from leveret.node.auth import HASHING, Permission, TopicPermission, invalid_regexp
 from leveret.node.errors import AMQPError
 from leveret.node.fieldtable import amqp_json
 from leveret.node.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_HASHING = (views.HASHING_ALGORITHM,)
+# RabbitMQ's own hashing modules; a user of another (a custom module) is skipped.
+SUPPORTED_HASHING = tuple(HASHING)
 # The runtime parameter components an import applies; a parameter of any other component is
 # skipped with a line (why: :data:`MISSING_COMPONENTS`, else that Leveret has no such one).
 LOADABLE_COMPONENTS = (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT)
@@ -96,10 +97,7 @@ class Skipped:
     def user(self, name: str, algorithm: str) -> None:
         """A user whose password hash Leveret cannot check."""
         self.users.add(name)
-        self.add(
-            f"user {name}",
-            f"Leveret has no password hashing {algorithm} (only {', '.join(SUPPORTED_HASHING)})",
-        )
+        self.add(f"user {name}", f"Leveret has no password hashing module {algorithm}")
 
     def exchange(self, vhost: str, name: str, kind: str) -> None:
         """An exchange of a type Leveret does not have."""
@@ -252,17 +250,21 @@ def _add_user(
         raise DefinitionsError("user without a name")
     algorithm = _hashing_algorithm(item, version)
     if algorithm is not None and algorithm not in SUPPORTED_HASHING:
-        # RabbitMQ loads the hash as it is; Leveret could not check it (the user could
-        # never log in), so the user is left out by name rather than loaded unusable.
+        # A custom module (rabbit_password:hashing_mod/1 uses any): RabbitMQ loads the
+        # hash as it is; Leveret could not check it (the user could never log in), so the
+        # user is left out by name rather than loaded unusable.
         skipped.user(name, algorithm)
         return
     tags = _tags(item.get("tags"))
     # A user without ``limits`` keeps the ones it has (rabbit_auth_backend_internal:put_user).
     limits = _user_limits(name, item["limits"]) if "limits" in item else None
-    if "password" in item and "password_hash" not in item:
+    if algorithm is None:
         server.access.add_user(name, password=str(item["password"]), tags=tags)
     else:
-        _add_hashed_user(server, name, tags, item)
+        password_hash = str(item.get("password_hash") or "")
+        server.access.add_user(
+            name, password_hash=password_hash, tags=tags, hashing_algorithm=algorithm
+        )
     if limits is not None:
         server.access.set_user_limits(name, limits)
 
@@ -280,13 +282,6 @@ def _hashing_algorithm(item: dict[str, Any], version: tuple[int, ...]) -> str | 
             else views.HASHING_ALGORITHM
         )
     return str(algorithm)
-
-
-def _add_hashed_user(
-    server: ServerState[Connection], name: str, tags: list[str], item: dict[str, Any]
-) -> None:
-    password_hash = item.get("password_hash") or ""
-    server.access.add_user(name, password_hash=str(password_hash), tags=tags)
 
 
 def _user_limits(name: str, value: Any) -> dict[str, int]:

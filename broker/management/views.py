@@ -84,7 +84,7 @@ def user_view(user: User) -> JSON:
     return {
         "name": user.name,
         "password_hash": user.password_hash,
-        "hashing_algorithm": HASHING_ALGORITHM,
+        "hashing_algorithm": user.hashing_algorithm,
         "tags": list(user.tags),
         "limits": dict(user.limits),
     }

@@ -2,7 +2,10 @@
 
 - Passwords are stored as RabbitMQ's ``rabbit_password_hashing_sha256`` hashes:
   ``base64(salt ++ sha256(salt ++ utf8(password)))`` with a 4-byte random salt, so
-  ``password_hash`` values from a RabbitMQ definitions export log in unchanged.
+  ``password_hash`` values from a RabbitMQ definitions export log in unchanged. A user
+  imported with another of RabbitMQ's algorithms (SHA-512, or MD5 from before 3.6) keeps
+  it and is checked with it, as RabbitMQ checks each user with its own
+  (rabbit_password:salted_hash/3, rabbit_auth_backend_internal).
 - Permissions are three regular expressions per (user, vhost): configure, write, read.
   RabbitMQ matches them with ``re:run`` (a search, not a full match); an empty pattern
   grants nothing. The default exchange is checked under the name ``amq.default``
@@ -34,6 +37,15 @@ from leveret.node.errors import ACCESS_REFUSED, AMQPChannelError
 LINKED_EXCHANGE_ARGUMENT = {"exchange": "alternate-exchange", "queue": "x-dead-letter-exchange"}
 
 SALT_BYTES = 4
+SHA256 = "rabbit_password_hashing_sha256"
+# RabbitMQ's hashing modules (rabbit_password_hashing_*.erl: hash/1 is the digest of
+# salt ++ password) -> hashlib's name. RabbitMQ hashes new passwords with sha256 unless
+# password_hashing_module says otherwise; Leveret always does.
+HASHING = {
+    SHA256: "sha256",
+    "rabbit_password_hashing_sha512": "sha512",
+    "rabbit_password_hashing_md5": "md5",
+}
 
 
 def is_loopback(host: str | None) -> bool:
@@ -48,22 +60,25 @@ def is_loopback(host: str | None) -> bool:
     return address.is_loopback
 
 
-def hash_password(password: str, salt: bytes | None = None) -> str:
-    """RabbitMQ's SHA-256 password hash (base64 of salt + digest)."""
+def hash_password(password: str, salt: bytes | None = None, algorithm: str = SHA256) -> str:
+    """RabbitMQ's password hash (base64 of salt + digest; SHA-256 unless ``algorithm``
+    names another of :data:`HASHING`)."""
     salt = os.urandom(SALT_BYTES) if salt is None else salt
-    digest = hashlib.sha256(salt + password.encode("utf-8")).digest()
+    digest = hashlib.new(HASHING[algorithm], salt + password.encode("utf-8")).digest()
     return base64.b64encode(salt + digest).decode("ascii")
 
 
-def check_password(password: str, password_hash: str) -> bool:
-    """Whether ``password`` matches a RabbitMQ SHA-256 ``password_hash``."""
+def check_password(password: str, password_hash: str, algorithm: str = SHA256) -> bool:
+    """Whether ``password`` matches a RabbitMQ ``password_hash`` of ``algorithm``."""
     try:
         raw = base64.b64decode(password_hash, validate=True)
     except ValueError:
         return False
-    if len(raw) != SALT_BYTES + hashlib.sha256().digest_size:
+    if algorithm not in HASHING:
         return False
-    expected = hash_password(password, raw[:SALT_BYTES])
+    if len(raw) != SALT_BYTES + hashlib.new(HASHING[algorithm]).digest_size:
+        return False
+    expected = hash_password(password, raw[:SALT_BYTES], algorithm)
     return hmac.compare_digest(expected, password_hash)
 
 
@@ -76,6 +91,8 @@ class User:
     tags: list[str] = field(default_factory=list)
     # max-connections and max-channels (broker/limits.py).
     limits: dict[str, int] = field(default_factory=dict)
+    # Which of :data:`HASHING` made ``password_hash``.
+    hashing_algorithm: str = SHA256
 
 
 @dataclass
@@ -167,13 +184,19 @@ class AccessControl:
         password: str | None = None,
         password_hash: str | None = None,
         tags: list[str] | None = None,
+        hashing_algorithm: str = SHA256,
     ) -> User:
-        """Create or replace a user (from a password, or a RabbitMQ hash)."""
+        """Create or replace a user (from a password, hashed with SHA-256, or a RabbitMQ
+        hash made by ``hashing_algorithm``, one of :data:`HASHING`)."""
+        if hashing_algorithm not in HASHING:
+            raise ValueError(f"unsupported hashing algorithm {hashing_algorithm}")
         if password_hash is None:
+            hashing_algorithm = SHA256
             password_hash = hash_password(password or "") if password is not None else ""
         old = self.users.get(name)
         # Replacing a user keeps its limits, as rabbit_auth_backend_internal:put_user/3.
-        user = User(name, password_hash, list(tags or []), dict(old.limits) if old else {})
+        limits = dict(old.limits) if old else {}
+        user = User(name, password_hash, list(tags or []), limits, hashing_algorithm)
         self.users[name] = user
         self._changed()
         return user
@@ -269,7 +292,7 @@ class AccessControl:
                 {
                     "name": u.name,
                     "password_hash": u.password_hash,
-                    "hashing_algorithm": "rabbit_password_hashing_sha256",
+                    "hashing_algorithm": u.hashing_algorithm,
                     "tags": list(u.tags),
                     "limits": dict(u.limits),
                 }
@@ -288,7 +311,10 @@ class AccessControl:
         access = cls()
         for user in document.get("users", []):
             added = access.add_user(
-                user["name"], password_hash=user["password_hash"], tags=list(user["tags"])
+                user["name"],
+                password_hash=user["password_hash"],
+                tags=list(user["tags"]),
+                hashing_algorithm=user.get("hashing_algorithm", SHA256),
             )
             added.limits = dict(user.get("limits") or {})
         for p in document.get("permissions", []):
@@ -306,7 +332,9 @@ class AccessControl:
         user = self.users.get(name)
         if user is None or not user.password_hash:
             return None
-        return user if check_password(password, user.password_hash) else None
+        if check_password(password, user.password_hash, user.hashing_algorithm):
+            return user
+        return None
 
     def can_access_vhost(self, user: str, vhost: str) -> bool:
         """Whether ``user`` has any permissions on ``vhost``."""

@@ -4,7 +4,9 @@ test's own, and the exports' objects keyed for an object-by-object comparison.""
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import json
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -36,7 +38,25 @@ KEYS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {
 }
 SECTIONS = tuple(KEYS)
 
-PASSWORDS = {"admin": "adm1n-pw", "app": "app-pw-ü", "ops": "0ps"}
+PASSWORDS = {
+    "admin": "adm1n-pw",
+    "app": "app-pw-ü",
+    "ops": "0ps",
+    "sha512": "s512-pw",
+    "md5": "md5-pw",
+}
+# The users put with a hash of another of RabbitMQ's hashing modules than SHA-256.
+HASHED = {
+    "sha512": "rabbit_password_hashing_sha512",
+    "md5": "rabbit_password_hashing_md5",
+}
+
+
+def rabbit_hash(password: str, algorithm: str, salt: bytes = b"\x90\x8d\xc6\x0a") -> str:
+    """rabbit_password:hash/2 of ``algorithm`` (``sha256``, ``sha512``, ``md5``), written
+    out independently of the broker: base64(salt ++ digest(salt ++ password))."""
+    digest = hashlib.new(algorithm, salt + password.encode()).digest()
+    return base64.b64encode(salt + digest).decode()
 
 
 def quoted(name: str) -> str:
@@ -96,12 +116,16 @@ def build(api: Http, names: Names) -> None:
     )
     put(api, f"/api/users/{users['ops']}", {"password": PASSWORDS["ops"], "tags": ""})
     put(api, f"/api/user-limits/{users['ops']}/max-connections", {"value": 7})
+    for role, algorithm in HASHED.items():
+        password_hash = rabbit_hash(PASSWORDS[role], role)
+        body = {"password_hash": password_hash, "hashing_algorithm": algorithm, "tags": ""}
+        put(api, f"/api/users/{users[role]}", body)
     put(api, f"/api/vhosts/{quoted(main)}", {"description": "Main shop", "tags": "production,eu"})
     put(api, f"/api/vhosts/{quoted(qq)}", {"description": "", "default_queue_type": "quorum"})
     everything = {"configure": ".*", "write": ".*", "read": ".*"}
     for vhost in names.vhosts:
-        put(api, f"/api/permissions/{quoted(vhost)}/{users['admin']}", everything)
-        put(api, f"/api/permissions/{quoted(vhost)}/guest", everything)
+        for user in (users["admin"], users["sha512"], users["md5"], "guest"):
+            put(api, f"/api/permissions/{quoted(vhost)}/{user}", everything)
     put(
         api,
         f"/api/permissions/{quoted(main)}/{users['app']}",
@@ -374,33 +398,34 @@ def drop(export: dict[str, Any], section: str, fields: Iterable[str]) -> None:
 
 # A RabbitMQ 3.10.8 export (shaped as one; the values as RabbitMQ writes them) with what
 # Leveret cannot load next to what it can.
-MD5_HASH = "ytUIm8s3AnKsXQjptplKFytfVxI="  # a pre-3.6 export's user: no hashing_algorithm
 UNLOADABLE: dict[str, Any] = {
     "rabbit_version": "3.10.8",
     "rabbitmq_version": "3.10.8",
     "users": [
         {
-            "name": "old-md5",
-            "password_hash": MD5_HASH,
-            "hashing_algorithm": "rabbit_password_hashing_md5",
-            "tags": [],
+            # RabbitMQ's rabbit_password:hashing_mod/1 takes any module named here.
+            "name": "custom",
+            "password_hash": "AAAAAA==",
+            "hashing_algorithm": "my_company_password_hashing",
+            "tags": ["administrator"],
             "limits": {},
         },
         {
             "name": "sha512",
-            "password_hash": "AAAAAA==",
+            "password_hash": rabbit_hash(PASSWORDS["sha512"], "sha512"),
             "hashing_algorithm": "rabbit_password_hashing_sha512",
-            "tags": ["administrator"],
+            "tags": [],
             "limits": {},
         },
     ],
     "vhosts": [{"name": "fed"}],
     "permissions": [
+        {"user": "custom", "vhost": "fed", "configure": ".*", "write": ".*", "read": ".*"},
         {"user": "sha512", "vhost": "fed", "configure": ".*", "write": ".*", "read": ".*"},
         {"user": "guest", "vhost": "fed", "configure": ".*", "write": ".*", "read": ".*"},
     ],
     "topic_permissions": [
-        {"user": "old-md5", "vhost": "fed", "exchange": "amq.topic", "write": ".*", "read": ".*"}
+        {"user": "custom", "vhost": "fed", "exchange": "amq.topic", "write": ".*", "read": ".*"}
     ],
     "parameters": [
         {
@@ -490,12 +515,9 @@ UNLOADABLE: dict[str, Any] = {
 UNLOADABLE_LINES = [
     "skipped global parameter cluster_name: Leveret has no global parameters",
     "skipped global parameter internal_cluster_id: Leveret has no global parameters",
-    "skipped user old-md5: Leveret has no password hashing rabbit_password_hashing_md5 "
-    "(only rabbit_password_hashing_sha256)",
-    "skipped user sha512: Leveret has no password hashing rabbit_password_hashing_sha512 "
-    "(only rabbit_password_hashing_sha256)",
-    "skipped permission of user sha512 in vhost fed: user sha512 was skipped",
-    "skipped topic permission of user old-md5 in vhost fed: user old-md5 was skipped",
+    "skipped user custom: Leveret has no password hashing module my_company_password_hashing",
+    "skipped permission of user custom in vhost fed: user custom was skipped",
+    "skipped topic permission of user custom in vhost fed: user custom was skipped",
     "skipped parameter federation-upstream/up-1 in vhost fed: Leveret has no federation",
     "skipped parameter federation-upstream-set/set-1 in vhost fed: Leveret has no federation",
     "skipped parameter some-plugin/p in vhost fed: Leveret has no component some-plugin",

@@ -117,18 +117,23 @@ def nodes(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
             node.broker.stop()
 
 
-def amqp_login(url: str, user: str, password: str, vhost: str) -> None:
-    """Log in with ``password`` over AMQP (pika) and declare a queue passively."""
+def amqp_login(
+    url: str, user: str, password: str, vhost: str, queue: str = "orders.created"
+) -> None:
+    """Log in with ``password`` over AMQP (pika) to ``vhost`` and declare ``queue``
+    passively; a wrong password is refused."""
     parts = urllib.parse.urlsplit(url)
     credentials = pika.PlainCredentials(user, password)
     params = pika.ConnectionParameters(parts.hostname, parts.port, vhost, credentials)
     connection = pika.BlockingConnection(params)
     try:
-        if vhost != "/":
-            channel = connection.channel()
-            assert channel.queue_declare("orders.created", passive=True).method.queue
+        channel = connection.channel()
+        assert channel.queue_declare(queue, passive=True).method.queue == queue
     finally:
         connection.close()
+    wrong = pika.PlainCredentials(user, password + "x")
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(pika.ConnectionParameters(parts.hostname, parts.port, vhost, wrong))
 
 
 def assert_same(left: dict[str, Any], right: dict[str, Any], names: Names | None = None) -> None:
@@ -298,10 +303,13 @@ def assert_rest_loaded(node: Node) -> None:
     queue, the fanout exchange and its binding to the queue."""
     exported = node.export()
     assert {"name": "fed"} in [{"name": v["name"]} for v in exported["vhosts"]]
-    assert {u["name"] for u in exported["users"]} == {"guest"}
+    assert {u["name"] for u in exported["users"]} == {"guest", "sha512"}
     assert [(p["user"], p["vhost"]) for p in exported["permissions"] if p["vhost"] == "fed"] == [
-        ("guest", "fed")
+        ("guest", "fed"),
+        ("sha512", "fed"),
     ]
+    # The SHA-512 user logs in with its password (checked with its own algorithm).
+    amqp_login(node.broker.url, "sha512", PASSWORDS["sha512"], "fed", queue="q")
     assert [p["component"] for p in exported["parameters"]] == ["vhost-limits"]
     assert [x["name"] for x in exported["exchanges"]] == ["fan"]
     assert [(b["source"], b["destination"]) for b in exported["bindings"]] == [("fan", "q")]
@@ -341,6 +349,9 @@ def test_what_leveret_cannot_load_is_named_by_ctl(nodes: tuple[Node, Node]) -> N
     # exchange skipped earlier is still named.
     assert result.stdout.splitlines() == [banner, *UNLOADABLE_LINES]
     assert_rest_loaded(node)
+    # New tags keep the user's hash and the algorithm that made it.
+    assert node.ctl("set_user_tags", "sha512", "monitoring").returncode == 0
+    amqp_login(node.broker.url, "sha512", PASSWORDS["sha512"], "fed", queue="q")
     quiet = node.ctl("import_definitions", "-", "--formatter", "json", stdin=json.dumps(UNLOADABLE))
     assert quiet.returncode == 0
     assert json.loads(quiet.stdout)["message"].splitlines() == UNLOADABLE_LINES
