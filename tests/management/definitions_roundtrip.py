@@ -95,13 +95,14 @@ def put(api: Http, path: str, body: Any) -> None:
     assert status in (201, 204), (path, status, answer)
 
 
-def build(api: Http, names: Names) -> None:
+def build(api: Http, names: Names, plugins: bool = False) -> None:
     """Users with passwords, tags and limits; two vhosts with descriptions, tags and a default
     queue type; permissions and topic permissions; policies, operator policies and vhost
     limits; exchanges of every type with arguments (an alternate exchange, an internal one,
     an auto-delete one); classic, quorum and stream queues with arguments; queue and
     exchange-to-exchange bindings with arguments. Only through the management API, so
-    that it builds the same on Leveret and RabbitMQ."""
+    that it builds the same on Leveret and RabbitMQ. ``plugins``: the exchange types of
+    plugins the RabbitMQ under test lacks too (x-delayed-message, x-rtopic)."""
     main, qq = names.main, names.qq
     users = names.users
     put(
@@ -216,6 +217,11 @@ def build(api: Http, names: Names) -> None:
         ("orders.transient", "direct", {"durable": False, "auto_delete": True}),
         ("policy-ae", "direct", {"durable": True}),
     ]
+    if plugins:
+        exchanges += [
+            ("orders.delayed", "x-delayed-message", {"arguments": {"x-delayed-type": "topic"}}),
+            ("orders.rtopic", "x-rtopic", {}),
+        ]
     for name, kind, extra in exchanges:
         body = {
             "type": kind,
@@ -330,6 +336,11 @@ def build(api: Http, names: Names) -> None:
         ("orders.hash", "q", "shard.2", "2", {}),
         ("orders.transient", "q", "transient.q", "t", {}),
     ]
+    if plugins:
+        bindings += [
+            ("orders.delayed", "q", "orders.priority", "later.#", {}),
+            ("orders.rtopic", "e", "orders.topic", "eu.*", {}),
+        ]
     for source, kind, destination, key, arguments in bindings:
         status, answer = api(
             "POST",
