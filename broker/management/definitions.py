@@ -37,6 +37,7 @@ from leveret.node.auth import Permission, TopicPermission, invalid_regexp
 from leveret.node.errors import AMQPError
 from leveret.node.fieldtable import amqp_json
 from leveret.node.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
+from leveret.node.shovel import SHOVEL_COMPONENT, ShovelError
 
 if TYPE_CHECKING:
     from leveret.node.state import ServerState
@@ -69,7 +70,7 @@ def export_definitions(server: ServerState[Connection], vhost: str | None = None
     exchanges, queues, bindings, policies, parameters = [], [], [], [], []
     for name in names:
         host = server.vhosts[name]
-        parameters += host.runtime_parameters()
+        parameters += server.runtime_parameters(name)
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq.") or exchange.internal:
@@ -233,7 +234,7 @@ def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: 
     RabbitMQ's validation text, escaped as the management plugin escapes reasons, with
     the parameter's vhost/component/name (rabbit_definitions, observed on 3.10.8)."""
     component = item.get("component")
-    if component not in (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT):
+    if component not in (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT, SHOVEL_COMPONENT):
         log.warning("definitions: ignoring parameter %r (not supported by Leveret)", item)
         return
     vhost = only if only is not None else item.get("vhost")
@@ -248,7 +249,7 @@ def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: 
         if component == OPERATOR_POLICY_COMPONENT and "priority" not in value:
             raise PolicyError(f'Validation failed\n\nKey "priority" not found in {name}\n')
         server.set_parameter(vhost, component, name, value)
-    except (LimitError, PolicyError) as exc:
+    except (LimitError, PolicyError, ShovelError) as exc:
         raise DefinitionsError(html.escape(exc.reason, quote=False) + where) from exc
 
 
