@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from leveret.management import views
+import leveret.management.views as views
 from leveret.management.access import current_user, require_vhost, visible_vhosts
 from leveret.management.api import server_of
 from leveret.management.errors import not_found
