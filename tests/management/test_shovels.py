@@ -19,8 +19,8 @@ import pytest
 from leveret.config import Config
 from leveret.management import start_management
 from leveret.server import Server
-
 from tests.integration.helpers import wait_until
+
 from .helpers import Mgmt, basic
 
 pytestmark = pytest.mark.timeout(60)
@@ -117,8 +117,15 @@ async def test_moves_every_message_to_another_node(two: tuple[Mgmt, Mgmt]) -> No
     status, _ = await a.request("PUT", "parameters", "shovel", "/", "move", body={"value": value})
     assert status == 201
     running = await until_state(a, "move", "running")
-    assert running["src_uri"] == "amqp://" and running["dest_uri"] == f"amqp://127.0.0.1:{b.server.port}"
-    assert (running["src_queue"], running["dest_queue"], running["type"]) == ("outbox", "inbox", "dynamic")
+    assert (
+        running["src_uri"] == "amqp://"
+        and running["dest_uri"] == f"amqp://127.0.0.1:{b.server.port}"
+    )
+    assert (running["src_queue"], running["dest_queue"], running["type"]) == (
+        "outbox",
+        "inbox",
+        "dynamic",
+    )
     got = await drain(b.amqp_url, "inbox")
     assert sorted(int(m.body) for m in got) == list(range(500))
     assert all(m.delivery_mode == aio_pika.DeliveryMode.PERSISTENT for m in got)
@@ -126,7 +133,12 @@ async def test_moves_every_message_to_another_node(two: tuple[Mgmt, Mgmt]) -> No
     # Still running: what is published later follows, its properties as they were (the
     # management API's publish sets no message_id, which a client library would add).
     for i in range(3):
-        body = {"properties": {"priority": 3}, "routing_key": "outbox", "payload": str(i), "payload_encoding": "string"}
+        body = {
+            "properties": {"priority": 3},
+            "routing_key": "outbox",
+            "payload": str(i),
+            "payload_encoding": "string",
+        }
         await a.request("POST", "exchanges", "/", "amq.default", "publish", body=body)
     later = await drain(b.amqp_url, "inbox")
     assert sorted(int(m.body) for m in later) == [0, 1, 2]
