@@ -68,7 +68,7 @@ async def length(url: str, queue: str) -> int:
     """Messages in ``queue`` (-1 while the broker does not answer)."""
     try:
         connection = await aio_pika.connect(url, timeout=2)
-    except (OSError, aio_pika.exceptions.AMQPError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, aio_pika.exceptions.AMQPError):
         return -1
     async with connection:
         channel = await connection.channel()
@@ -103,7 +103,7 @@ async def bodies(url: str, queue: str, within: float = 60.0) -> set[int]:
                     await message.ack()
                     if len(got) == MESSAGES or time.monotonic() > deadline:
                         break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     return got
 
