@@ -6,6 +6,8 @@ a data dir runs them again after a restart.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,9 @@ class Shovels:
         # The JSON values as defined (what GET /api/parameters and definitions show).
         self.values: dict[Key, dict[str, Any]] = {}
         self.running = False  # the node's listeners are up: shovels may connect
+        # Shovels stopped (deleted, replaced, restarted) still closing their connections:
+        # the node's stop waits for them too.
+        self.closing: set[asyncio.Task[None]] = set()
 
     # -- what a worker needs of the node ----------------------------------------------
 
@@ -89,7 +94,7 @@ class Shovels:
         created = key not in self.values
         old = self.shovels.pop(key, None)
         if old is not None:
-            old.cancel()
+            self._closing(old)
         self.values[key] = dict(value)
         shovel = Shovel(vhost, name, definition, self.owner(user) or "", self, self._finished)
         self.shovels[key] = shovel
@@ -104,7 +109,7 @@ class Shovels:
         self.values.pop(key, None)
         if shovel is None:
             return False
-        shovel.cancel()
+        self._closing(shovel)
         return True
 
     def restart(self, vhost: str, name: str) -> bool:
@@ -112,11 +117,17 @@ class Shovels:
         shovel = self.shovels.get((vhost, name))
         if shovel is None:
             return False
-        shovel.cancel()
+        self._closing(shovel)
         shovel.state, shovel.reason = "starting", None
         if self.running:
             shovel.start()
         return True
+
+    def _closing(self, shovel: Shovel) -> None:
+        task = shovel.cancel()
+        if task is not None and not task.done():
+            self.closing.add(task)
+            task.add_done_callback(self.closing.discard)
 
     def forget_vhost(self, vhost: str) -> None:
         """A deleted vhost's shovels go with it, as its runtime parameters do."""
@@ -143,6 +154,9 @@ class Shovels:
         self.running = False
         for shovel in list(self.shovels.values()):
             await shovel.stop()
+        for task in list(self.closing):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- views ------------------------------------------------------------------------
 

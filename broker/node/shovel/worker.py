@@ -92,11 +92,13 @@ class Shovel:
         self.moved = 0  # messages settled at the source (acked, or sent with no-ack)
         self._task: asyncio.Task[None] | None = None
 
-    def cancel(self) -> None:
-        """Stop it without waiting: its task unwinds and closes its connections."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    def cancel(self) -> asyncio.Task[None] | None:
+        """Stop it without waiting: its task unwinds and closes its connections; the
+        task, to await when that must be over (None: it was not running)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        return task
 
     def start(self) -> None:
         """Run it (on the running loop) until :meth:`stop`."""
