@@ -368,3 +368,76 @@ async def test_restart_and_vhost_deletion(two: tuple[Mgmt, Mgmt]) -> None:
     status, _ = await a.request("DELETE", "vhosts", "tenant")
     assert status == 204
     assert await a.get("shovels") == []
+
+
+async def test_amqps_with_rabbitmqs_tls_options_and_heartbeat(tmp_path: Path) -> None:
+    from tests.test_settings_tls import make_certificates
+
+    certs = make_certificates(tmp_path)
+    tls = Server(
+        Config(
+            host="127.0.0.1",
+            port=0,
+            tls_port=0,
+            tls_cert=certs["server_pem"],
+            tls_key=certs["server_key"],
+            tls_ca=certs["ca_pem"],  # mutual TLS: the shovel shows its certificate
+        )
+    )
+    await tls.start()
+    a = await _node()
+    try:
+        options = (
+            f"cacertfile={certs['ca_pem']}&certfile={certs['client_pem']}"
+            f"&keyfile={certs['client_key']}&verify=verify_peer&server_name_indication=localhost"
+        )
+        uri = f"amqps://guest:guest@127.0.0.1:{tls.tls_port}?{options}&heartbeat=7"
+        await define(
+            a, "tls", {"src-uri": "amqp://", "src-queue": "s", "dest-uri": uri, "dest-queue": "d"}
+        )
+        running = await until_state(a, "tls", "running")
+        assert running["dest_uri"] == f"amqps://127.0.0.1:{tls.tls_port}?{options}&heartbeat=7"
+        assert [c.heartbeat for c in tls.state.connections] == [7]
+        await publish(a.amqp_url, "s", 3)
+        assert sorted(
+            int(m.body) for m in await drain(f"amqp://guest:guest@127.0.0.1:{tls.port}", "d")
+        ) == [0, 1, 2]
+        # Without the CA the server's certificate is refused: terminated, with the reason.
+        untrusted = f"amqps://guest:guest@127.0.0.1:{tls.tls_port}?verify=verify_peer"
+        await define(
+            a, "untrusted", {"src-uri": "amqp://", "src-queue": "s2", "dest-uri": untrusted}
+        )
+        refused = await until_state(a, "untrusted", "terminated")
+        assert "CERTIFICATE_VERIFY_FAILED" in refused["reason"], refused
+    finally:
+        await _close(a)
+        await tls.stop()
+
+
+async def test_a_missing_source_queue_is_declared_unless_refused(two: tuple[Mgmt, Mgmt]) -> None:
+    a, b = two
+    # As RabbitMQ 3.10 (rabbit_amqp091_shovel), a source queue that does not exist is
+    # declared durable...
+    await define(
+        a,
+        "fresh",
+        {"src-uri": far(b), "src-queue": "new-here", "dest-uri": "amqp://", "dest-queue": "x"},
+    )
+    await until_state(a, "fresh", "running")
+    declared = await b.get("queues", "/", "new-here")
+    assert declared["durable"] is True
+    # ...unless the user may not: then the shovel is terminated with the broker's reason.
+    assert (await b.request("PUT", "users", "reader", body={"password": "r", "tags": ""}))[0] == 201
+    grant = {"configure": "^$", "write": ".*", "read": ".*"}
+    assert (await b.request("PUT", "permissions", "/", "reader", body=grant))[0] == 201
+    src = far(b, "reader", "r")
+    await define(
+        a,
+        "limited",
+        {"src-uri": src, "src-queue": "not-here", "dest-uri": "amqp://", "dest-queue": "x"},
+    )
+    refused = await until_state(a, "limited", "terminated")
+    assert refused["reason"] == (
+        "ACCESS_REFUSED - configure access to queue 'not-here' in vhost '/' "
+        "refused for user 'reader'"
+    ), refused
