@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 SHOVELLED_HEADER = "x-shovelled"
 TIMESTAMP_HEADER = "x-shovelled-timestamp"
-NOT_FOUND = 404
+CLOSE_TIMEOUT = 2.0  # seconds a connection's Close may wait for its Close-Ok
 
 
 class ShovelRunError(Exception):
