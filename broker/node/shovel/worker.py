@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 SHOVELLED_HEADER = "x-shovelled"
 TIMESTAMP_HEADER = "x-shovelled-timestamp"
+MAX_PREFETCH = 65535  # basic.qos' prefetch-count is a short
 CLOSE_TIMEOUT = 2.0  # seconds a connection's Close may wait for its Close-Ok
 
 
@@ -235,8 +236,9 @@ class Shovel:
         inbound = await source.channel(publisher_confirms=False)
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         mover = _Mover(self, inbound, out, remaining, done)
-        await inbound.basic_qos(prefetch_count=max(spec_.prefetch_count, 0))
-        await inbound.basic_consume(
+        # basic.qos takes a short: RabbitMQ's shovel would fail on more, Leveret clamps.
+        await inbound.basic_qos(prefetch_count=min(max(spec_.prefetch_count, 0), MAX_PREFETCH))
+        consuming = await inbound.basic_consume(
             queue,
             mover.on_message,
             no_ack=spec_.ack_mode == "no-ack",
@@ -251,7 +253,7 @@ class Shovel:
             for waiter in waiters:
                 waiter.cancel()
         if done in finished and done.result():
-            await mover.drain()
+            await mover.drain(str(consuming.consumer_tag))
             return True
         for future in finished:
             failure = None if future is done else future.exception()
@@ -382,9 +384,12 @@ class _Mover:
     async def on_message(self, message: DeliveredMessage) -> None:
         """A delivery from the source: publish it; settle it when the ack mode allows."""
         if self.remaining is not None:
-            if self.remaining <= 0:
+            if self.remaining > 0:
+                self.remaining -= 1
+            elif self.shovel.definition.ack_mode != "no-ack":
                 return  # past the count: left unacked, requeued when the session closes
-            self.remaining -= 1
+            # else: past the count but auto-acked by the source (no-ack): moved rather
+            # than lost.
         exchange, key = self.route(message)
         tag = int(getattr(message.delivery, "delivery_tag", 0) or 0)
         confirmation = await publish_as_is(
@@ -426,12 +431,13 @@ class _Mover:
         if self.remaining == 0 and not self.unconfirmed and not self.done.done():
             self.done.set_result(True)
 
-    async def drain(self) -> None:
-        """Wait for the acks just sent to reach the source."""
+    async def drain(self, consumer_tag: str) -> None:
+        """The count is done: wait for the last confirms and acks, then cancel the
+        consumer (a round trip, so the source has the acks before the session closes;
+        deliveries past the count are then requeued by the close)."""
         if self.unconfirmed or self.writes:
             await asyncio.wait(self.unconfirmed | self.writes)
-        # An ack is a frame written by the channel; a round trip makes sure it left.
-        await self.inbound.basic_qos(prefetch_count=0)
+        await self.inbound.basic_cancel(consumer_tag)
 
 
 async def publish_as_is(
