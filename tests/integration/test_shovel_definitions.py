@@ -47,7 +47,7 @@ def running(api: Http, vhost: str, name: str, within: float = 20.0) -> None:
     quoted = urllib.parse.quote(vhost, safe="")
     deadline = time.monotonic() + within
     while True:
-        status, found = api("GET", f"/api/shovels/{quoted}")
+        _status, found = api("GET", f"/api/shovels/{quoted}")
         states = [s.get("state") for s in found or [] if s.get("name") == name]
         if states == ["running"]:
             return
