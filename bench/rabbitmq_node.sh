@@ -21,7 +21,8 @@
 # the consistent-hash exchange: PLUGINS lists plugins to enable, and the management API then
 # listens on MGMT_PORT (default PORT + 10000; Prometheus, if enabled, on MGMT_PORT + 100):
 #
-#   PLUGINS="rabbitmq_management rabbitmq_consistent_hash_exchange" \
+#   PLUGINS="rabbitmq_management rabbitmq_consistent_hash_exchange rabbitmq_prometheus \
+#     rabbitmq_shovel rabbitmq_shovel_management" \
 #     bench/rabbitmq_node.sh start leveret-diff@localhost 5711 25711
 #   RABBITMQ_URL=amqp://guest:guest@127.0.0.1:5711/ \
 #     RABBITMQ_MANAGEMENT_URL=http://127.0.0.1:15711 .venv/bin/python -m pytest -m rabbitmq tests

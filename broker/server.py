@@ -142,6 +142,12 @@ class Server:
             for item in saved.get("parameters", []):
                 vhost = self.state.vhost(item["vhost"])
                 vhost.set_parameter(item["component"], item["name"], item["value"])
+            for item in saved.get("shovels", []):
+                # Started once the node listens (Shovels.start, below in start()).
+                try:
+                    state.shovels.define(item["vhost"], item["name"], item["value"], item["owner"])
+                except ValueError as exc:  # a user or vhost removed by hand since
+                    log.warning("shovel %s/%s not started: %s", item["vhost"], item["name"], exc)
             # Before the log replay, so that recovered queues and exchanges get theirs.
             for item in saved.get("policies", []):
                 policy = parse_policy(item["vhost"], item["name"], item)
@@ -237,6 +243,7 @@ class Server:
                 self.control = ControlListener(self.state, socket_of(self.config, self.port))
             # Last: `leveret diagnostics ping` answers once the node serves everything.
             await self.control.start()
+        self.state.shovels.start()  # local ends need the listener
         for address in self.state.addresses:
             log.info("Leveret listening on %s", host_port(*address))
 
@@ -332,6 +339,7 @@ class Server:
     async def _go_down(self, end: Callable[[Connection], None]) -> None:
         """Stop listening, ``end`` every connection and wait for them, then release the
         rest (the store last)."""
+        await self.state.shovels.stop()
         await self._close_listeners()
         for connection in list(self.state.connections):
             end(connection)

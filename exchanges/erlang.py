@@ -67,3 +67,25 @@ _INT_WIDTHS = (
     ("unsignedint", 0, 2**32 - 1),
     ("long", -(2**63), 2**63 - 1),
 )
+
+
+def erlang_json(value: Any) -> str:
+    """How Erlang's ``~p`` prints a value decoded from JSON by RabbitMQ (rabbit_json): a
+    string is a binary, an object a proplist ``[{<<"k">>,V}]``, null ``null``."""
+    if isinstance(value, str):
+        return erlang_binary(value.encode("utf-8"))
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        pairs = (f"{{{erlang_json(k)},{erlang_json(v)}}}" for k, v in value.items())
+        return "[" + ",".join(pairs) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(erlang_json(item) for item in value) + "]"
+    return repr(value)
+
+
+def erlang_string(text: str) -> str:
+    """How Erlang's ``~p`` prints a string (a list of characters): ``"foo"``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

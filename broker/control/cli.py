@@ -108,7 +108,8 @@ def add_parsers(commands: Any, parser_class: type[argparse.ArgumentParser]) -> N
             dest="ctl_command", required=True, parser_class=usage_parser(parser_class)
         )
         for name, kind in KINDS.items():
-            listing = sub.add_parser(name, help=f"list {kind.what} (info keys as columns)")
+            what = "dynamic shovels' status" if kind.banner else kind.what
+            listing = sub.add_parser(name, help=f"list {what} (info keys as columns)")
             _common(listing, suppress=True)
             # rabbitmqctl takes -p on every command; node-wide listings ignore it.
             listing.add_argument("-p", "--vhost", default=argparse.SUPPRESS, help="vhost (/)")
@@ -283,6 +284,8 @@ class Connection:
 def banner(name: str, args: argparse.Namespace) -> str | None:
     """The line rabbitmqctl prints before it runs ``name`` (None: none)."""
     kind = KINDS.get(name)
+    if kind is not None and kind.banner:
+        return kind.banner.format(node=NODE_NAME)
     if kind is not None:
         where = f" for vhost {args.vhost}" if kind.per_vhost else ""
         return f"Timeout: {args.timeout:g} seconds ...\nListing {kind.what}{where} ..."

@@ -8,7 +8,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from leveret.control import commands, runtime, settings
+from leveret.control import commands, runtime, settings, shovels
 from leveret.control.commands import BATCH, Args, Reply, Send, text, vhost_named
 from leveret.control.endpoint import EX_USAGE, ControlError
 from leveret.control.listing import KINDS, rows
@@ -21,6 +21,7 @@ ALL: dict[str, Callable[[ServerState[Connection], Args], Reply | Awaitable[Reply
     **commands.COMMANDS,
     **runtime.COMMANDS,
     **settings.COMMANDS,
+    **shovels.COMMANDS,
 }
 
 

@@ -53,6 +53,7 @@ class Kind:
     keys: dict[str, Getter]
     default: tuple[str, ...]
     per_vhost: bool = True
+    banner: str = ""  # the line before the rows ("": "Listing <what> ...")
 
     def columns(self, asked: Sequence[str]) -> list[str]:
         """The columns asked for (the default when none), each a known info key."""
@@ -236,6 +237,42 @@ TOPIC_PERMISSIONS = Kind(
     ("user", "exchange", "write", "read"),
 )
 
+# shovel_status (rabbitmq_shovel's ShovelStatusCommand): its default columns are the
+# table's header in 3.10.8, the others its JSON keys.
+SHOVELS = Kind(
+    "shovels",
+    same(
+        "destination",
+        "destination_protocol",
+        "destination_queue",
+        "destination_exchange",
+        "destination_exchange_key",
+        "last_changed",
+        "name",
+        "source",
+        "source_protocol",
+        "source_queue",
+        "source_exchange",
+        "source_exchange_key",
+        "state",
+        "termination_reason",
+        "type",
+        "vhost",
+    ),
+    (
+        "destination",
+        "last_changed",
+        "name",
+        "source",
+        "state",
+        "termination_reason",
+        "type",
+        "vhost",
+    ),
+    per_vhost=False,
+    banner="Shovel status on node {node}",
+)
+
 KINDS = {
     f"list_{kind.what}": kind
     for kind in (
@@ -253,6 +290,7 @@ KINDS = {
         TOPIC_PERMISSIONS,
     )
 }
+KINDS["shovel_status"] = SHOVELS
 
 
 def _queues(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
@@ -338,7 +376,29 @@ def _policies(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
 
 
 def _parameters(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
-    yield from vhost.runtime_parameters()
+    yield from server.runtime_parameters(vhost.name)
+
+
+# A shovel's status fields (GET /api/shovels) by ShovelStatusCommand's names.
+SHOVEL_KEYS = {
+    "dest_uri": "destination",
+    "dest_protocol": "destination_protocol",
+    "dest_queue": "destination_queue",
+    "dest_exchange": "destination_exchange",
+    "dest_exchange_key": "destination_exchange_key",
+    "timestamp": "last_changed",
+    "src_uri": "source",
+    "src_protocol": "source_protocol",
+    "src_queue": "source_queue",
+    "src_exchange": "source_exchange",
+    "src_exchange_key": "source_exchange_key",
+    "reason": "termination_reason",
+}
+
+
+def _shovels(server: ServerState[Connection], vhost: None) -> Iterator[Row]:
+    for status in server.shovels.status():
+        yield {SHOVEL_KEYS.get(key, key): value for key, value in status.items()}
 
 
 def _topic_permissions(server: ServerState[Connection], vhost: VHost) -> Iterator[Row]:
@@ -361,6 +421,7 @@ SOURCES: dict[str, Callable[[ServerState[Connection], Any], Iterator[Row]]] = {
     "policies": _policies,
     "parameters": _parameters,
     "topic_permissions": _topic_permissions,
+    "shovels": _shovels,
 }
 
 

@@ -37,15 +37,18 @@ def _json(args: Args, key: str) -> Any:
 
 def set_parameter(server: ServerState[Connection], args: Args) -> Reply:
     """set_parameter [-p VHOST] COMPONENT NAME VALUE (VALUE: JSON): the components
-    Leveret implements, ``vhost-limits`` and ``operator_policy``."""
+    Leveret implements, ``vhost-limits``, ``operator_policy`` and ``shovel``."""
     from leveret.exchanges.policies import PolicyError
     from leveret.node.limits import LimitError
+    from leveret.node.shovel import ShovelError
 
     vhost = vhost_named(server, text(args, "vhost")).name
     component, name = text(args, "component"), text(args, "name")
     value = _json(args, "value")
     try:
         server.set_parameter(vhost, component, name, value)
+    except ShovelError as exc:
+        raise ControlError(" ".join(exc.reason.split()), EX_DATAERR) from None
     except LimitError as exc:
         raise ControlError(" ".join(exc.reason.split()), EX_DATAERR) from None
     except PolicyError as exc:
@@ -69,6 +72,8 @@ def clear_parameter(server: ServerState[Connection], args: Args) -> Reply:
         server.set_vhost_limits(vhost.name, {})
         return None, None
     if component == "operator_policy" and server.delete_policy(vhost.name, name, operator=True):
+        return None, None
+    if server.clear_parameter(vhost.name, component, name):  # a shovel
         return None, None
     raise ControlError("Parameter does not exist", EX_DATAERR)
 

@@ -339,10 +339,22 @@ SPECS: dict[str, Spec] = {
         diagnostics=True,
     ),
     "set_parameter": Spec(
-        "set a runtime parameter (vhost-limits, operator_policy); VALUE is JSON",
+        "set a runtime parameter (vhost-limits, operator_policy, shovel); VALUE is JSON",
         ("component", "name", "value"),
         banner='Setting runtime parameter "{name}" for component "{component}" to "{value}" '
         'in vhost "{vhost}" ...',
+        vhost=True,
+    ),
+    "delete_shovel": Spec(
+        "delete a dynamic shovel (clears its parameter)",
+        ("name",),
+        banner="Deleting shovel {name} in vhost {vhost}",
+        vhost=True,
+    ),
+    "restart_shovel": Spec(
+        "restart a dynamic shovel (its connections anew)",
+        ("name",),
+        banner="Restarting dynamic Shovel {name} in virtual host {vhost} on node {node}",
         vhost=True,
     ),
     "clear_parameter": Spec(

@@ -27,6 +27,7 @@ import leveret.management.node as node
 import leveret.management.page as page
 import leveret.management.parameters as parameters
 import leveret.management.policies as policies
+import leveret.management.shovels as shovels
 import leveret.management.topic_permissions as topic_permissions
 import leveret.management.topology as topology
 import leveret.management.trace as trace
@@ -118,6 +119,7 @@ def build_app(server: ServerState[Connection]) -> web.Application:
         topic_permissions,
         node,
         parameters,
+        shovels,
         page,
         trace,
         health,

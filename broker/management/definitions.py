@@ -46,6 +46,7 @@ from leveret.node.auth import HASHING, Permission, TopicPermission, invalid_rege
 from leveret.node.errors import AMQPError
 from leveret.node.fieldtable import amqp_json
 from leveret.node.limits import VHOST_LIMITS_COMPONENT, LimitError, parse_limits
+from leveret.node.shovel import SHOVEL_COMPONENT, ShovelError
 
 if TYPE_CHECKING:
     from leveret.node.state import ServerState
@@ -57,12 +58,11 @@ log = logging.getLogger(__name__)
 SUPPORTED_HASHING = tuple(HASHING)
 # The runtime parameter components an import applies; a parameter of any other component is
 # skipped with a line (why: :data:`MISSING_COMPONENTS`, else that Leveret has no such one).
-LOADABLE_COMPONENTS = (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT)
+LOADABLE_COMPONENTS = (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT, SHOVEL_COMPONENT)
 # Components of RabbitMQ plugins a RabbitMQ export may hold, and what Leveret lacks for them.
 MISSING_COMPONENTS = {
     "federation-upstream": "Leveret has no federation",
     "federation-upstream-set": "Leveret has no federation",
-    "shovel": "Leveret has no dynamic shovels",
 }
 
 # The header of POST /api/definitions' 204 that counts the skipped items (absent: none).
@@ -126,7 +126,7 @@ def export_definitions(server: ServerState[Connection], vhost: str | None = None
     exchanges, queues, bindings, policies, parameters = [], [], [], [], []
     for name in names:
         host = server.vhosts[name]
-        parameters += host.runtime_parameters()
+        parameters += server.runtime_parameters(name)
         policies += [p.to_json() for p in sorted(host.policies.values(), key=lambda p: p.name)]
         for exchange in host.projection.exchanges.values():
             if exchange.name == "" or exchange.name.startswith("amq."):
@@ -295,14 +295,11 @@ def _user_limits(name: str, value: Any) -> dict[str, int]:
 
 
 def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: str | None) -> None:
-    """A runtime parameter: Leveret knows the components ``vhost-limits`` and
-    ``operator_policy`` (others are ignored with a log line). A refused value is
-    RabbitMQ's validation text, escaped as the management plugin escapes reasons, with
-    the parameter's vhost/component/name (rabbit_definitions, observed on 3.10.8)."""
-    component = item.get("component")
-    if component not in (VHOST_LIMITS_COMPONENT, OPERATOR_POLICY_COMPONENT):
-        log.warning("definitions: ignoring parameter %r (not supported by Leveret)", item)
-        return
+    """A runtime parameter of one of :data:`LOADABLE_COMPONENTS` (load_definitions skips,
+    and names, the others). A refused value is RabbitMQ's validation text, escaped as the
+    management plugin escapes reasons, with the parameter's vhost/component/name
+    (rabbit_definitions, observed on 3.10.8)."""
+    component = str(item.get("component"))
     vhost = only if only is not None else item.get("vhost")
     if not isinstance(vhost, str) or vhost not in server.vhosts:
         raise DefinitionsError(["no_such_vhost", str(vhost or "undefined")])
@@ -315,7 +312,7 @@ def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: 
         if component == OPERATOR_POLICY_COMPONENT and "priority" not in value:
             raise PolicyError(f'Validation failed\n\nKey "priority" not found in {name}\n')
         server.set_parameter(vhost, component, name, value)
-    except (LimitError, PolicyError) as exc:
+    except (LimitError, PolicyError, ShovelError) as exc:
         raise DefinitionsError(html.escape(exc.reason, quote=False) + where) from exc
 
 

@@ -25,6 +25,7 @@ from leveret.node.churn import NodeCounters
 from leveret.node.disk import disk_monitor
 from leveret.node.memory import MemoryMonitor, default_watermark
 from leveret.node.peers import ConnectionPeer
+from leveret.node.shovel import SHOVEL_COMPONENT, Shovels
 from leveret.node.vhost import VHost
 from leveret.trace import TraceWriter
 
@@ -111,6 +112,7 @@ class ServerState(Generic[C]):
         # The vhosts of the node before that restart, by name: each new one of the same
         # name carries on from it (VHost.continue_from).
         self.predecessors: dict[str, VHost] = {}
+        self.shovels = Shovels(self)  # dynamic shovels (node/shovel/)
 
     def _on_memory_alarm(self, alarm: bool) -> None:
         memory = self.memory
@@ -160,7 +162,14 @@ class ServerState(Generic[C]):
                 for name in sorted(self.vhosts)
                 for parameter in self.vhosts[name].runtime_parameters()
             ]
+            # Shovels with the user their local ends connect as (not part of a parameter).
+            document["shovels"] = self.shovels.saved()
             self.persistence.save_access(document)
+
+    def runtime_parameters(self, vhost: str) -> list[dict[str, Any]]:
+        """The runtime parameters of ``vhost`` as RabbitMQ lists and exports them: its
+        limits, operator policies and shovels."""
+        return self.vhosts[vhost].runtime_parameters() + self.shovels.parameters(vhost)
 
     def set_vhost_limits(self, name: str, limits: dict[str, int]) -> None:
         """Replace the limits of vhost ``name`` (which must exist; checked values) and save
@@ -168,11 +177,27 @@ class ServerState(Generic[C]):
         self.vhosts[name].limits = dict(limits)
         self.save_access()
 
-    def set_parameter(self, vhost: str, component: str, name: str, value: Any) -> None:
-        """Apply a runtime parameter to the existing ``vhost`` (VHost.set_parameter) and
-        save it with the users."""
-        self.vhosts[vhost].set_parameter(component, name, value)
+    def set_parameter(
+        self, vhost: str, component: str, name: str, value: Any, user: str | None = None
+    ) -> bool:
+        """Apply a runtime parameter to the existing ``vhost`` (a shovel: started as
+        ``user``'s, see Shovels.define; others: VHost.set_parameter) and save it with
+        the users. True when it is new (only told for shovels). Raises ShovelError,
+        LimitError or PolicyError with RabbitMQ's reason."""
+        created = False
+        if component == SHOVEL_COMPONENT:
+            created = self.shovels.define(vhost, name, value, user)
+        else:
+            self.vhosts[vhost].set_parameter(component, name, value)
         self.save_access()
+        return created
+
+    def clear_parameter(self, vhost: str, component: str, name: str) -> bool:
+        """Remove a shovel (the one component cleared this way); False when none."""
+        if component != SHOVEL_COMPONENT or not self.shovels.delete(vhost, name):
+            return False
+        self.save_access()
+        return True
 
     def set_policy(self, policy: Policy, operator: bool = False) -> bool:
         """Add or replace a policy (``operator``: an operator policy) of its vhost (which
@@ -214,6 +239,7 @@ class ServerState(Generic[C]):
         vhost.clock.close()
         vhost.unsubscribe_all()  # a deleted vhost records nothing more (a test's journal)
         self.access.forget_vhost(name)
+        self.shovels.forget_vhost(name)
         self.save_access()
         return True
 

@@ -76,8 +76,8 @@ class Names:
         self.users = {role: f"{prefix}-{role}" for role in PASSWORDS}
 
     def mine(self, section: str, item: dict[str, Any]) -> bool:
-        """Whether an exported object belongs to this test (shovels are left out: they come
-        with the dynamic shovels, compared by their own tests)."""
+        """Whether an exported object belongs to this test (shovels are left out: their
+        round trip is tests/integration/test_shovel_definitions.py's)."""
         if section == "global_parameters":
             return False
         if section == "users":
@@ -351,7 +351,7 @@ def build(api: Http, names: Names, plugins: bool = False) -> None:
 
 
 def no_shovels(section: str, item: dict[str, Any]) -> bool:
-    """Every object but shovels (compared by the dynamic shovels' own tests)."""
+    """Every object but shovels (tests/integration/test_shovel_definitions.py's)."""
     return not (section == "parameters" and item.get("component") == "shovel")
 
 

@@ -1,6 +1,8 @@
-// Admin: users, virtual hosts, permissions and topic permissions, policies, limits. Each
+// Admin: users, virtual hosts, permissions and topic permissions, policies, limits,
+// shovels (rabbitmq_shovel_management's Shovel Status and Shovel Management). Each
 // section lists what the API has, removes a row with a DELETE and adds or updates with a
 // PUT, as RabbitMQ's Admin tab does.
+import { useState } from "preact/hooks";
 import { confirmed, Field, Form, Status, useAction, VhostSelect } from "./forms.js";
 import { api, enc, get, html, json, parseObject, usePoll } from "./lib.js";
 import { Table } from "./table.js";
@@ -11,6 +13,7 @@ const SECTIONS = [
   ["permissions", "Permissions"],
   ["policies", "Policies"],
   ["limits", "Limits"],
+  ["shovels", "Shovels"],
 ];
 
 // A list from ``path`` with a remove button per row (``remove(row)`` gives the DELETE
@@ -177,8 +180,85 @@ function Limits({ vhosts }) {
   </div>`;
 }
 
+// A shovel's value from the form: only the keys given (rabbit_shovel_parameters'
+// defaults apply to the rest); a number where RabbitMQ takes one.
+function shovelValue(v) {
+  const value = { "src-uri": v["src-uri"], "dest-uri": v["dest-uri"], "ack-mode": v["ack-mode"] };
+  for (const key of ["src-queue", "src-exchange", "src-exchange-key", "dest-queue", "dest-exchange", "dest-exchange-key"]) {
+    if (v[key] !== "") value[key] = v[key];
+  }
+  if (v["src-prefetch-count"] !== "") value["src-prefetch-count"] = Number(v["src-prefetch-count"]);
+  if (v["reconnect-delay"] !== "") value["reconnect-delay"] = Number(v["reconnect-delay"]);
+  const after = v["src-delete-after"];
+  if (after !== "never") value["src-delete-after"] = /^\d+$/.test(after) ? Number(after) : after;
+  if (v["dest-add-forward-headers"]) value["dest-add-forward-headers"] = true;
+  return { value };
+}
+
+function ShovelStatus({ changes }) {
+  const list = usePoll(() => get("/shovels"), [changes]);
+  const [run, status] = useAction(list.reload);
+  const restart = (s) => run(() => api("DELETE", `/shovels/vhost/${enc(s.vhost)}/${enc(s.name)}/restart`), "Restarted.");
+  return html`<section id="shovel-status"><h2>Shovel status</h2>
+    ${list.error && html`<p class="error">${list.error.message}</p>`}
+    <${Table} rows=${list.data} rowKey=${(s) => `${s.vhost}/${s.name}`} empty="... no shovels ..." columns=${[
+      { label: "Name", render: (s) => s.name },
+      { label: "Virtual host", render: (s) => s.vhost },
+      { label: "State", render: (s) => html`<span class=${`state ${s.state}`}>${s.state}</span>` },
+      { label: "Source", render: (s) => s.src_uri ? `${s.src_uri} ${s.src_queue || s.src_exchange || ""}` : "" },
+      { label: "Destination", render: (s) => s.dest_uri ? `${s.dest_uri} ${s.dest_queue || s.dest_exchange || ""}` : "" },
+      { label: "Reason", render: (s) => s.reason || "" },
+      { label: "Last changed", render: (s) => s.timestamp },
+      { label: "", render: (s) => html`<button type="button" onClick=${() => restart(s)}>Restart</button>` },
+    ]} />
+    <${Status} status=${status} />
+  </section>`;
+}
+
+function Shovels({ vhosts }) {
+  // The status table reads again when a shovel is added or deleted below.
+  const [changes, setChanges] = useState(0);
+  return html`<div>
+    <${ShovelStatus} changes=${changes} />
+    <${Section} id="shovels" title="Dynamic shovels" path="/parameters/shovel" submitLabel="Add shovel"
+      onChange=${() => setChanges((c) => c + 1)}
+      rowKey=${(p) => `${p.vhost}/${p.name}`}
+      columns=${[
+        { label: "Virtual host", render: (p) => p.vhost },
+        { label: "Name", render: (p) => p.name },
+        { label: "Source", render: (p) => `${p.value["src-uri"]} ${p.value["src-queue"] || p.value["src-exchange"] || ""}` },
+        { label: "Destination", render: (p) => `${p.value["dest-uri"]} ${p.value["dest-queue"] || p.value["dest-exchange"] || ""}` },
+        { label: "Ack mode", render: (p) => p.value["ack-mode"] || "on-confirm" },
+        { label: "Definition", render: (p) => html`<code>${json(p.value)}</code>` },
+      ]}
+      remove=${(p) => `/parameters/shovel/${enc(p.vhost)}/${enc(p.name)}`}
+      add=${(v) => [`/parameters/shovel/${enc(v.vhost)}/${enc(v.name)}`, shovelValue(v)]}
+      fields=${html`
+        <${Field} label="Virtual host"><${VhostSelect} vhosts=${vhosts} /></${Field}>
+        <${Field} label="Name"><input name="name" required /></${Field}>
+        <${Field} label="Source URI"><input name="src-uri" value="amqp://" required /></${Field}>
+        <${Field} label="Source queue"><input name="src-queue" /></${Field}>
+        <${Field} label="or source exchange"><input name="src-exchange" /></${Field}>
+        <${Field} label="Routing key"><input name="src-exchange-key" /></${Field}>
+        <${Field} label="Prefetch count"><input name="src-prefetch-count" type="number" placeholder="1000" /></${Field}>
+        <${Field} label="Auto-delete"><input name="src-delete-after" value="never"
+          placeholder="never, queue-length or a number" /></${Field}>
+        <${Field} label="Destination URI"><input name="dest-uri" required placeholder="amqp://user:password@host:5672/vhost" /></${Field}>
+        <${Field} label="Destination queue"><input name="dest-queue" /></${Field}>
+        <${Field} label="or destination exchange"><input name="dest-exchange" /></${Field}>
+        <${Field} label="Routing key"><input name="dest-exchange-key" /></${Field}>
+        <${Field} label="Add forwarding headers"><input name="dest-add-forward-headers" type="checkbox" /></${Field}>
+        <${Field} label="Reconnect delay (s)"><input name="reconnect-delay" type="number" step="any" placeholder="5" /></${Field}>
+        <${Field} label="Acknowledgement mode"><select name="ack-mode">
+          <option value="on-confirm">On confirm</option><option value="on-publish">On publish</option>
+          <option value="no-ack">No ack</option></select></${Field}>`} />
+  </div>`;
+}
+
 export function AdminPage({ section, vhosts }) {
-  const pages = { users: Users, vhosts: Vhosts, permissions: Permissions, policies: Policies, limits: Limits };
+  const pages = {
+    users: Users, vhosts: Vhosts, permissions: Permissions, policies: Policies, limits: Limits, shovels: Shovels,
+  };
   const Shown = pages[section] || Users;
   return html`<div id="admin">
     <h1>Admin</h1>
