@@ -193,7 +193,8 @@ def test_definitions_import_and_export_policies() -> None:
         exported = broker.call(lambda: export_definitions(broker.server.state))
         assert exported["policies"] == [item]
         one_vhost = broker.call(lambda: export_definitions(broker.server.state, "/"))
-        assert one_vhost["policies"] == [{k: v for k, v in item.items() if k != "vhost"}]
+        # With its vhost, as RabbitMQ 3.10.8 exports one vhost's policies (observed).
+        assert one_vhost["policies"] == [item]
         bad = {"policies": [{**item, "definition": {"message-ttl": -1}}]}
         with pytest.raises(DefinitionsError) as err:
             broker.call(lambda: load_definitions(broker.server.state, bad))

@@ -72,7 +72,9 @@ class Names:
         self.prefix = prefix
         self.main = f"{prefix}-main"
         self.qq = f"{prefix}-qq"
-        self.vhosts = (self.main, self.qq)
+        # Where a single vhost's definitions are loaded (not built).
+        self.copy = f"{prefix}-copy"
+        self.vhosts = (self.main, self.qq, self.copy)
         self.users = {role: f"{prefix}-{role}" for role in PASSWORDS}
 
     def mine(self, section: str, item: dict[str, Any]) -> bool:
@@ -124,7 +126,7 @@ def build(api: Http, names: Names, plugins: bool = False) -> None:
     put(api, f"/api/vhosts/{quoted(main)}", {"description": "Main shop", "tags": "production,eu"})
     put(api, f"/api/vhosts/{quoted(qq)}", {"description": "", "default_queue_type": "quorum"})
     everything = {"configure": ".*", "write": ".*", "read": ".*"}
-    for vhost in names.vhosts:
+    for vhost in (main, qq):
         for user in (users["admin"], users["sha512"], users["md5"], "guest"):
             put(api, f"/api/permissions/{quoted(vhost)}/{user}", everything)
     put(

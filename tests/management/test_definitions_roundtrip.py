@@ -205,6 +205,15 @@ def names_on_rabbitmq(rabbitmq: tuple[str, Http]) -> Iterator[Names]:
         api("DELETE", f"/api/users/{quoted(user)}")
 
 
+def moved(export: dict[str, Any], vhost: str) -> dict[str, Any]:
+    """A single vhost's export as it comes out of ``vhost`` once loaded there."""
+    out = json.loads(json.dumps(export))
+    for section in ("policies", "parameters"):
+        for item in out.get(section, []):
+            item["vhost"] = vhost
+    return out
+
+
 def without_leveret_only(export: dict[str, Any]) -> dict[str, Any]:
     """An export without the fields RabbitMQ 3.10.8 does not export."""
     out = json.loads(json.dumps(export))
@@ -269,6 +278,36 @@ def test_rabbitmq_export_into_leveret(
     for role, user in names.users.items():
         if role != "ops":
             amqp_login(target.broker.url, user, PASSWORDS[role], names.main)
+
+
+@pytest.mark.rabbitmq
+def test_single_vhost_definitions_both_ways(
+    nodes: tuple[Node, Node], rabbitmq: tuple[str, Http], names_on_rabbitmq: Names
+) -> None:
+    """GET /api/definitions/VHOST of one broker, POST /api/definitions/OTHER of the other:
+    the same objects (without their ``vhost``)."""
+    node = nodes[0]
+    api = rabbitmq[1]
+    names = names_on_rabbitmq
+    build(api, names)
+    status, theirs = api("GET", f"/api/definitions/{quoted(names.main)}")
+    assert status == 200
+    assert node.api("PUT", f"/api/vhosts/{quoted(names.copy)}", {})[0] == 201
+    status, body, _ = post(node, theirs, f"/api/definitions/{quoted(names.copy)}")
+    assert (status, body) == (204, b"")
+    status, ours = node.api("GET", f"/api/definitions/{quoted(names.copy)}")
+    assert status == 200
+    # Policies and parameters name their vhost (as RabbitMQ 3.10.8 exports them): the one
+    # they were loaded into.
+    assert_same(moved(theirs, names.copy), without_leveret_only(ours))
+    assert len(objects(ours)["bindings"]) == 10  # built, not an empty comparison
+    # And back, into an empty vhost of RabbitMQ.
+    assert api("PUT", f"/api/vhosts/{quoted(names.copy)}", {})[0] == 201
+    status, answer = api("POST", f"/api/definitions/{quoted(names.copy)}", ours)
+    assert (status, answer) == (204, None)
+    status, again = api("GET", f"/api/definitions/{quoted(names.copy)}")
+    assert status == 200
+    assert_same(without_leveret_only(ours), again)
 
 
 # -- what Leveret cannot load ---------------------------------------------------------------
