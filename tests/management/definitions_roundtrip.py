@@ -274,6 +274,7 @@ def build(api: Http, names: Names, plugins: bool = False) -> None:
             {
                 "x-queue-type": "quorum",
                 "x-dead-letter-exchange": "dlx",
+                "x-dead-letter-routing-key": "dead.work",
                 "x-dead-letter-strategy": "at-least-once",
                 "x-overflow": "reject-publish",
                 "x-expires": 86400000,
