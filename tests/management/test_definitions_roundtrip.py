@@ -377,6 +377,13 @@ def test_what_leveret_cannot_load_is_named_over_http(
     assert skipped_lines(caplog) == [
         "skipped parameter federation-upstream/u in vhost fed: Leveret has no federation"
     ]
+    # PUT /api/users takes RabbitMQ's own modules; a custom one is refused (RabbitMQ 3.10.8
+    # stores it, and the user cannot log in unless the node has that module).
+    custom = {"password_hash": "AAAAAA==", "hashing_algorithm": "my_module", "tags": ""}
+    assert node.api("PUT", "/api/users/custom", custom) == (
+        400,
+        {"error": "bad_request", "reason": "unsupported hashing_algorithm my_module"},
+    )
 
 
 def test_what_leveret_cannot_load_is_named_by_ctl(nodes: tuple[Node, Node]) -> None:
