@@ -318,6 +318,12 @@ class _Mover:
         self.done = done
         self.unconfirmed: set[asyncio.Future[Any]] = set()  # publishes not yet confirmed
         self.writes: set[asyncio.Future[Any]] = set()  # acks and nacks being written
+        # Source delivery tags settled above the first one that is not (the channel's
+        # tags count from 1), the first one that is not, and the last multiple ack sent.
+        self.settled_tags: set[int] = set()
+        self.next_tag = 1
+        self.acked_upto = 0
+        self.flush_pending = False
 
     def route(self, message: DeliveredMessage) -> tuple[str, str]:
         """The exchange and routing key a message is published with
@@ -399,7 +405,7 @@ class _Mover:
         if mode == "no-ack":
             self.settled()
         elif confirmation is None:  # on-publish: written to the destination
-            await self.inbound.basic_ack(tag)
+            self.ack(tag)
             self.settled()
         else:
             self.unconfirmed.add(confirmation)
@@ -411,16 +417,39 @@ class _Mover:
         if confirmation.cancelled() or confirmation.exception() is not None:
             return  # the session is failing: the source requeues it when it closes
         if isinstance(confirmation.result(), spec.Basic.Nack):
-            self.send(self.inbound.basic_nack(tag, requeue=True))
+            self.send(self.inbound.basic_nack(tag, requeue=True, wait=False))
+            self.ack(tag, nacked=True)
             if self.remaining is not None:
                 self.remaining += 1
             return
-        self.send(self.inbound.basic_ack(tag))
+        self.ack(tag)
         self.settled()
 
+    def ack(self, tag: int, nacked: bool = False) -> None:
+        """Settle delivery ``tag`` at the source. The acks go as one multiple ack up to the
+        highest tag below which every delivery is settled, once per turn of the loop: one
+        frame for a window of confirms rather than one each (a nacked tag counts as
+        settled, its nack written before)."""
+        self.settled_tags.add(tag)
+        if tag != self.next_tag:
+            return
+        while self.next_tag in self.settled_tags:
+            self.settled_tags.discard(self.next_tag)
+            self.next_tag += 1
+        if not nacked and not self.flush_pending:
+            self.flush_pending = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the multiple ack of everything settled so far."""
+        self.flush_pending = False
+        if self.next_tag > self.acked_upto + 1:
+            self.acked_upto = self.next_tag - 1
+            self.send(self.inbound.basic_ack(self.acked_upto, multiple=True, wait=False))
+
     def send(self, frame: Coroutine[Any, Any, None]) -> None:
-        """Write an ack or nack to the source from a confirm's callback; kept until
-        written, and what drain waits for."""
+        """Write an ack or nack to the source; kept until written, and what drain waits
+        for."""
         task = asyncio.ensure_future(frame)
         self.writes.add(task)
         task.add_done_callback(self.writes.discard)
@@ -435,8 +464,11 @@ class _Mover:
         """The count is done: wait for the last confirms and acks, then cancel the
         consumer (a round trip, so the source has the acks before the session closes;
         deliveries past the count are then requeued by the close)."""
-        if self.unconfirmed or self.writes:
-            await asyncio.wait(self.unconfirmed | self.writes)
+        if self.unconfirmed:
+            await asyncio.wait(self.unconfirmed)
+        self.flush()
+        if self.writes:
+            await asyncio.wait(self.writes)
         await self.inbound.basic_cancel(consumer_tag)
 
 
