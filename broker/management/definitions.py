@@ -296,6 +296,34 @@ def _user_limits(name: str, value: Any) -> dict[str, int]:
         raise DefinitionsError(f"user '{name}': {exc.reason}") from exc
 
 
+def _add_parameters(
+    server: ServerState[Connection], data: dict[str, Any], only: str | None, skipped: Skipped
+) -> None:
+    """The file's runtime parameters, but those of a component Leveret does not have and
+    shovels with an AMQP 1.0 end, which are skipped and named."""
+    for item in _items(data, "parameters"):
+        if item.get("component") not in LOADABLE_COMPONENTS:
+            skipped.parameter(item, only)
+            continue
+        protocol = _amqp10_end(item)
+        if protocol is not None:
+            where = f"parameter shovel/{item.get('name')} in vhost {only or item.get('vhost')}"
+            skipped.add(where, f"Leveret's shovels speak AMQP 0-9-1 only ({protocol} amqp10)")
+            continue
+        _add_parameter(server, item, only)
+
+
+def _amqp10_end(item: dict[str, Any]) -> str | None:
+    """The key of a shovel's AMQP 1.0 end (``src-protocol``/``dest-protocol``), if any."""
+    value = item.get("value")
+    if item.get("component") != SHOVEL_COMPONENT or not isinstance(value, dict):
+        return None
+    for key in ("src-protocol", "dest-protocol"):
+        if value.get(key) == "amqp10":
+            return key
+    return None
+
+
 def _add_parameter(server: ServerState[Connection], item: dict[str, Any], only: str | None) -> None:
     """A runtime parameter of one of :data:`LOADABLE_COMPONENTS` (load_definitions skips,
     and names, the others). A refused value is RabbitMQ's validation text, escaped as the
@@ -519,11 +547,7 @@ def load_definitions(
             for item in _items(data, "topic_permissions"):
                 if not _of_skipped_user(server, item, skipped, "topic permission"):
                     _add_topic_permission(server, item)
-        for item in _items(data, "parameters"):
-            if item.get("component") not in LOADABLE_COMPONENTS:
-                skipped.parameter(item, vhost)
-                continue
-            _add_parameter(server, item, vhost)
+        _add_parameters(server, data, vhost, skipped)
         _add_topology(server, data, vhost, skipped)
     except AMQPError as exc:
         raise _amqp_failure(exc) from exc

@@ -456,6 +456,19 @@ UNLOADABLE: dict[str, Any] = {
         },
         {"value": {"x": 1}, "vhost": "fed", "component": "some-plugin", "name": "p"},
         {
+            # A RabbitMQ shovel with an AMQP 1.0 end (rabbitmq_amqp1_0): 3.10.8 accepts it.
+            "value": {
+                "src-protocol": "amqp10",
+                "src-uri": "amqp://",
+                "src-address": "a",
+                "dest-uri": "amqp://",
+                "dest-queue": "b",
+            },
+            "vhost": "fed",
+            "component": "shovel",
+            "name": "to-amqp10",
+        },
+        {
             "value": {"max-queues": 10},
             "vhost": "fed",
             "component": "vhost-limits",
@@ -535,6 +548,8 @@ UNLOADABLE_LINES = [
     "skipped parameter federation-upstream/up-1 in vhost fed: Leveret has no federation",
     "skipped parameter federation-upstream-set/set-1 in vhost fed: Leveret has no federation",
     "skipped parameter some-plugin/p in vhost fed: Leveret has no component some-plugin",
+    "skipped parameter shovel/to-amqp10 in vhost fed: Leveret's shovels speak AMQP 0-9-1 only "
+    "(src-protocol amqp10)",
     "skipped exchange jms in vhost fed: Leveret has no exchange type x-jms-topic",
     "skipped exchange recent in vhost fed: Leveret has no exchange type x-recent-history",
     "skipped binding of exchange jms to queue q in vhost fed: exchange jms was skipped",
