@@ -226,6 +226,8 @@ def test_journal_and_frozen_clock_carry_on_through_a_restart(
     frozen_at = leveret.clock.now()
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
     channel = connection.channel()
+    # Confirmed: the restart is a kill -9, which may take an unconfirmed message with it.
+    channel.confirm_delivery()
     channel.queue_declare("jobs", durable=True, arguments={"x-message-ttl": 60000})
     channel.basic_publish("", "jobs", b"before", pika.BasicProperties(delivery_mode=2))
     journal.wait_for("published")
