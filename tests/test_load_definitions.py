@@ -15,25 +15,23 @@ from tests.test_cli import free_port, wait_listening
 EXPORT = Path(__file__).parent / "management" / "data" / "rabbitmq-3.13-definitions.json"
 
 
-def test_load_definitions_at_start_up(tmp_path: Path) -> None:
+def serve(definitions: Path) -> tuple[subprocess.Popen[str], int]:
+    """``leveret serve --load-definitions DEFINITIONS`` on a free port (its log piped)."""
     port = free_port()
+    command = [sys.executable, "-m", "leveret", "serve", "--port", str(port)]
+    command += ["--management-port", "-1", "--load-definitions", str(definitions)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "leveret",
-            "serve",
-            "--port",
-            str(port),
-            "--management-port",
-            "-1",
-            "--load-definitions",
-            str(EXPORT),
-        ],
+        command,
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
     )
+    return proc, port
+
+
+def test_load_definitions_at_start_up(tmp_path: Path) -> None:
+    proc, port = serve(EXPORT)
     try:
         wait_listening(port, proc)
         # The exported user logs in with its original password (RabbitMQ's SHA-256 hash)
@@ -54,25 +52,7 @@ def test_load_definitions_names_what_it_skips(tmp_path: Path) -> None:
     starts with the rest."""
     path = tmp_path / "definitions.json"
     path.write_text(json.dumps(UNLOADABLE))
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "leveret",
-            "serve",
-            "--port",
-            str(port),
-            "--management-port",
-            "-1",
-            "--load-definitions",
-            str(path),
-        ],
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, port = serve(path)
     try:
         wait_listening(port, proc)
         connection = pika.BlockingConnection(

@@ -26,6 +26,16 @@ def _with_node(status: dict[str, Any]) -> dict[str, Any]:
     return {"node": views.NODE, **status}
 
 
+def _vhost(request: web.Request) -> str:
+    """The path's vhost: 404 when there is none, 401 when the user may not see it."""
+    server = server_of(request)
+    vhost = request.match_info["vhost"]
+    if vhost not in server.vhosts:
+        raise not_found()
+    require_vhost(request, server, vhost)
+    return vhost
+
+
 @routes.get("/api/shovels")
 async def list_all(request: web.Request) -> web.Response:
     """GET /api/shovels: the shovels of every vhost the user may see."""
@@ -38,22 +48,14 @@ async def list_all(request: web.Request) -> web.Response:
 @routes.get("/api/shovels/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
     """GET /api/shovels/VHOST."""
-    server = server_of(request)
-    vhost = request.match_info["vhost"]
-    if vhost not in server.vhosts:
-        raise not_found()
-    require_vhost(request, server, vhost)
-    return reply_list([_with_node(s) for s in server.shovels.status(vhost)], request)
+    vhost = _vhost(request)
+    return reply_list([_with_node(s) for s in server_of(request).shovels.status(vhost)], request)
 
 
 @routes.delete("/api/shovels/vhost/{vhost}/{name}/restart")
 async def restart(request: web.Request) -> web.Response:
     """DELETE /api/shovels/vhost/VHOST/NAME/restart: 204, or 404 for no such shovel."""
-    server = server_of(request)
-    vhost = request.match_info["vhost"]
-    if vhost not in server.vhosts:
-        raise not_found()
-    require_vhost(request, server, vhost)
-    if not server.shovels.restart(vhost, request.match_info["name"]):
+    vhost = _vhost(request)
+    if not server_of(request).shovels.restart(vhost, request.match_info["name"]):
         raise not_found()
     return web.Response(status=204)

@@ -74,6 +74,24 @@ class ShovelDefinition:
     ack_mode: str
     reconnect_delay: float
 
+    def endpoints(self) -> dict[str, str]:
+        """The source's queue or exchange and key, and the destination's, by the value's
+        key names (``src-queue``...), as rabbit_shovel_status and ``x-shovelled`` name
+        them (the destination's exchange key only when given)."""
+        found: dict[str, str] = {}
+        if self.src_queue is not None:
+            found["src-queue"] = self.src_queue
+        else:
+            found["src-exchange"] = str(self.src_exchange)
+            found["src-exchange-key"] = self.src_exchange_key
+        if self.dest_queue is not None:
+            found["dest-queue"] = self.dest_queue
+        elif self.dest_exchange is not None:
+            found["dest-exchange"] = self.dest_exchange
+            if self.dest_exchange_key is not None:
+                found["dest-exchange-key"] = self.dest_exchange_key
+        return found
+
 
 def _binary(key: str, value: Any) -> str | None:
     if isinstance(value, str):

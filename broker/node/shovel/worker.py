@@ -278,23 +278,17 @@ class Shovel:
             item["src_protocol"] = "amqp091"
             item["dest_protocol"] = "amqp091"
             item["dest_uri"] = self.dest_uri.redacted()
-            if spec_.src_queue is not None:
-                item["src_queue"] = spec_.src_queue
-            else:
-                item["src_exchange"] = spec_.src_exchange
-                item["src_exchange_key"] = spec_.src_exchange_key
-            if spec_.dest_queue is not None:
-                item["dest_queue"] = spec_.dest_queue
-            elif spec_.dest_exchange is not None:
-                item["dest_exchange"] = spec_.dest_exchange
-                if spec_.dest_exchange_key is not None:
-                    item["dest_exchange_key"] = spec_.dest_exchange_key
+            for key, value in spec_.endpoints().items():
+                item[key.replace("-", "_")] = value
         return item
 
 
 async def _close(connection: Any) -> None:
+    # Bounded: a peer that stops answering (a node going down, its vhost deleted) must not
+    # hold the shovel, nor the node's stop that waits for it.
     try:
-        await connection.close()
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await connection.close()
     except Exception:  # noqa: BLE001 - the session is over either way
         pass
 
@@ -374,18 +368,7 @@ class _Mover:
             "src-uri": shovel.src_uri.redacted() if shovel.src_uri else "",
             "dest-uri": shovel.dest_uri.redacted() if shovel.dest_uri else "",
         }
-        if spec_.src_queue is not None:
-            table["src-queue"] = spec_.src_queue
-        else:
-            table["src-exchange"] = spec_.src_exchange
-            table["src-exchange-key"] = spec_.src_exchange_key
-        if spec_.dest_queue is not None:
-            table["dest-queue"] = spec_.dest_queue
-        elif spec_.dest_exchange is not None:
-            table["dest-exchange"] = spec_.dest_exchange
-            if spec_.dest_exchange_key is not None:
-                table["dest-exchange-key"] = spec_.dest_exchange_key
-        return table
+        return {**table, **spec_.endpoints()}
 
     async def on_message(self, message: DeliveredMessage) -> None:
         """A delivery from the source: publish it; settle it when the ack mode allows."""
