@@ -21,9 +21,7 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,14 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+from workloads import LeveretProcess, free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -60,58 +53,49 @@ def http(base: str, method: str, path: str, body: Any = None) -> int:
         return int(answer.status)
 
 
+class ManagedLeveret(LeveretProcess):
+    """``leveret serve`` as bench/workloads.py starts it, with its management API on a free
+    port (the shovel is defined through it)."""
+
+    def __init__(self, log_path: Path, pythonpath: str) -> None:
+        super().__init__(sys.executable, log_path, pythonpath)
+        self.management_port = free_port()
+
+    def command(self, scratch: Path) -> list[str]:
+        cmd = super().command(scratch)
+        cmd[cmd.index("--management-port") + 1] = str(self.management_port)
+        return cmd
+
+
 class Broker:
     """A broker to run the shovel on: its AMQP URL, management URL and process id."""
 
-    def __init__(self, name: str, url: str, management: str, pid: int) -> None:
+    def __init__(
+        self, name: str, url: str, management: str, pid: int, child: ManagedLeveret | None = None
+    ) -> None:
         self.name, self.url, self.management, self.pid = name, url, management, pid
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child = child
 
     @classmethod
-    def leveret(cls, name: str, build: str, data_dir: Path) -> Broker:
-        port, mgmt = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LEVERET_")}
-        env["PYTHONPATH"] = str((REPO / build).resolve()) if build else str(REPO)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "leveret",
-                "serve",
-                "--port",
-                str(port),
-                "--management-port",
-                str(mgmt),
-                "--prometheus-port",
-                "-1",
-                "--data-dir",
-                str(data_dir),
-                "--log-level",
-                "error",
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        broker = cls(
-            name, f"amqp://guest:guest@127.0.0.1:{port}", f"http://127.0.0.1:{mgmt}", proc.pid
-        )
-        broker.proc = proc
+    def leveret(cls, name: str, build: str, log_path: Path) -> Broker:
+        child = ManagedLeveret(log_path, str((REPO / build).resolve()) if build else "")
+        child.start()
+        management = f"http://127.0.0.1:{child.management_port}"
         deadline = time.monotonic() + 30
         while True:
             try:
-                http(broker.management, "GET", "/api/overview")
-                return broker
+                http(management, "GET", "/api/overview")
+                break
             except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"{name} did not start") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}'s management API did not answer") from None
                 time.sleep(0.05)
+        assert child.pid is not None
+        return cls(name, child.url.rstrip("/"), management, child.pid, child)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(30)
+        if self.child is not None:
+            self.child.stop()
 
 
 async def backlog(url: str, queue: str, count: int) -> None:
@@ -192,7 +176,7 @@ async def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="shovel-bench-"))
     for spec in args.leveret_build or ["pure="]:
         name, _, build = spec.partition("=")
-        brokers.append(Broker.leveret(f"leveret-{name}", build, scratch / name))
+        brokers.append(Broker.leveret(f"leveret-{name}", build, scratch / f"{name}.log"))
     if args.rabbitmq:
         brokers.append(
             Broker("rabbitmq", args.rabbitmq, args.rabbitmq_management, args.rabbitmq_pid)
