@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import pytest
 
 from leveret.config import Config
 from leveret.inspect import BrokerThread
+from tests.control.conftest import leveret
 from tests.integration.helpers import Http, unique
 
 from .definitions_roundtrip import (
@@ -55,11 +55,6 @@ from .definitions_roundtrip import (
     quoted,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {
-    **{k: v for k, v in os.environ.items() if not k.startswith("LEVERET_")},
-    "PYTHONPATH": str(ROOT),
-}
 # What Leveret exports that RabbitMQ 3.10.8 does not (see the module docstring).
 LEVERET_ONLY = {
     "vhosts": ("description", "tags", "default_queue_type", "limits", "metadata"),
@@ -77,15 +72,7 @@ class Node:
 
     def ctl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """``leveret ctl ARGS --control-socket SOCKET`` as a real process."""
-        return subprocess.run(
-            [sys.executable, "-m", "leveret", "ctl", *args, "--control-socket", str(self.socket)],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=ENV,
-            timeout=60,
-            check=False,
-        )
+        return leveret("ctl", *args, "--control-socket", str(self.socket), stdin=stdin)
 
     def export(self) -> dict[str, Any]:
         """GET /api/definitions."""

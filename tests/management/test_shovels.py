@@ -165,6 +165,15 @@ def far(node: Mgmt, user: str = "guest", password: str = "guest") -> str:
     return f"amqp://{user}:{password}@127.0.0.1:{node.server.port}"
 
 
+async def until_removed(node: Mgmt) -> None:
+    """Until the node has no shovel left (one with src-delete-after removes itself)."""
+
+    async def gone() -> bool:
+        return await node.get("shovels") == []
+
+    await wait_until(gone, within=15)
+
+
 async def test_unreachable_destination_then_back(tmp_path: Path) -> None:
     a, b = await _node(), await _node(tmp_path / "b")
     port = b.server.port
@@ -234,10 +243,7 @@ async def test_delete_after_queue_length_moves_what_was_there(two: tuple[Mgmt, M
     # Published while it runs (or after): behind the first 100, so not moved.
     await publish(a.amqp_url, "backlog", 30, start=100)
 
-    async def gone() -> bool:
-        return await a.get("shovels") == []
-
-    await wait_until(gone, within=15)
+    await until_removed(a)
     assert await a.get("parameters", "shovel", "/") == []
     assert sorted(int(m.body) for m in await drain(b.amqp_url, "moved")) == list(range(100))
     left = await drain(a.amqp_url, "backlog")
@@ -256,10 +262,7 @@ async def test_delete_after_a_count(two: tuple[Mgmt, Mgmt]) -> None:
     }
     await define(a, "four", value)
 
-    async def gone() -> bool:
-        return await a.get("shovels") == []
-
-    await wait_until(gone, within=15)
+    await until_removed(a)
     assert sorted(int(m.body) for m in await drain(b.amqp_url, "four")) == [0, 1, 2, 3]
     assert await count(a, "some") == 6
 
