@@ -19,6 +19,11 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
+# The build backend (pyproject's backend-path) holds the rule for LEVERET_COMPILE; pip has it
+# on the path already, a direct run of setup.py may not.
+sys.path.insert(0, str(ROOT / "build_support"))
+from backend import compile_requested  # noqa: E402
+
 LIST = ROOT / "build_support" / "compiled.txt"
 # The repository's folders as the installed package sees them (pyproject's package-dir).
 PACKAGE_DIRS = {"broker": "leveret", "exchanges": "leveret/exchanges", "storage": "leveret/storage"}
@@ -37,8 +42,7 @@ ignore_missing_imports = True
 def compiling() -> bool:
     """Whether this build compiles (``LEVERET_COMPILE`` set and not 0), and this run of
     setup.py builds: pip also runs it for the metadata alone, which needs no compiler."""
-    wanted = os.environ.get("LEVERET_COMPILE", "") not in ("", "0")
-    return wanted and not {"egg_info", "dist_info"} & set(sys.argv)
+    return compile_requested() and not {"egg_info", "dist_info"} & set(sys.argv)
 
 
 def compiled_sources() -> list[str]:

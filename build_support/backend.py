@@ -19,10 +19,15 @@ from setuptools.build_meta import *  # noqa: F403  (the rest of the PEP 517 hook
 COMPILER = "mypy>=1.10"
 
 
+def compile_requested() -> bool:
+    """Whether this build is asked to compile: ``LEVERET_COMPILE`` set and not 0 (the one
+    place that reads it; setup.py asks here too)."""
+    return os.environ.get("LEVERET_COMPILE", "") not in ("", "0")
+
+
 def compiler_requirements() -> list[str]:
-    """What this build needs beyond setuptools: mypy when ``LEVERET_COMPILE`` is set (and
-    not 0), else nothing."""
-    return [COMPILER] if os.environ.get("LEVERET_COMPILE", "") not in ("", "0") else []
+    """What this build needs beyond setuptools: mypy when it compiles, else nothing."""
+    return [COMPILER] if compile_requested() else []
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, str] | None = None) -> list[str]:
