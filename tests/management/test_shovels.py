@@ -444,3 +444,23 @@ async def test_a_missing_source_queue_is_declared_unless_refused(two: tuple[Mgmt
         "ACCESS_REFUSED - configure access to queue 'not-here' in vhost '/' "
         "refused for user 'reader'"
     ), refused
+
+
+async def test_no_ack_with_queue_length_loses_nothing(two: tuple[Mgmt, Mgmt]) -> None:
+    a, b = two
+    await publish(a.amqp_url, "fast", 200)
+    value = {
+        "src-uri": "amqp://",
+        "src-queue": "fast",
+        "ack-mode": "no-ack",
+        "src-delete-after": "queue-length",
+        "dest-uri": far(b),
+        "dest-queue": "fast-copy",
+    }
+    await define(a, "quick", value)
+    await until_removed(a)
+    # no-ack: the source forgets a message as it delivers it, so whatever it delivered
+    # past the count is moved too rather than dropped.
+    moved = sorted(int(m.body) for m in await drain(b.amqp_url, "fast-copy"))
+    left = sorted(int(m.body) for m in await drain(a.amqp_url, "fast", within=1.0))
+    assert sorted(moved + left) == list(range(200)) and moved[:200] == list(range(len(moved)))
