@@ -90,16 +90,17 @@ class LocalBackend:
         timeout: float,  # noqa: ASYNC109 - the sync twin's signature
         what: str,
     ) -> QueueStats:
-        # Runs on the broker's loop: each check is consistent with the broker's state.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        # Runs on the broker's loop: each check is consistent with the broker's state. The
+        # deadline is on the machine's monotonic clock, as the HTTP backend's: uvloop's
+        # loop.time() has millisecond steps, and a wait must never give up early.
+        deadline = time.monotonic() + timeout
         while True:
             stats = self._read(vhost, queue)
             if condition(stats):
                 if stats is None:  # a condition satisfied by an absent queue
                     return QueueStats(vhost, queue, 0, 0, 0, 0, 0, 0)
                 return stats
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(
                     timeout_message(vhost, queue, what, timeout, stats, self._names(vhost))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -275,9 +276,9 @@ class Journal:
         filters: dict[str, Any],
     ) -> list[Record]:
         # On the broker's loop: each check sees the records as they are, and a new record
-        # wakes the wait (no polling).
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        # wakes the wait (no polling). The deadline is on the monotonic clock, as the
+        # inspector's other waits (backends.py): uvloop's loop.time() steps in milliseconds.
+        deadline = time.monotonic() + timeout
         recorder = self._recorder
         while True:
             found = [
@@ -287,7 +288,7 @@ class Journal:
             ]
             if len(found) >= count:
                 return found
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 wanted = ", ".join(
                     [f"kind={kind!r}"] * (kind is not None)
