@@ -187,7 +187,3 @@ class Shovels:
             for key, shovel in sorted(self.shovels.items())
             if vhost is None or key[0] == vhost
         ]
-
-    def get(self, vhost: str, name: str) -> Shovel | None:
-        """The shovel ``name`` of ``vhost``, if any."""
-        return self.shovels.get((vhost, name))

@@ -35,6 +35,7 @@ from pamqp import commands as spec
 from pamqp.header import ContentHeader
 from yarl import URL
 
+from leveret.config import NODE_NAME
 from leveret.node.shovel.definition import ShovelDefinition
 from leveret.node.shovel.uri import ShovelURI
 
@@ -90,7 +91,6 @@ class Shovel:
         self.changed = time.time()  # when the state last changed (status' timestamp)
         self.src_uri: ShovelURI | None = None  # the URIs of the running session
         self.dest_uri: ShovelURI | None = None
-        self.moved = 0  # messages settled at the source (acked, or sent with no-ack)
         self._task: asyncio.Task[None] | None = None
 
     def cancel(self) -> asyncio.Task[None] | None:
@@ -358,8 +358,6 @@ class _Mover:
     def forward_table(self) -> dict[str, Any]:
         """One ``x-shovelled`` entry (rabbit_shovel_util:add_forward_headers)."""
         shovel, spec_ = self.shovel, self.shovel.definition
-        from leveret.config import NODE_NAME
-
         table: dict[str, Any] = {
             "shovelled-by": NODE_NAME,
             "shovel-type": "dynamic",
@@ -439,7 +437,6 @@ class _Mover:
 
     def settled(self) -> None:
         """One message moved for good; the count is done when nothing is left."""
-        self.shovel.moved += 1
         if self.remaining == 0 and not self.unconfirmed and not self.done.done():
             self.done.set_result(True)
 
