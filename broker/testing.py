@@ -61,7 +61,6 @@ from leveret.inspect import (
     BrokerThread,
     InspectionUnavailableError,
     Inspector,
-    Journal,
     LeveretOnlyError,
     ManagementAPI,
     QueueNotFoundError,
@@ -377,7 +376,7 @@ def leveret(
     try:
         yield inspector
     finally:
-        Journal.stop_for(inspector)
+        inspector.stop_journal()
         inspector.faults.reset()
 
 

@@ -110,6 +110,7 @@ class Inspector:
     vhost: str
     timeout: float
     _clock: VirtualClock | None = None
+    _journal: Journal | None = None
 
     def __init__(
         self,
@@ -183,7 +184,14 @@ class Inspector:
     def journal(self) -> Journal:
         """The vhost's traffic journal (:mod:`leveret.inspect.journal`); the first access
         starts recording. In-process broker only: JournalUnavailableError otherwise."""
-        return Journal.of(self)
+        if self._journal is None:
+            self._journal = Journal(self)
+        return self._journal
+
+    def stop_journal(self) -> None:
+        """Stop recording, if the journal was ever used (the pytest fixture's teardown)."""
+        if self._journal is not None:
+            self._journal.stop()
 
     # -- reads ------------------------------------------------------------------------
 

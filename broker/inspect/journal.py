@@ -121,21 +121,6 @@ class Journal:
         self._backend = backend
         self._recorder = call_on_loop(backend.loop, self._start, 10.0)
 
-    @classmethod
-    def of(cls, inspector: Inspector) -> Journal:
-        """The inspector's journal, created (and recording started) on first use."""
-        journal: Journal | None = inspector.__dict__.get("_journal")
-        if journal is None:
-            journal = inspector.__dict__["_journal"] = cls(inspector)
-        return journal
-
-    @staticmethod
-    def stop_for(inspector: Inspector) -> None:
-        """Stop the inspector's journal if it has one (the pytest fixture's teardown)."""
-        journal: Journal | None = inspector.__dict__.get("_journal")
-        if journal is not None:
-            journal.stop()
-
     def _start(self) -> Recorder:
         vhost = self._backend.server.state.vhosts.get(self.vhost)
         if vhost is None:
