@@ -42,7 +42,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,20 +57,12 @@ from aio_pika import DeliveryMode, Message
 from aio_pika.exceptions import DeliveryError
 
 REPO = Path(__file__).resolve().parents[1]
+# tests/test_crash.py loads this file by path, and bench/ is then not on sys.path; appended,
+# not put first, so that bench/profile.py never shadows the standard library's in a test run
+if str(REPO / "bench") not in sys.path:
+    sys.path.append(str(REPO / "bench"))
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def accepts_tcp(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
+from workloads import accepts_tcp, free_port  # noqa: E402
 
 
 class BrokerProcess:
@@ -113,7 +104,7 @@ class BrokerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        while not accepts_tcp(self.port):
+        while not accepts_tcp("127.0.0.1", self.port, timeout=0.2):
             if self.proc.poll() is not None:
                 self.wait()
                 raise RuntimeError(f"broker exited with {self.proc.returncode}: {self.log_tail()}")

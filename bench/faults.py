@@ -48,17 +48,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import pika  # noqa: E402
 from pamqp import commands  # noqa: E402
+from workloads import accepts_tcp, free_port  # noqa: E402
 
 from tests.integration.wire import PeerClosedError, WireClient  # noqa: E402
 
 MIB = 1024 * 1024
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def vmrss(pid: int) -> int:
@@ -92,14 +86,10 @@ def _start_leveret(extra: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], str
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("leveret serve did not start") from None
-                time.sleep(0.05)
+        while not accepts_tcp("127.0.0.1", port, timeout=1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("leveret serve did not start")
+            time.sleep(0.05)
         pika.BlockingConnection(pika.URLParameters(url)).close()
         if proc.poll() is not None:
             raise RuntimeError("leveret serve exited (port taken?)")
