@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_wheel import IGNORED  # what a checkout grows that is not its source
+# IGNORED: what a checkout grows that is not its source
+from tests.test_wheel import IGNORED, build_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_COMPILER = (
@@ -55,8 +56,7 @@ def test_the_compiled_build_asks_for_mypyc() -> None:
 def test_without_a_c_compiler_the_compiled_build_says_so_in_one_line(tmp_path: Path) -> None:
     source = tmp_path / "leveret"
     shutil.copytree(ROOT, source, ignore=IGNORED)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    env.update(LEVERET_COMPILE="1", CC=str(tmp_path / "no-such-cc"))
+    env = build_environment(LEVERET_COMPILE="1", CC=str(tmp_path / "no-such-cc"))
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--target", tmp_path / "out", "."],
         cwd=source,

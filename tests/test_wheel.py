@@ -49,15 +49,20 @@ def test_the_plugins_fixtures_serve_this_project(pika_connection, leveret):
 """
 
 
-def run(*argv: str | Path, cwd: Path) -> str:
-    """stdout + stderr of a command that must succeed (both shown when it does not), in an
-    environment without the caller's Python settings (PYTHONDONTWRITEBYTECODE makes
-    setuptools warn; PYTHONPATH would reach the checkout)."""
+def build_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without its Python settings (PYTHONDONTWRITEBYTECODE makes
+    setuptools warn; PYTHONPATH would reach the checkout), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return env | extra
+
+
+def run(*argv: str | Path, cwd: Path) -> str:
+    """stdout + stderr of a command that must succeed (both shown when it does not), in the
+    :func:`build_environment`."""
     done = subprocess.run(
         [str(arg) for arg in argv],
         cwd=cwd,
-        env=env,
+        env=build_environment(),
         capture_output=True,
         text=True,
         timeout=540,
