@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import pika  # noqa: E402
 from pamqp import commands  # noqa: E402
+from rabbitmq_crash import rabbitmq_kill9, rabbitmq_pid  # noqa: E402
 from workloads import accepts_tcp, free_port  # noqa: E402
 
 from tests.integration.wire import PeerClosedError, WireClient  # noqa: E402
@@ -61,17 +62,6 @@ def vmrss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def rabbitmq_pid(node: str) -> int:
-    """The beam.smp PID of a RabbitMQ node (its command line does not name the node)."""
-    out = subprocess.run(
-        ["rabbitmqctl", "-n", node, "eval", "list_to_integer(os:getpid())."],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(out.stdout.strip().splitlines()[-1])
 
 
 def _start_leveret(extra: tuple[str, ...]) -> tuple[subprocess.Popen[bytes], str]:
@@ -162,8 +152,6 @@ def kill9(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"leveret": json.loads(out.stdout.strip().splitlines()[-1])}
     ok = out.returncode == 0
     if args.rabbitmq_kill:
-        from rabbitmq_crash import rabbitmq_kill9
-
         result["rabbitmq"] = rabbitmq_kill9(args.rabbitmq_kill_n or args.n)
     result["ok"] = ok
     return result
