@@ -319,6 +319,7 @@ def test_recording_is_off_until_the_journal_is_used(
 
 
 def test_the_fixture_stops_recording(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(
         """
         import pika
