@@ -16,7 +16,9 @@ import functools
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
+
+from leveret.exchanges.timestamps import WireTimestamp, decode_timestamp, timestamp_value
 
 # Field type tags -> RabbitMQ's names (rabbit_binary_parser), with the size of fixed-width
 # values (-1: a 32-bit length prefix follows the tag).
@@ -140,55 +142,6 @@ _TIMESTAMP = struct.Struct(">Q")
 _unpack_timestamp = _TIMESTAMP.unpack_from
 _DECIMAL = struct.Struct(">Bi")
 
-# -- timestamps -----------------------------------------------------------------------------
-
-# pamqp reads a timestamp above this as milliseconds ("anything above the year 2106").
-_SECONDS_MAX = 0xFFFFFFFF
-
-
-class WireTimestamp(datetime.datetime):
-    """A timestamp field value above 2^32, which pamqp reads as milliseconds: the datetime
-    pamqp gives (:data:`datetime.datetime.max` when the value is beyond year 9999, where
-    pamqp fails) with the 64-bit value from the wire in :attr:`raw`, which encoding writes
-    back. Two of them are equal when their wire values are."""
-
-    __slots__ = ("raw",)
-    raw: int
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, WireTimestamp):
-            return self.raw == other.raw
-        return super().__eq__(other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = datetime.datetime.__hash__
-
-
-def decode_timestamp(value: int) -> datetime.datetime:
-    """A timestamp's Python value from its unsigned 64-bit wire value: pamqp's datetime,
-    a :class:`WireTimestamp` above 2^32."""
-    if value <= _SECONDS_MAX:
-        return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
-    try:
-        stamp = WireTimestamp.fromtimestamp(value / 1000.0, tz=datetime.UTC)
-    except (ValueError, OverflowError, OSError):
-        stamp = WireTimestamp(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC)
-    stamp.raw = value
-    return stamp
-
-
-def timestamp_value(value: datetime.datetime) -> int:
-    """The wire value of a timestamp (seconds since the epoch; naive means UTC)."""
-    raw = getattr(value, "raw", None)
-    if raw is not None:
-        return int(raw)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.UTC)
-    return int(value.timestamp())
-
-
 # -- decoding -------------------------------------------------------------------------------
 
 _S8 = struct.Struct(">b").unpack_from
@@ -215,20 +168,23 @@ _NUMBERS: dict[int, tuple[Callable[[bytes, int], tuple[Any, ...]], int]] = {
     ord("f"): (_F32, 4),
     ord("d"): (_F64, 8),
 }
-_TAG_BOOL = ord("t")
-_TAG_STRING = ord("S")
-_TAG_BYTES = ord("x")
-_TAG_TABLE = ord("F")
-_TAG_ARRAY = ord("A")
-_TAG_TIMESTAMP = ord("T")
-_TAG_DECIMAL = ord("D")
-_TAG_VOID = ord("V")
+_TAG_BOOL: Final = ord("t")
+_TAG_STRING: Final = ord("S")
+_TAG_BYTES: Final = ord("x")
+_TAG_TABLE: Final = ord("F")
+_TAG_ARRAY: Final = ord("A")
+_TAG_TIMESTAMP: Final = ord("T")
+_TAG_DECIMAL: Final = ord("D")
+_TAG_VOID: Final = ord("V")
 _TEN = decimal.Decimal(10)
 
 # For check_table: the width of each tag's value; _PREFIXED for a long string or byte
 # array (a 32-bit length follows the tag), _NESTED_TABLE and _NESTED_ARRAY, _UNKNOWN. Tag 0
 # is a void, as pamqp reads it ("seen in the wild").
-_PREFIXED, _NESTED_TABLE, _NESTED_ARRAY, _UNKNOWN = -1, -2, -3, -4
+_PREFIXED: Final = -1
+_NESTED_TABLE: Final = -2
+_NESTED_ARRAY: Final = -3
+_UNKNOWN: Final = -4
 _WIDTHS = [_UNKNOWN] * 256
 for _tag, (_, _size) in _NUMBERS.items():
     _WIDTHS[_tag] = _size
@@ -239,7 +195,7 @@ _WIDTHS[_TAG_VOID] = _WIDTHS[0] = 0
 _WIDTHS[_TAG_STRING] = _WIDTHS[_TAG_BYTES] = _PREFIXED
 _WIDTHS[_TAG_TABLE] = _NESTED_TABLE
 _WIDTHS[_TAG_ARRAY] = _NESTED_ARRAY
-_WIDTHS_T = tuple(_WIDTHS)
+_WIDTHS_T: Final = tuple(_WIDTHS)
 
 
 def _cut_short(what: str) -> ValueError:

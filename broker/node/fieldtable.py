@@ -24,16 +24,14 @@ from pamqp import commands, encode
 
 from leveret.exchanges.fields import (
     PROPERTY_LAYOUT,
-    WireTimestamp,
     check_fields,
     check_table,
     decode_fields,
     decode_table,
-    decode_timestamp,
     encode_table,
     encode_value,
-    timestamp_value,
 )
+from leveret.exchanges.timestamps import WireTimestamp, decode_timestamp, timestamp_value
 
 __all__ = [
     "JSON_DEPTH_MAX",
